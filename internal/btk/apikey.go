@@ -1,0 +1,88 @@
+package btk
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+)
+
+// Key format: btk_<8-char workspace prefix>_<32 random bytes, base64url, no padding>.
+const (
+	KeyPrefix          = "btk_"
+	PublicKeyPrefix    = "bpk_"
+	WorkspacePrefixLen = 8
+	keyRandomBytes     = 32
+	publicRandomBytes  = 16
+	// DisplayPrefixLen is "btk_" plus the workspace prefix.
+	DisplayPrefixLen = len(KeyPrefix) + WorkspacePrefixLen
+	randomStart      = DisplayPrefixLen + 1
+	// KeyLen is the exact length of every btk_ key (56).
+	KeyLen  = randomStart + (keyRandomBytes*8+5)/6
+	hintLen = 4
+)
+
+// NewKey draws a new plaintext key for the workspace and returns it with the
+// fields of its record that derive from it. The plaintext must be shown once
+// and then forgotten: only the hash is stored.
+func NewKey(workspaceID string) (plaintext string, hash []byte, displayPrefix, hint string) {
+	plaintext = newToken(KeyPrefix, workspaceID, keyRandomBytes)
+	h := HashKey(plaintext)
+	return plaintext, h[:], plaintext[:DisplayPrefixLen], plaintext[KeyLen-hintLen:]
+}
+
+// NewPublicClientKey draws a workspace's public client key (bpk_...).
+func NewPublicClientKey(workspaceID string) string {
+	return newToken(PublicKeyPrefix, workspaceID, publicRandomBytes)
+}
+
+func newToken(prefix, workspaceID string, n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // never fails; see crypto/rand.Read
+	return prefix + workspaceID[:WorkspacePrefixLen] + "_" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// HashKey is the SHA-256 of a plaintext key: the only form of it ever stored.
+func HashKey(plaintext string) [sha256.Size]byte {
+	return sha256.Sum256([]byte(plaintext))
+}
+
+// WellFormedKey reports whether s has the exact shape of a btk_ key. It reads
+// fixed positions (the random part may itself contain '_'), so a malformed
+// key is refused before any hashing or database work.
+func WellFormedKey(s string) bool {
+	if len(s) != KeyLen || s[:len(KeyPrefix)] != KeyPrefix || s[DisplayPrefixLen] != '_' {
+		return false
+	}
+	for i := len(KeyPrefix); i < DisplayPrefixLen; i++ {
+		if !isLowerHex(s[i]) {
+			return false
+		}
+	}
+	for i := randomStart; i < KeyLen; i++ {
+		if b64Value(s[i]) < 0 {
+			return false
+		}
+	}
+	// 43 characters carry 258 bits for 256: the last one's 2 low bits are zero
+	// in every key we made.
+	return b64Value(s[KeyLen-1])&3 == 0
+}
+
+func isLowerHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
+
+// b64Value is the 6-bit value of a base64url character, or -1.
+func b64Value(c byte) int {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return int(c - 'A')
+	case 'a' <= c && c <= 'z':
+		return int(c-'a') + 26
+	case '0' <= c && c <= '9':
+		return int(c-'0') + 52
+	case c == '-':
+		return 62
+	case c == '_':
+		return 63
+	}
+	return -1
+}

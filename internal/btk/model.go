@@ -1,0 +1,226 @@
+package btk
+
+import "time"
+
+// Plan is a workspace's billing plan.
+type Plan string
+
+const (
+	PlanCloudStarter    Plan = "CLOUD_STARTER"
+	PlanCloudPro        Plan = "CLOUD_PRO"
+	PlanCloudEnterprise Plan = "CLOUD_ENTERPRISE"
+	PlanSelfHosted      Plan = "SELF_HOSTED"
+)
+
+// Valid reports whether p is one of the known plans.
+func (p Plan) Valid() bool {
+	switch p {
+	case PlanCloudStarter, PlanCloudPro, PlanCloudEnterprise, PlanSelfHosted:
+		return true
+	}
+	return false
+}
+
+// AllowsIssuing reports whether keys may be created or rotated on the plan.
+// Revocation and authentication never depend on the plan.
+func (p Plan) AllowsIssuing() bool { return p.Valid() && p != PlanCloudStarter }
+
+// Role is an account's role in one workspace.
+type Role string
+
+const (
+	RoleOwner  Role = "OWNER"
+	RoleAdmin  Role = "ADMIN"
+	RoleMember Role = "MEMBER"
+)
+
+// Valid reports whether r is one of the known roles.
+func (r Role) Valid() bool { return r == RoleOwner || r == RoleAdmin || r == RoleMember }
+
+// Workspace is a tenant. RateLimitPerMinute/PerDay are the workspace's own
+// defaults for its keys; nil means the server default applies.
+type Workspace struct {
+	ID                 string
+	Name               string
+	Plan               Plan
+	PublicClientKey    string
+	RateLimitPerMinute *int
+	RateLimitPerDay    *int
+	CreatedAt          time.Time
+}
+
+// Prefix is the first 8 characters of the workspace UUID.
+func (w *Workspace) Prefix() string { return w.ID[:WorkspacePrefixLen] }
+
+// Account is a person or operator who logs in.
+type Account struct {
+	ID            string
+	Email         string
+	PasswordHash  string
+	PlatformAdmin bool
+	CreatedAt     time.Time
+}
+
+// Membership gives an account a role in a workspace.
+type Membership struct {
+	WorkspaceID string
+	AccountID   string
+	Role        Role
+}
+
+// Session is a server-side login record; the JWT names it so logout can end it.
+type Session struct {
+	ID          string
+	AccountID   string
+	WorkspaceID string // "" when the session has no workspace
+	// Impersonating is set on a session a platform admin opened with impersonate.
+	Impersonating bool
+	CreatedAt     time.Time
+	ExpiresAt     time.Time
+	RevokedAt     *time.Time
+}
+
+// KeyStatus is the lifecycle state of an API key.
+type KeyStatus string
+
+const (
+	KeyActive  KeyStatus = "ACTIVE"
+	KeyRevoked KeyStatus = "REVOKED"
+	KeyExpired KeyStatus = "EXPIRED"
+)
+
+// APIKey is a workspace API key record. The plaintext is never part of it:
+// only its SHA-256 Hash is kept.
+type APIKey struct {
+	ID                 string
+	WorkspaceID        string
+	Name               string
+	Hash               []byte
+	DisplayPrefix      string
+	Hint               string
+	RateLimitPerMinute *int
+	RateLimitPerDay    *int
+	ExpiresAt          *time.Time
+	Scopes             []string
+	CreatedAt          time.Time
+	CreatedBy          string
+	LastUsedAt         *time.Time
+	RevokedAt          *time.Time
+	RevokedBy          string
+	RotatedFromID      string
+	ReplacedByID       string
+	// DayState is the rate limiter's persisted per-day state, written by
+	// Store.RecordUsage so day counts survive a restart.
+	DayState int64
+}
+
+// Status derives the key's state at now: an active key past its expiry is EXPIRED.
+func (k *APIKey) Status(now time.Time) KeyStatus {
+	switch {
+	case k.RevokedAt != nil:
+		return KeyRevoked
+	case k.ExpiresAt != nil && !now.Before(*k.ExpiresAt):
+		return KeyExpired
+	}
+	return KeyActive
+}
+
+// AuditAction is what happened to a key, in the key audit log.
+type AuditAction string
+
+const (
+	AuditCreated    AuditAction = "CREATED"
+	AuditRotated    AuditAction = "ROTATED"
+	AuditRevoked    AuditAction = "REVOKED"
+	AuditRevokedAll AuditAction = "REVOKED_ALL"
+)
+
+// Valid reports whether a is a known action.
+func (a AuditAction) Valid() bool {
+	switch a {
+	case AuditCreated, AuditRotated, AuditRevoked, AuditRevokedAll:
+		return true
+	}
+	return false
+}
+
+// EventAction is the audit_events name of a key audit action.
+func (a AuditAction) EventAction() string {
+	switch a {
+	case AuditCreated:
+		return "api_key.created"
+	case AuditRotated:
+		return "api_key.rotated"
+	case AuditRevoked:
+		return "api_key.revoked"
+	}
+	return "api_key.revoked_all"
+}
+
+// AuditEntry is one row of the key-specific audit table.
+type AuditEntry struct {
+	ID             string
+	WorkspaceID    string
+	Action         AuditAction
+	APIKeyID       string // "" for REVOKED_ALL
+	APIKeyName     string
+	NewAPIKeyID    string // ROTATED only
+	RevokedCount   *int   // REVOKED_ALL only
+	ActorID        string
+	ActorEmail     string
+	ImpersonatorID string
+	IP             string
+	UserAgent      string
+	CreatedAt      time.Time
+}
+
+// AuditEvent is one row of audit_events, shown on the workspace Audit Log page.
+type AuditEvent struct {
+	ID             string
+	WorkspaceID    string
+	Action         string
+	ActorID        string
+	ActorEmail     string
+	ImpersonatorID string
+	TargetType     string
+	TargetID       string
+	Metadata       string // a JSON object
+	CreatedAt      time.Time
+}
+
+// Page asks for at most First items after the opaque cursor After.
+type Page struct {
+	First int
+	After string
+}
+
+// Paging limits of every connection.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+// KeyFilter selects keys of one workspace.
+type KeyFilter struct {
+	WorkspaceID    string
+	IncludeRevoked bool
+	Page
+}
+
+// AuditFilter selects key audit entries or audit events of one workspace.
+type AuditFilter struct {
+	WorkspaceID string
+	APIKeyID    string      // key audit only
+	Action      AuditAction // key audit only
+	Since       *time.Time  // inclusive
+	Until       *time.Time  // exclusive
+	Page
+}
+
+// KeyUsage is what the hot path learnt about a key since the last flush.
+type KeyUsage struct {
+	KeyID      string
+	LastUsedAt time.Time
+	// DayState is the rate limiter's persisted per-day state (opaque to the store).
+	DayState int64
+}

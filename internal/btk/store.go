@@ -1,0 +1,95 @@
+package btk
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps the service's state. Every method of Tx runs inside the
+// transaction that Read or Write opened, so a service operation (a change and
+// its two audit rows) commits or fails as one.
+type Store interface {
+	// Read runs fn in a read-only transaction.
+	Read(ctx context.Context, fn func(Tx) error) error
+	// Write runs fn in a write transaction (one writer at a time) and commits
+	// when fn returns nil; any error rolls everything back.
+	Write(ctx context.Context, fn func(Tx) error) error
+	// RecordUsage stores last_used_at and the per-day rate limiter state of
+	// keys in one batch (the hot path never writes per request).
+	RecordUsage(ctx context.Context, usage []KeyUsage) error
+	// Ping reports whether the database answers.
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// Tx is the data access of one transaction. Lookups return ErrNotFound when
+// there is no such row. Writes made through a Tx opened by Read fail.
+type Tx interface {
+	// Empty reports whether the database holds no account yet (bootstrap).
+	Empty(ctx context.Context) (bool, error)
+	// Setting returns a server setting, or ErrNotFound.
+	Setting(ctx context.Context, name string) (string, error)
+	SetSetting(ctx context.Context, name, value string) error
+
+	Workspace(ctx context.Context, id string) (*Workspace, error)
+	WorkspaceByPublicKey(ctx context.Context, publicKey string) (*Workspace, error)
+	// Workspaces returns every workspace, oldest first.
+	Workspaces(ctx context.Context) ([]*Workspace, error)
+	// CreateWorkspace returns ErrPrefixTaken when another workspace has the
+	// same 8-character prefix.
+	CreateWorkspace(ctx context.Context, w *Workspace) error
+	// UpdateWorkspace stores the workspace's name, plan and default limits.
+	UpdateWorkspace(ctx context.Context, w *Workspace) error
+
+	Account(ctx context.Context, id string) (*Account, error)
+	// AccountByEmail matches the email case-insensitively.
+	AccountByEmail(ctx context.Context, email string) (*Account, error)
+	// CreateAccount returns ErrEmailTaken for a duplicate email.
+	CreateAccount(ctx context.Context, a *Account) error
+
+	// Role returns the account's role in the workspace, or ErrNotFound.
+	Role(ctx context.Context, workspaceID, accountID string) (Role, error)
+	// Memberships returns the account's memberships, oldest first.
+	Memberships(ctx context.Context, accountID string) ([]Membership, error)
+	// SetMembership creates or replaces a membership.
+	SetMembership(ctx context.Context, m Membership) error
+	// DeleteMembership removes a membership; removing none is not an error.
+	DeleteMembership(ctx context.Context, workspaceID, accountID string) error
+
+	Session(ctx context.Context, id string) (*Session, error)
+	CreateSession(ctx context.Context, s *Session) error
+	RevokeSession(ctx context.Context, id string, at time.Time) error
+
+	APIKey(ctx context.Context, id string) (*APIKey, error)
+	// APIKeyByHash finds a key by the SHA-256 of its plaintext, in any state.
+	APIKeyByHash(ctx context.Context, hash []byte) (*APIKey, error)
+	// ActiveAPIKeyByName finds the workspace's non-revoked key of that name.
+	ActiveAPIKeyByName(ctx context.Context, workspaceID, name string) (*APIKey, error)
+	// APIKeys pages through a workspace's keys, newest first, and returns the
+	// cursor of the last key when more follow ("" otherwise).
+	APIKeys(ctx context.Context, f KeyFilter) (keys []*APIKey, next string, err error)
+	// CreateAPIKey returns ErrNameTaken when a non-revoked key of the
+	// workspace already has the name.
+	CreateAPIKey(ctx context.Context, k *APIKey) error
+	// RevokeAPIKey marks a non-revoked key revoked; replacedBy is "" unless
+	// the key is revoked by rotation. It returns ErrNotFound when the key does
+	// not exist or is already revoked.
+	RevokeAPIKey(ctx context.Context, id string, at time.Time, by, replacedBy string) error
+	// RevokeAllAPIKeys revokes every non-revoked key of the workspace and
+	// returns how many it revoked.
+	RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error)
+
+	// AddAudit writes the two audit rows of one change.
+	AddAudit(ctx context.Context, e *AuditEntry, ev *AuditEvent) error
+	// AuditEntries pages through the key audit table, newest first.
+	AuditEntries(ctx context.Context, f AuditFilter) (entries []*AuditEntry, next string, err error)
+	// AuditEvents pages through audit_events, newest first.
+	AuditEvents(ctx context.Context, f AuditFilter) (events []*AuditEvent, next string, err error)
+}
+
+// ErrPrefixTaken is returned by CreateWorkspace when the 8-character prefix
+// of the new workspace's UUID is already in use; the caller draws another.
+var ErrPrefixTaken = &Error{CodeInternal, "workspace prefix already in use"}
+
+// ErrBadCursor is returned for a cursor the store did not hand out.
+var ErrBadCursor = &Error{CodeBadUserInput, "invalid cursor"}
