@@ -1,8 +1,9 @@
 package server
 
-// This file will not be regenerated automatically.
-//
-// It serves as dependency injection for your app, add any dependencies you require
-// here.
+import "github.com/btk-project/btk/internal/btk"
 
-type Resolver struct{}
+// Resolver is the root of the GraphQL resolvers: each one reads the actor
+// from the context, calls the service, and converts the result.
+type Resolver struct {
+	svc *btk.Service
+}

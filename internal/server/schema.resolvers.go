@@ -7,101 +7,207 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"time"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/server/graph"
 )
 
 func (r *mutationResolver) Login(ctx context.Context, email string, password string, workspaceID *string) (*graph.Session, error) {
-	panic(fmt.Errorf("not implemented: Login - login"))
+	s, err := r.svc.Login(ctx, email, password, deref(workspaceID))
+	if err != nil {
+		return nil, err
+	}
+	return r.session(s), nil
 }
 
 func (r *mutationResolver) Logout(ctx context.Context) (bool, error) {
-	panic(fmt.Errorf("not implemented: Logout - logout"))
+	err := r.svc.Logout(ctx, btk.ActorFrom(ctx))
+	return err == nil, err
 }
 
 func (r *mutationResolver) Elevate(ctx context.Context, password string) (*graph.Elevation, error) {
-	panic(fmt.Errorf("not implemented: Elevate - elevate"))
+	token, exp, err := r.svc.Elevate(ctx, btk.ActorFrom(ctx), password)
+	if err != nil {
+		return nil, err
+	}
+	return &graph.Elevation{Token: token, ExpiresAt: exp}, nil
 }
 
 func (r *mutationResolver) CreateAPIKey(ctx context.Context, input graph.CreateAPIKeyInput) (*graph.CreateAPIKeyPayload, error) {
-	panic(fmt.Errorf("not implemented: CreateAPIKey - createApiKey"))
+	res, err := r.svc.CreateKey(ctx, btk.ActorFrom(ctx), btk.CreateKeyInput{
+		Name: input.Name, RateLimitPerMinute: input.RateLimitPerMinute, RateLimitPerDay: input.RateLimitPerDay,
+		ExpiresAt: input.ExpiresAt, Scopes: input.Scopes,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &graph.CreateAPIKeyPayload{APIKey: apiKey(res.Key, r.svc.Now()), PlaintextKey: res.Plaintext}, nil
 }
 
 func (r *mutationResolver) RotateAPIKey(ctx context.Context, id string, input *graph.RotateAPIKeyInput) (*graph.RotateAPIKeyPayload, error) {
-	panic(fmt.Errorf("not implemented: RotateAPIKey - rotateApiKey"))
+	var in btk.RotateKeyInput
+	if input != nil {
+		in.Name = input.Name
+		in.ExpiresAt, in.ExpiresAtSet = input.ExpiresAt.ValueOK()
+	}
+	res, err := r.svc.RotateKey(ctx, btk.ActorFrom(ctx), id, in)
+	if err != nil {
+		return nil, err
+	}
+	now := r.svc.Now()
+	return &graph.RotateAPIKeyPayload{
+		APIKey: apiKey(res.Key, now), PlaintextKey: res.Plaintext, RevokedAPIKey: apiKey(res.Revoked, now),
+	}, nil
 }
 
 func (r *mutationResolver) RevokeAPIKey(ctx context.Context, id string) (*graph.APIKey, error) {
-	panic(fmt.Errorf("not implemented: RevokeAPIKey - revokeApiKey"))
+	k, err := r.svc.RevokeKey(ctx, btk.ActorFrom(ctx), id)
+	if err != nil {
+		return nil, err
+	}
+	return apiKey(k, r.svc.Now()), nil
 }
 
 func (r *mutationResolver) RevokeAllAPIKeys(ctx context.Context) (*graph.RevokeAllAPIKeysPayload, error) {
-	panic(fmt.Errorf("not implemented: RevokeAllAPIKeys - revokeAllApiKeys"))
+	n, err := r.svc.RevokeAllKeys(ctx, btk.ActorFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &graph.RevokeAllAPIKeysPayload{RevokedCount: n}, nil
 }
 
 func (r *mutationResolver) CreateWorkspace(ctx context.Context, input graph.CreateWorkspaceInput) (*graph.Tenant, error) {
-	panic(fmt.Errorf("not implemented: CreateWorkspace - createWorkspace"))
+	plan := btk.PlanSelfHosted
+	if input.Plan != nil {
+		plan = btk.Plan(*input.Plan)
+	}
+	w, err := r.svc.CreateWorkspace(ctx, btk.ActorFrom(ctx), input.Name, plan)
+	if err != nil {
+		return nil, err
+	}
+	return r.tenant(w), nil
 }
 
 func (r *mutationResolver) SetWorkspacePlan(ctx context.Context, workspaceID string, plan graph.Plan) (*graph.Tenant, error) {
-	panic(fmt.Errorf("not implemented: SetWorkspacePlan - setWorkspacePlan"))
+	w, err := r.svc.SetWorkspacePlan(ctx, btk.ActorFrom(ctx), workspaceID, btk.Plan(plan))
+	if err != nil {
+		return nil, err
+	}
+	return r.tenant(w), nil
 }
 
 func (r *mutationResolver) CreateAccount(ctx context.Context, input graph.CreateAccountInput) (*graph.Account, error) {
-	panic(fmt.Errorf("not implemented: CreateAccount - createAccount"))
+	a, err := r.svc.CreateAccount(ctx, btk.ActorFrom(ctx), input.Email, input.Password, deref(input.PlatformAdmin))
+	if err != nil {
+		return nil, err
+	}
+	return account(a, ""), nil
 }
 
 func (r *mutationResolver) Impersonate(ctx context.Context, workspaceID string) (*graph.Session, error) {
-	panic(fmt.Errorf("not implemented: Impersonate - impersonate"))
+	s, err := r.svc.Impersonate(ctx, btk.ActorFrom(ctx), workspaceID)
+	if err != nil {
+		return nil, err
+	}
+	return r.session(s), nil
 }
 
 func (r *mutationResolver) SetMembership(ctx context.Context, workspaceID string, accountID string, role *graph.Role) (bool, error) {
-	panic(fmt.Errorf("not implemented: SetMembership - setMembership"))
+	var rl btk.Role
+	if role != nil {
+		rl = btk.Role(*role)
+	}
+	err := r.svc.SetMembership(ctx, btk.ActorFrom(ctx), workspaceID, accountID, rl)
+	return err == nil, err
 }
 
 func (r *mutationResolver) SetWorkspaceRateLimits(ctx context.Context, workspaceID string, perMinute *int, perDay *int) (*graph.Tenant, error) {
-	panic(fmt.Errorf("not implemented: SetWorkspaceRateLimits - setWorkspaceRateLimits"))
+	w, err := r.svc.SetWorkspaceRateLimits(ctx, btk.ActorFrom(ctx), workspaceID, perMinute, perDay)
+	if err != nil {
+		return nil, err
+	}
+	return r.tenant(w), nil
 }
 
 func (r *queryResolver) TenantInfo(ctx context.Context) (*graph.Tenant, error) {
-	panic(fmt.Errorf("not implemented: TenantInfo - tenantInfo"))
+	w, err := r.svc.Workspace(ctx, btk.ActorFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return r.tenant(w), nil
 }
 
 func (r *queryResolver) Me(ctx context.Context) (*graph.Account, error) {
-	panic(fmt.Errorf("not implemented: Me - me"))
+	a := btk.ActorFrom(ctx)
+	acct, err := r.svc.Me(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	return account(acct, a.Role), nil
 }
 
 func (r *queryResolver) APIKeys(ctx context.Context, includeRevoked *bool, first *int, after *string) (*graph.APIKeyConnection, error) {
-	panic(fmt.Errorf("not implemented: APIKeys - apiKeys"))
+	keys, next, err := r.svc.ListKeys(ctx, btk.ActorFrom(ctx), deref(includeRevoked), page(first, after))
+	if err != nil {
+		return nil, err
+	}
+	now := r.svc.Now()
+	return &graph.APIKeyConnection{
+		Nodes:    mapSlice(keys, func(k *btk.APIKey) *graph.APIKey { return apiKey(k, now) }),
+		PageInfo: pageInfo(next),
+	}, nil
 }
 
 func (r *queryResolver) APIKey(ctx context.Context, id string) (*graph.APIKey, error) {
-	panic(fmt.Errorf("not implemented: APIKey - apiKey"))
+	k, err := r.svc.Key(ctx, btk.ActorFrom(ctx), id)
+	if err != nil || k == nil {
+		return nil, err
+	}
+	return apiKey(k, r.svc.Now()), nil
 }
 
 func (r *queryResolver) APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *graph.APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string) (*graph.APIKeyAuditConnection, error) {
-	panic(fmt.Errorf("not implemented: APIKeyAuditLog - apiKeyAuditLog"))
+	f := btk.AuditFilter{
+		WorkspaceID: deref(workspaceID), APIKeyID: deref(apiKeyID), Since: since, Until: until, Page: page(first, after),
+	}
+	if action != nil {
+		f.Action = btk.AuditAction(*action)
+	}
+	entries, next, err := r.svc.KeyAuditLog(ctx, btk.ActorFrom(ctx), f)
+	if err != nil {
+		return nil, err
+	}
+	return &graph.APIKeyAuditConnection{Nodes: mapSlice(entries, auditEntry), PageInfo: pageInfo(next)}, nil
 }
 
 func (r *queryResolver) AuditEvents(ctx context.Context, since *time.Time, until *time.Time, first *int, after *string) (*graph.AuditEventConnection, error) {
-	panic(fmt.Errorf("not implemented: AuditEvents - auditEvents"))
+	events, next, err := r.svc.AuditEvents(ctx, btk.ActorFrom(ctx), btk.AuditFilter{Since: since, Until: until, Page: page(first, after)})
+	if err != nil {
+		return nil, err
+	}
+	return &graph.AuditEventConnection{Nodes: mapSlice(events, auditEvent), PageInfo: pageInfo(next)}, nil
 }
 
 func (r *queryResolver) WorkspaceBranding(ctx context.Context, publicKey string) (*graph.WorkspaceBranding, error) {
-	panic(fmt.Errorf("not implemented: WorkspaceBranding - workspaceBranding"))
+	w, err := r.svc.WorkspaceBranding(ctx, publicKey)
+	if err != nil || w == nil {
+		return nil, err
+	}
+	return &graph.WorkspaceBranding{WorkspaceID: w.ID, Name: w.Name}, nil
 }
 
 func (r *queryResolver) Workspaces(ctx context.Context) ([]*graph.Tenant, error) {
-	panic(fmt.Errorf("not implemented: Workspaces - workspaces"))
+	ws, err := r.svc.Workspaces(ctx, btk.ActorFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return mapSlice(ws, r.tenant), nil
 }
 
 func (r *Resolver) Mutation() graph.MutationResolver { return &mutationResolver{r} }
 
 func (r *Resolver) Query() graph.QueryResolver { return &queryResolver{r} }
 
-type (
-	mutationResolver struct{ *Resolver }
-	queryResolver    struct{ *Resolver }
-)
+type mutationResolver struct{ *Resolver }
+type queryResolver struct{ *Resolver }

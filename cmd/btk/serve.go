@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/server"
+	"github.com/btk-project/btk/internal/store"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// serveConfig is everything `btk serve` reads from flags, BTK_* env or the config file.
+type serveConfig struct {
+	Addr              string
+	DB                string
+	Secret            string
+	RatePerMinute     int
+	RatePerDay        int
+	LogFormat         string
+	LogLevel          string
+	BootstrapEmail    string
+	BootstrapPassword string
+}
+
+func newServeCmd(v *viper.Viper) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the btk server on an embedded SQLite database",
+		Long: `Run the btk GraphQL server. On an empty database it creates a platform admin
+(BTK_BOOTSTRAP_EMAIL / BTK_BOOTSTRAP_PASSWORD, or admin@localhost with a generated
+password printed once to stderr), a workspace "Default" on plan SELF_HOSTED, and
+makes that account its OWNER. It stops on SIGINT or SIGTERM after draining
+requests and flushing last_used_at.`,
+		Example: `  btk serve
+  BTK_DB=/var/lib/btk/btk.db btk serve --addr 0.0.0.0:8080 --log-format json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg := serveConfig{
+				Addr: v.GetString("addr"), DB: v.GetString("db"), Secret: v.GetString("secret"),
+				RatePerMinute: v.GetInt("rate-per-minute"), RatePerDay: v.GetInt("rate-per-day"),
+				LogFormat: v.GetString("log-format"), LogLevel: v.GetString("log-level"),
+				BootstrapEmail: v.GetString("bootstrap-email"), BootstrapPassword: v.GetString("bootstrap-password"),
+			}
+			return serve(cmd.Context(), cfg, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.String("addr", "127.0.0.1:8080", "address to listen on (BTK_ADDR)")
+	f.String("db", "./btk.db", "SQLite database file, created if missing (BTK_DB)")
+	f.Int("rate-per-minute", btk.DefaultPerMinute, "server-wide default requests per minute per key (BTK_RATE_PER_MINUTE)")
+	f.Int("rate-per-day", btk.DefaultPerDay, "server-wide default requests per day per key (BTK_RATE_PER_DAY)")
+	f.String("log-format", "text", "log format: text or json (BTK_LOG_FORMAT)")
+	f.String("log-level", "info", "log level: debug, info, warn or error (BTK_LOG_LEVEL)")
+	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level"} {
+		bind(v, name, f.Lookup(name))
+	}
+	// Secrets come from the environment or the config file only, never a flag.
+	for _, name := range []string{"secret", "bootstrap-email", "bootstrap-password"} {
+		bind(v, name, nil)
+	}
+	return cmd
+}
+
+func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
+	log, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	db, err := store.Open(ctx, cfg.DB)
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer db.Close()
+	svc, err := btk.NewService(ctx, db, []byte(cfg.Secret), btk.Config{
+		DefaultPerMinute: cfg.RatePerMinute, DefaultPerDay: cfg.RatePerDay,
+	})
+	if err != nil {
+		return err
+	}
+	boot, err := svc.Bootstrap(ctx, cfg.BootstrapEmail, cfg.BootstrapPassword)
+	if err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	if boot.Created {
+		log.Info("bootstrapped an empty database", "admin", boot.Email, "workspace", boot.Workspace.ID)
+		if boot.Password != "" {
+			// Printed once, to the operator's terminal, never to the log.
+			fmt.Fprintf(stderr, "\nbtk: created platform admin %s with password\n\n    %s\n\nThis is shown once. Log in with `btk login --email %s`.\n\n",
+				boot.Email, boot.Password, boot.Email)
+		}
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           server.New(svc, db, log),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("btk serve listening", "addr", ln.Addr().String(), "db", cfg.DB, "startup", time.Since(start).Round(time.Millisecond))
+
+	flushCtx, stopFlush := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { flushLoop(flushCtx, svc, log) })
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err = <-serveErr:
+	case <-ctx.Done():
+		log.Info("shutting down: draining requests")
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		err = srv.Shutdown(shutdownCtx)
+		cancel()
+	}
+	stopFlush()
+	wg.Wait()
+	if ferr := svc.FlushUsage(context.Background()); ferr != nil {
+		log.Error("final last_used_at flush failed", "err", ferr)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	log.Info("stopped")
+	return err
+}
+
+// flushLoop writes last_used_at and day counts about once a second.
+func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := svc.FlushUsage(ctx); err != nil && ctx.Err() == nil {
+				log.Error("last_used_at flush failed", "err", err)
+			}
+		}
+	}
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
+}
+
+// bind makes viper key name answer to its flag (if any) and to BTK_<NAME>
+// (dashes become underscores): flags beat env beat the config file.
+func bind(v *viper.Viper, name string, flag *pflag.Flag) {
+	if flag != nil {
+		v.BindPFlag(name, flag)
+	}
+	v.BindEnv(name, "BTK_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+}

@@ -1,0 +1,273 @@
+package btk
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/btk-project/btk/internal/ratelimit"
+	"github.com/google/uuid"
+)
+
+// Request-level authentication failures (HTTP 401).
+var (
+	ErrKeyRevokedOrExpired = &Error{CodeUnauthenticated, "API key is revoked or expired"}
+	ErrInvalidKey          = &Error{CodeUnauthenticated, "invalid API key"}
+	// ErrRateLimited is the request-level failure for a key over its limit (HTTP 429).
+	ErrRateLimited = &Error{CodeRateLimited, "rate limit exceeded"}
+)
+
+// AuthenticateKey checks a presented X-Api-Key and decides its rate limit. On
+// success it returns the workspace-only actor; the decision is returned also
+// when the request is refused for its limit (ErrRateLimited), for the
+// response headers. It reads the database only on a cache miss.
+func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor, ratelimit.Decision, error) {
+	var none ratelimit.Decision
+	if !WellFormedKey(plaintext) { // also refuses bpk_ keys
+		return nil, none, ErrInvalidKey
+	}
+	hash := HashKey(plaintext)
+	k, w, gen := s.cache.get(hash)
+	if k == nil || w == nil {
+		var err error
+		if k, w, err = s.loadKey(ctx, hash, k); err != nil {
+			return nil, none, err
+		}
+		s.cache.fill(gen, hash, k, w)
+	}
+	now := s.now()
+	if k.Status(now) != KeyActive {
+		return nil, none, ErrKeyRevokedOrExpired
+	}
+	d := s.limiter.Allow(k.ID, s.EffectiveLimits(k, w), now, k.DayState)
+	if !d.Allowed {
+		return nil, d, ErrRateLimited
+	}
+	s.usageMu.Lock()
+	s.used[k.ID] = now
+	s.usageMu.Unlock()
+	return &Actor{WorkspaceID: k.WorkspaceID, KeyID: k.ID}, d, nil
+}
+
+// loadKey reads a key (unless known) and its workspace from the database.
+func (s *Service) loadKey(ctx context.Context, hash [32]byte, k *APIKey) (*APIKey, *Workspace, error) {
+	var w *Workspace
+	err := s.store.Read(ctx, func(tx Tx) error {
+		var err error
+		if k == nil {
+			if k, err = tx.APIKeyByHash(ctx, hash[:]); err != nil {
+				return err
+			}
+		}
+		w, err = tx.Workspace(ctx, k.WorkspaceID)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil, ErrInvalidKey
+	}
+	return k, w, err
+}
+
+// FlushUsage writes the last_used_at times and per-day limiter states
+// collected since the last flush in one batch, and lets the limiter forget
+// keys that are idle. The server calls it about once a second and at shutdown.
+func (s *Service) FlushUsage(ctx context.Context) error {
+	s.usageMu.Lock()
+	used := s.used
+	s.used = make(map[string]time.Time, len(used))
+	s.usageMu.Unlock()
+
+	byKey := make(map[string]*KeyUsage, len(used))
+	for id, t := range used {
+		byKey[id] = &KeyUsage{KeyID: id, LastUsedAt: t}
+	}
+	for _, st := range s.limiter.Dirty() {
+		u := byKey[st.Key]
+		if u == nil {
+			u = &KeyUsage{KeyID: st.Key}
+			byKey[st.Key] = u
+		}
+		u.DayState = st.DayState
+	}
+	s.limiter.Sweep(s.now())
+	if len(byKey) == 0 {
+		return nil
+	}
+	batch := make([]KeyUsage, 0, len(byKey))
+	for _, u := range byKey {
+		batch = append(batch, *u)
+	}
+	if err := s.store.RecordUsage(ctx, batch); err != nil {
+		// Keep the times for the next flush rather than lose them.
+		s.usageMu.Lock()
+		for id, t := range used {
+			if cur, ok := s.used[id]; !ok || cur.Before(t) {
+				s.used[id] = t
+			}
+		}
+		s.usageMu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// ResolveSession checks a bearer token and returns its actor. The session row
+// is read on every request so that logout takes effect at once.
+func (s *Service) ResolveSession(ctx context.Context, token string) (*Actor, error) {
+	claims, err := s.tokens.ParseSession(token)
+	if err != nil {
+		return nil, err
+	}
+	a := &Actor{AccountID: claims.AccountID, SessionID: claims.SessionID}
+	err = s.store.Read(ctx, func(tx Tx) error {
+		sess, err := tx.Session(ctx, claims.SessionID)
+		if err != nil {
+			return err
+		}
+		if sess.AccountID != claims.AccountID || sess.RevokedAt != nil || !s.now().Before(sess.ExpiresAt) {
+			return ErrInvalidSession
+		}
+		acct, err := tx.Account(ctx, sess.AccountID)
+		if err != nil {
+			return err
+		}
+		a.Email, a.PlatformAdmin = acct.Email, acct.PlatformAdmin
+		a.WorkspaceID, a.Impersonating = sess.WorkspaceID, sess.Impersonating && acct.PlatformAdmin
+		if a.WorkspaceID != "" {
+			a.Role, err = tx.Role(ctx, a.WorkspaceID, a.AccountID)
+			if errors.Is(err, ErrNotFound) {
+				err = nil
+				if !a.Impersonating { // membership removed since login
+					return ErrInvalidSession
+				}
+			}
+		}
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, ErrInvalidSession
+	}
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// CheckElevation marks the actor elevated when token is a valid elevation
+// token for its account and session.
+func (s *Service) CheckElevation(a *Actor, token string) {
+	if a.IsUser() && token != "" {
+		a.Elevated = s.tokens.CheckElevation(token, a.AccountID, a.SessionID)
+	}
+}
+
+// SessionInfo is a new session: its token and what it acts as.
+type SessionInfo struct {
+	Token     string
+	ExpiresAt time.Time
+	Account   *Account
+	Role      Role
+	Workspace *Workspace // nil for a session without a workspace
+}
+
+// Login checks an email and password and opens a session. With no
+// workspaceID and exactly one membership, that workspace is chosen.
+func (s *Service) Login(ctx context.Context, email, password, workspaceID string) (*SessionInfo, error) {
+	var acct *Account
+	var role Role
+	err := s.store.Read(ctx, func(tx Tx) error {
+		var err error
+		if acct, err = tx.AccountByEmail(ctx, email); err != nil {
+			return err
+		}
+		if workspaceID != "" {
+			role, err = tx.Role(ctx, workspaceID, acct.ID)
+			return err
+		}
+		ms, err := tx.Memberships(ctx, acct.ID)
+		switch {
+		case err != nil:
+		case len(ms) == 1:
+			workspaceID, role = ms[0].WorkspaceID, ms[0].Role
+		case len(ms) > 1:
+			err = badInput("the account belongs to %d workspaces; choose one with workspaceId", len(ms))
+		}
+		return err
+	})
+	// The password is checked outside any transaction (argon2id is slow on
+	// purpose) and before any other failure is told, so nothing is learnt
+	// about an account without its password.
+	if acct == nil {
+		CheckPassword(dummyPasswordHash, password) // same cost as a wrong password
+		if err == nil || errors.Is(err, ErrNotFound) {
+			err = ErrBadCredentials
+		}
+		return nil, err
+	}
+	if !CheckPassword(acct.PasswordHash, password) {
+		return nil, ErrBadCredentials
+	}
+	if errors.Is(err, ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "no membership in that workspace")
+	}
+	if err != nil {
+		return nil, err
+	}
+	var info *SessionInfo
+	err = s.store.Write(ctx, func(tx Tx) (err error) {
+		info, err = s.openSession(ctx, tx, acct, workspaceID, role, false)
+		return err
+	})
+	return info, err
+}
+
+func (s *Service) openSession(ctx context.Context, tx Tx, acct *Account, workspaceID string, role Role, impersonating bool) (*SessionInfo, error) {
+	now := s.now()
+	sess := &Session{
+		ID: uuid.NewString(), AccountID: acct.ID, WorkspaceID: workspaceID,
+		Impersonating: impersonating, CreatedAt: now, ExpiresAt: now.Add(SessionTTL),
+	}
+	info := &SessionInfo{Account: acct, Role: role, ExpiresAt: sess.ExpiresAt}
+	if workspaceID != "" {
+		var err error
+		if info.Workspace, err = tx.Workspace(ctx, workspaceID); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.CreateSession(ctx, sess); err != nil {
+		return nil, err
+	}
+	info.Token = s.tokens.SessionToken(sess)
+	return info, nil
+}
+
+// Logout ends the actor's session.
+func (s *Service) Logout(ctx context.Context, a *Actor) error {
+	if err := authorize(a, permUser, ""); err != nil {
+		return err
+	}
+	return s.store.Write(ctx, func(tx Tx) error {
+		return tx.RevokeSession(ctx, a.SessionID, s.now())
+	})
+}
+
+// Elevate checks the actor's password again and returns a 5-minute token for
+// X-Elevation, bound to the account and session.
+func (s *Service) Elevate(ctx context.Context, a *Actor, password string) (string, time.Time, error) {
+	if err := authorize(a, permUser, ""); err != nil {
+		return "", time.Time{}, err
+	}
+	var acct *Account
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		acct, err = tx.Account(ctx, a.AccountID)
+		return err
+	})
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	if !CheckPassword(acct.PasswordHash, password) {
+		return "", time.Time{}, ErrBadCredentials
+	}
+	token, exp := s.tokens.ElevationToken(a.AccountID, a.SessionID)
+	return token, exp, nil
+}

@@ -1,0 +1,314 @@
+package btk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// CreateKeyInput is what createApiKey accepts.
+type CreateKeyInput struct {
+	Name               string
+	RateLimitPerMinute *int
+	RateLimitPerDay    *int
+	ExpiresAt          *time.Time
+	Scopes             []string
+}
+
+// RotateKeyInput overrides what the new key inherits. ExpiresAtSet
+// distinguishes "keep the old expiry" (false) from a new one or none.
+type RotateKeyInput struct {
+	Name         *string
+	ExpiresAt    *time.Time
+	ExpiresAtSet bool
+}
+
+// NewKeyResult is a key just issued, with its plaintext (shown once).
+type NewKeyResult struct {
+	Key       *APIKey
+	Plaintext string
+	Revoked   *APIKey // the key a rotation replaced
+}
+
+// ListKeys pages through the actor's workspace's keys, newest first.
+func (s *Service) ListKeys(ctx context.Context, a *Actor, includeRevoked bool, p Page) ([]*APIKey, string, error) {
+	if err := authorize(a, permReadKeys, ""); err != nil {
+		return nil, "", err
+	}
+	if err := checkPage(p); err != nil {
+		return nil, "", err
+	}
+	var keys []*APIKey
+	var next string
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		keys, next, err = tx.APIKeys(ctx, KeyFilter{WorkspaceID: a.WorkspaceID, IncludeRevoked: includeRevoked, Page: p})
+		return err
+	})
+	return keys, next, err
+}
+
+// Key returns one key of the actor's workspace, or nil.
+func (s *Service) Key(ctx context.Context, a *Actor, id string) (*APIKey, error) {
+	if err := authorize(a, permReadKeys, ""); err != nil {
+		return nil, err
+	}
+	var k *APIKey
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		k, err = ownKey(ctx, tx, a, id)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	return k, err
+}
+
+// ownKey reads a key of the actor's workspace; any other key is NOT_FOUND.
+func ownKey(ctx context.Context, tx Tx, a *Actor, id string) (*APIKey, error) {
+	if uuid.Validate(id) != nil {
+		return nil, ErrNotFound
+	}
+	k, err := tx.APIKey(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if k.WorkspaceID != a.WorkspaceID {
+		return nil, ErrNotFound
+	}
+	return k, nil
+}
+
+// CreateKey issues a new key. Owner tier; the plan must allow issuing.
+func (s *Service) CreateKey(ctx context.Context, a *Actor, in CreateKeyInput) (*NewKeyResult, error) {
+	if err := authorize(a, permManageKeys, ""); err != nil {
+		return nil, err
+	}
+	name, err := cleanName("name", in.Name, MaxNameLen)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLimits(in.RateLimitPerMinute, in.RateLimitPerDay); err != nil {
+		return nil, err
+	}
+	if err := checkExpiry(in.ExpiresAt, s.now()); err != nil {
+		return nil, err
+	}
+	scopes, err := checkScopes(in.Scopes)
+	if err != nil {
+		return nil, err
+	}
+	var res *NewKeyResult
+	err = s.store.Write(ctx, func(tx Tx) error {
+		if err := s.checkPlan(ctx, tx, a.WorkspaceID); err != nil {
+			return err
+		}
+		k := &APIKey{
+			Name: name, RateLimitPerMinute: in.RateLimitPerMinute, RateLimitPerDay: in.RateLimitPerDay,
+			ExpiresAt: utc(in.ExpiresAt), Scopes: scopes,
+		}
+		var err error
+		if res, err = s.issue(ctx, tx, a, k); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, a, AuditEntry{Action: AuditCreated, APIKeyID: k.ID, APIKeyName: k.Name},
+			map[string]any{"name": k.Name, "displayPrefix": k.DisplayPrefix, "hint": k.Hint})
+	})
+	return res, err
+}
+
+// RotateKey revokes a key and issues its replacement in one transaction. The
+// new key inherits name, expiry, scopes and limits; name and expiry may be
+// overridden. Owner tier, an elevated session, and a plan that allows issuing.
+func (s *Service) RotateKey(ctx context.Context, a *Actor, id string, in RotateKeyInput) (*NewKeyResult, error) {
+	if err := authorize(a, permManageKeys, ""); err != nil {
+		return nil, err
+	}
+	if !a.Elevated {
+		return nil, ErrElevationRequired
+	}
+	var name string
+	if in.Name != nil {
+		var err error
+		if name, err = cleanName("name", *in.Name, MaxNameLen); err != nil {
+			return nil, err
+		}
+	}
+	now := s.now()
+	if in.ExpiresAtSet {
+		if err := checkExpiry(in.ExpiresAt, now); err != nil {
+			return nil, err
+		}
+	}
+	var res *NewKeyResult
+	err := s.store.Write(ctx, func(tx Tx) error {
+		old, err := ownKey(ctx, tx, a, id)
+		if err != nil {
+			return err
+		}
+		switch old.Status(now) {
+		case KeyRevoked:
+			return ErrKeyRevoked
+		case KeyExpired:
+			if !in.ExpiresAtSet {
+				return badInput("the key has expired: give the new key an expiresAt (or null for none)")
+			}
+		}
+		if err := s.checkPlan(ctx, tx, a.WorkspaceID); err != nil {
+			return err
+		}
+		k := &APIKey{
+			ID: uuid.NewString(), Name: old.Name, RateLimitPerMinute: old.RateLimitPerMinute,
+			RateLimitPerDay: old.RateLimitPerDay, ExpiresAt: old.ExpiresAt, Scopes: old.Scopes, RotatedFromID: old.ID,
+		}
+		if in.Name != nil {
+			k.Name = name
+		}
+		if in.ExpiresAtSet {
+			k.ExpiresAt = utc(in.ExpiresAt)
+		}
+		// Revoke first: the new key may take the old key's name.
+		if err := tx.RevokeAPIKey(ctx, old.ID, now, a.AccountID, k.ID); err != nil {
+			return err
+		}
+		if res, err = s.issue(ctx, tx, a, k); err != nil {
+			return err
+		}
+		if res.Revoked, err = tx.APIKey(ctx, old.ID); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, a, AuditEntry{Action: AuditRotated, APIKeyID: old.ID, APIKeyName: old.Name, NewAPIKeyID: k.ID},
+			map[string]any{"name": old.Name, "newApiKeyId": k.ID, "newName": k.Name})
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.forgetKey(res.Revoked)
+	return res, nil
+}
+
+// RevokeKey revokes a key at once; on every plan. Revoking a revoked key
+// returns it unchanged and writes no audit rows.
+func (s *Service) RevokeKey(ctx context.Context, a *Actor, id string) (*APIKey, error) {
+	if err := authorize(a, permManageKeys, ""); err != nil {
+		return nil, err
+	}
+	var k *APIKey
+	var revoked bool
+	err := s.store.Write(ctx, func(tx Tx) error {
+		var err error
+		if k, err = ownKey(ctx, tx, a, id); err != nil || k.RevokedAt != nil {
+			return err
+		}
+		if err := tx.RevokeAPIKey(ctx, k.ID, s.now(), a.AccountID, ""); err != nil {
+			return err
+		}
+		if k, err = tx.APIKey(ctx, k.ID); err != nil {
+			return err
+		}
+		revoked = true
+		return s.audit(ctx, tx, a, AuditEntry{Action: AuditRevoked, APIKeyID: k.ID, APIKeyName: k.Name},
+			map[string]any{"name": k.Name})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if revoked {
+		s.forgetKey(k)
+	}
+	return k, nil
+}
+
+// RevokeAllKeys revokes every key of the actor's workspace (incident
+// response); on every plan. It writes one pair of audit rows even when there
+// was nothing to revoke.
+func (s *Service) RevokeAllKeys(ctx context.Context, a *Actor) (int, error) {
+	if err := authorize(a, permManageKeys, ""); err != nil {
+		return 0, err
+	}
+	var n int
+	err := s.store.Write(ctx, func(tx Tx) error {
+		var err error
+		if n, err = tx.RevokeAllAPIKeys(ctx, a.WorkspaceID, s.now(), a.AccountID); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, a, AuditEntry{Action: AuditRevokedAll, RevokedCount: &n},
+			map[string]any{"revokedCount": n})
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.cache.dropWorkspace(a.WorkspaceID, true)
+	return n, nil
+}
+
+// issue completes k (id, secret, audit fields) and stores it.
+func (s *Service) issue(ctx context.Context, tx Tx, a *Actor, k *APIKey) (*NewKeyResult, error) {
+	if k.ID == "" {
+		k.ID = uuid.NewString()
+	}
+	plaintext, hash, displayPrefix, hint := NewKey(a.WorkspaceID)
+	k.WorkspaceID, k.Hash, k.DisplayPrefix, k.Hint = a.WorkspaceID, hash, displayPrefix, hint
+	k.CreatedAt, k.CreatedBy = s.now(), a.AccountID
+	if k.Scopes == nil {
+		k.Scopes = []string{}
+	}
+	if err := tx.CreateAPIKey(ctx, k); err != nil {
+		return nil, err
+	}
+	return &NewKeyResult{Key: k, Plaintext: plaintext}, nil
+}
+
+// checkPlan refuses issuing keys on a plan that does not allow it.
+func (s *Service) checkPlan(ctx context.Context, tx Tx, workspaceID string) error {
+	w, err := tx.Workspace(ctx, workspaceID)
+	if err != nil {
+		return err
+	}
+	if !w.Plan.AllowsIssuing() {
+		return ErrPlanUpgrade
+	}
+	return nil
+}
+
+// audit writes the two audit rows of a change, in the change's transaction.
+func (s *Service) audit(ctx context.Context, tx Tx, a *Actor, e AuditEntry, metadata map[string]any) error {
+	now := s.now()
+	e.ID, e.WorkspaceID, e.CreatedAt = uuid.NewString(), a.WorkspaceID, now
+	e.ActorID, e.ActorEmail, e.IP, e.UserAgent = a.AccountID, a.Email, a.IP, a.UserAgent
+	if a.Impersonating {
+		e.ImpersonatorID = a.AccountID
+	}
+	meta, err := json.Marshal(metadata)
+	if err != nil {
+		return err
+	}
+	target := e.APIKeyID
+	targetType := "api_key"
+	if e.Action == AuditRevokedAll {
+		target, targetType = a.WorkspaceID, "workspace"
+	}
+	ev := &AuditEvent{
+		ID: uuid.NewString(), WorkspaceID: e.WorkspaceID, Action: e.Action.EventAction(),
+		ActorID: e.ActorID, ActorEmail: e.ActorEmail, ImpersonatorID: e.ImpersonatorID,
+		TargetType: targetType, TargetID: target, Metadata: string(meta), CreatedAt: now,
+	}
+	return tx.AddAudit(ctx, &e, ev)
+}
+
+// forgetKey drops a revoked key from the cache and the limiter once its
+// revocation is committed, so the very next request reads it revoked.
+func (s *Service) forgetKey(k *APIKey) {
+	s.cache.dropKey(k.Hash)
+	s.limiter.Forget(k.ID)
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

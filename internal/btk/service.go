@@ -1,0 +1,210 @@
+package btk
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/btk-project/btk/internal/ratelimit"
+	"github.com/google/uuid"
+)
+
+// Config holds the server-wide settings of the service.
+type Config struct {
+	// Default limits of a key whose key and workspace set none.
+	DefaultPerMinute int
+	DefaultPerDay    int
+	// Now is the clock; nil means time.Now.
+	Now Clock
+	// KeyCacheSize bounds the in-memory key cache (entries); 0 means 100,000.
+	KeyCacheSize int
+}
+
+// Server defaults (DESIGN §3).
+const (
+	DefaultPerMinute = 600
+	DefaultPerDay    = 100_000
+)
+
+// Service holds the rules of the product: every operation checks the policy,
+// validates its input, and commits its change together with its audit rows.
+// Resolvers and commands stay thin around it.
+type Service struct {
+	store   Store
+	tokens  *Tokens
+	now     Clock
+	cfg     Config
+	cache   *keyCache
+	limiter *ratelimit.Limiter
+
+	usageMu sync.Mutex
+	used    map[string]time.Time // key id → last accepted request, since the last flush
+}
+
+const secretSetting = "jwt_secret"
+
+// NewService opens the service on store. secret signs session tokens; when
+// empty, a secret generated at the first start and kept in the database is used.
+func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*Service, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.DefaultPerMinute == 0 {
+		cfg.DefaultPerMinute = DefaultPerMinute
+	}
+	if cfg.DefaultPerDay == 0 {
+		cfg.DefaultPerDay = DefaultPerDay
+	}
+	if err := checkLimits(&cfg.DefaultPerMinute, &cfg.DefaultPerDay); err != nil {
+		return nil, fmt.Errorf("default rate limits: %w", err)
+	}
+	if cfg.KeyCacheSize == 0 {
+		cfg.KeyCacheSize = 100_000
+	}
+	if len(secret) == 0 {
+		var err error
+		if secret, err = storedSecret(ctx, store); err != nil {
+			return nil, err
+		}
+	}
+	if len(secret) < 32 {
+		return nil, errors.New("the server secret must be at least 32 bytes")
+	}
+	return &Service{
+		store:   store,
+		tokens:  NewTokens(secret, cfg.Now),
+		now:     cfg.Now,
+		cfg:     cfg,
+		cache:   newKeyCache(cfg.KeyCacheSize),
+		limiter: ratelimit.New(),
+		used:    make(map[string]time.Time),
+	}, nil
+}
+
+// storedSecret returns the signing secret kept in the database, making one on
+// the first start.
+func storedSecret(ctx context.Context, store Store) ([]byte, error) {
+	var secret string
+	err := store.Write(ctx, func(tx Tx) error {
+		s, err := tx.Setting(ctx, secretSetting)
+		if errors.Is(err, ErrNotFound) {
+			b := make([]byte, 32)
+			rand.Read(b)
+			s = base64.RawURLEncoding.EncodeToString(b)
+			err = tx.SetSetting(ctx, secretSetting, s)
+		}
+		secret = s
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server secret: %w", err)
+	}
+	return []byte(secret), nil
+}
+
+// Now returns the service clock's time.
+func (s *Service) Now() time.Time { return s.now() }
+
+// BootstrapResult tells what Bootstrap made.
+type BootstrapResult struct {
+	Created   bool
+	Email     string
+	Password  string // set only when generated: print it once
+	Workspace *Workspace
+}
+
+// Bootstrap prepares an empty database: a platform admin (email and password
+// given, or admin@localhost with a generated password), a workspace "Default"
+// on SELF_HOSTED, and that account as its OWNER. On a database that has an
+// account already it does nothing.
+func (s *Service) Bootstrap(ctx context.Context, email, password string) (BootstrapResult, error) {
+	res := BootstrapResult{Email: email}
+	if res.Email == "" {
+		res.Email = "admin@localhost"
+	}
+	if password == "" {
+		b := make([]byte, 18)
+		rand.Read(b)
+		password = base64.RawURLEncoding.EncodeToString(b)
+		res.Password = password
+	}
+	email, err := cleanEmail(res.Email)
+	if err != nil {
+		return res, err
+	}
+	if err := checkPassword(password); err != nil {
+		return res, err
+	}
+	hash := HashPassword(password)
+	err = s.store.Write(ctx, func(tx Tx) error {
+		empty, err := tx.Empty(ctx)
+		if err != nil || !empty {
+			return err
+		}
+		now := s.now()
+		acct := &Account{ID: uuid.NewString(), Email: email, PasswordHash: hash, PlatformAdmin: true, CreatedAt: now}
+		if err := tx.CreateAccount(ctx, acct); err != nil {
+			return err
+		}
+		ws, err := s.createWorkspace(ctx, tx, "Default", PlanSelfHosted)
+		if err != nil {
+			return err
+		}
+		res.Created, res.Workspace = true, ws
+		return tx.SetMembership(ctx, Membership{WorkspaceID: ws.ID, AccountID: acct.ID, Role: RoleOwner})
+	})
+	if !res.Created {
+		res.Password = ""
+	}
+	return res, err
+}
+
+// createWorkspace provisions a workspace with its public client key, drawing
+// another UUID in the unlikely case that its 8-character prefix is taken.
+func (s *Service) createWorkspace(ctx context.Context, tx Tx, name string, plan Plan) (*Workspace, error) {
+	for range 5 {
+		id := uuid.NewString()
+		ws := &Workspace{ID: id, Name: name, Plan: plan, PublicClientKey: NewPublicClientKey(id), CreatedAt: s.now()}
+		err := tx.CreateWorkspace(ctx, ws)
+		if !errors.Is(err, ErrPrefixTaken) {
+			return ws, err
+		}
+	}
+	return nil, errors.New("could not draw a free workspace prefix")
+}
+
+// EffectiveLimits resolves a key's limits: the key's override, else the
+// workspace default, else the server default.
+func (s *Service) EffectiveLimits(k *APIKey, w *Workspace) ratelimit.Limits {
+	perMinute, perDay := s.WorkspaceLimits(w)
+	if k.RateLimitPerMinute != nil {
+		perMinute = *k.RateLimitPerMinute
+	}
+	if k.RateLimitPerDay != nil {
+		perDay = *k.RateLimitPerDay
+	}
+	return ratelimit.Limits{PerMinute: perMinute, PerDay: perDay}
+}
+
+// WorkspaceLimits returns the defaults that apply to the workspace's keys.
+func (s *Service) WorkspaceLimits(w *Workspace) (perMinute, perDay int) {
+	perMinute, perDay = s.cfg.DefaultPerMinute, s.cfg.DefaultPerDay
+	if w.RateLimitPerMinute != nil {
+		perMinute = *w.RateLimitPerMinute
+	}
+	if w.RateLimitPerDay != nil {
+		perDay = *w.RateLimitPerDay
+	}
+	return perMinute, perDay
+}
+
+func checkPage(p Page) error {
+	if p.First < 1 || p.First > MaxPageSize {
+		return badInput("first must be 1-%d", MaxPageSize)
+	}
+	return nil
+}

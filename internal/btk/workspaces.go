@@ -1,0 +1,251 @@
+package btk
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+)
+
+// Workspace returns the actor's own workspace (tenantInfo); any credential.
+// It is served from the key cache when possible.
+func (s *Service) Workspace(ctx context.Context, a *Actor) (*Workspace, error) {
+	if err := authorize(a, permWorkspace, ""); err != nil {
+		return nil, err
+	}
+	w, gen := s.cache.workspace(a.WorkspaceID)
+	if w != nil {
+		return w, nil
+	}
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		w, err = tx.Workspace(ctx, a.WorkspaceID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.cache.fillWorkspace(gen, w)
+	return w, nil
+}
+
+// Me returns the actor's account; a user session is required.
+func (s *Service) Me(ctx context.Context, a *Actor) (*Account, error) {
+	if err := authorize(a, permUser, ""); err != nil {
+		return nil, err
+	}
+	var acct *Account
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		acct, err = tx.Account(ctx, a.AccountID)
+		return err
+	})
+	return acct, err
+}
+
+// WorkspaceBranding returns the workspace of a public client key, or nil.
+// Public: a bpk_ key identifies a workspace and grants nothing else.
+func (s *Service) WorkspaceBranding(ctx context.Context, publicKey string) (*Workspace, error) {
+	var w *Workspace
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		w, err = tx.WorkspaceByPublicKey(ctx, publicKey)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	return w, err
+}
+
+// Workspaces lists every workspace; platform admin.
+func (s *Service) Workspaces(ctx context.Context, a *Actor) ([]*Workspace, error) {
+	if err := authorize(a, permOperate, ""); err != nil {
+		return nil, err
+	}
+	var ws []*Workspace
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		ws, err = tx.Workspaces(ctx)
+		return err
+	})
+	return ws, err
+}
+
+// CreateWorkspace provisions a workspace; platform admin.
+func (s *Service) CreateWorkspace(ctx context.Context, a *Actor, name string, plan Plan) (*Workspace, error) {
+	if err := authorize(a, permOperate, ""); err != nil {
+		return nil, err
+	}
+	name, err := cleanName("workspace name", name, maxWorkspaceLen)
+	if err != nil {
+		return nil, err
+	}
+	if !plan.Valid() {
+		return nil, badInput("unknown plan %q", plan)
+	}
+	var w *Workspace
+	err = s.store.Write(ctx, func(tx Tx) (err error) {
+		w, err = s.createWorkspace(ctx, tx, name, plan)
+		return err
+	})
+	return w, err
+}
+
+// SetWorkspacePlan changes a workspace's plan; platform admin. Keys already
+// issued keep authenticating; only issuing depends on the plan.
+func (s *Service) SetWorkspacePlan(ctx context.Context, a *Actor, workspaceID string, plan Plan) (*Workspace, error) {
+	if err := authorize(a, permOperate, ""); err != nil {
+		return nil, err
+	}
+	if !plan.Valid() {
+		return nil, badInput("unknown plan %q", plan)
+	}
+	return s.updateWorkspace(ctx, workspaceID, func(w *Workspace) { w.Plan = plan })
+}
+
+// SetWorkspaceRateLimits sets a workspace's default limits (nil restores the
+// server default); platform admin or owner tier. The next request uses them.
+func (s *Service) SetWorkspaceRateLimits(ctx context.Context, a *Actor, workspaceID string, perMinute, perDay *int) (*Workspace, error) {
+	if err := authorize(a, permWorkspaceLimits, workspaceID); err != nil {
+		return nil, err
+	}
+	if err := checkLimits(perMinute, perDay); err != nil {
+		return nil, err
+	}
+	return s.updateWorkspace(ctx, workspaceID, func(w *Workspace) {
+		w.RateLimitPerMinute, w.RateLimitPerDay = perMinute, perDay
+	})
+}
+
+func (s *Service) updateWorkspace(ctx context.Context, id string, change func(*Workspace)) (*Workspace, error) {
+	if uuid.Validate(id) != nil {
+		return nil, ErrNotFound
+	}
+	var w *Workspace
+	err := s.store.Write(ctx, func(tx Tx) (err error) {
+		if w, err = tx.Workspace(ctx, id); err != nil {
+			return err
+		}
+		change(w)
+		return tx.UpdateWorkspace(ctx, w)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.cache.dropWorkspace(id, false)
+	return w, nil
+}
+
+// CreateAccount creates an account; platform admin.
+func (s *Service) CreateAccount(ctx context.Context, a *Actor, email, password string, platformAdmin bool) (*Account, error) {
+	if err := authorize(a, permOperate, ""); err != nil {
+		return nil, err
+	}
+	email, err := cleanEmail(email)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPassword(password); err != nil {
+		return nil, err
+	}
+	acct := &Account{ID: uuid.NewString(), Email: email, PasswordHash: HashPassword(password), PlatformAdmin: platformAdmin, CreatedAt: s.now()}
+	err = s.store.Write(ctx, func(tx Tx) error { return tx.CreateAccount(ctx, acct) })
+	if err != nil {
+		return nil, err
+	}
+	return acct, nil
+}
+
+// Impersonate opens an owner-tier session of a platform admin in a workspace.
+func (s *Service) Impersonate(ctx context.Context, a *Actor, workspaceID string) (*SessionInfo, error) {
+	if err := authorize(a, permOperate, ""); err != nil {
+		return nil, err
+	}
+	if uuid.Validate(workspaceID) != nil {
+		return nil, ErrNotFound
+	}
+	var info *SessionInfo
+	err := s.store.Write(ctx, func(tx Tx) error {
+		acct, err := tx.Account(ctx, a.AccountID)
+		if err != nil {
+			return err
+		}
+		role, err := tx.Role(ctx, workspaceID, a.AccountID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		info, err = s.openSession(ctx, tx, acct, workspaceID, role, true)
+		return err
+	})
+	return info, err
+}
+
+// SetMembership gives an account a role in a workspace, or removes it when
+// role is "". Platform admin, or an OWNER of that workspace (acting in it).
+func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, accountID string, role Role) error {
+	if err := authorize(a, permMembers, workspaceID); err != nil {
+		return err
+	}
+	if role != "" && !role.Valid() {
+		return badInput("unknown role %q", role)
+	}
+	if uuid.Validate(workspaceID) != nil || uuid.Validate(accountID) != nil {
+		return ErrNotFound
+	}
+	return s.store.Write(ctx, func(tx Tx) error {
+		if _, err := tx.Workspace(ctx, workspaceID); err != nil {
+			return err
+		}
+		if _, err := tx.Account(ctx, accountID); err != nil {
+			return err
+		}
+		if role == "" {
+			return tx.DeleteMembership(ctx, workspaceID, accountID)
+		}
+		return tx.SetMembership(ctx, Membership{WorkspaceID: workspaceID, AccountID: accountID, Role: role})
+	})
+}
+
+// KeyAuditLog pages through the key audit log, newest first: owner tier for
+// its own workspace, a platform admin for any.
+func (s *Service) KeyAuditLog(ctx context.Context, a *Actor, f AuditFilter) ([]*AuditEntry, string, error) {
+	if err := s.authorizeAudit(a, &f); err != nil {
+		return nil, "", err
+	}
+	var entries []*AuditEntry
+	var next string
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		entries, next, err = tx.AuditEntries(ctx, f)
+		return err
+	})
+	return entries, next, err
+}
+
+// AuditEvents pages through the workspace's audit_events, newest first; owner tier.
+func (s *Service) AuditEvents(ctx context.Context, a *Actor, f AuditFilter) ([]*AuditEvent, string, error) {
+	f.WorkspaceID = ""
+	if err := s.authorizeAudit(a, &f); err != nil {
+		return nil, "", err
+	}
+	var events []*AuditEvent
+	var next string
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		events, next, err = tx.AuditEvents(ctx, f)
+		return err
+	})
+	return events, next, err
+}
+
+func (s *Service) authorizeAudit(a *Actor, f *AuditFilter) error {
+	// A platform admin reads any workspace's trail; others their own.
+	if !(a.IsUser() && a.PlatformAdmin && f.WorkspaceID != "") {
+		if err := authorize(a, permManageKeys, f.WorkspaceID); err != nil {
+			return err
+		}
+		f.WorkspaceID = a.WorkspaceID
+	}
+	if f.Action != "" && !f.Action.Valid() {
+		return badInput("unknown action %q", f.Action)
+	}
+	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
+		return badInput("since must be before until")
+	}
+	return checkPage(f.Page)
+}

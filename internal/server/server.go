@@ -1,0 +1,216 @@
+// Package server is btk's HTTP surface: authentication and rate-limit
+// middleware, the gqlgen handler and its resolvers, health endpoints.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/ratelimit"
+	"github.com/btk-project/btk/internal/server/graph"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+)
+
+// maxBodyBytes bounds a GraphQL request body.
+const maxBodyBytes = 1 << 20
+
+// Handler serves POST /graphql, GET /healthz and GET /readyz.
+type Handler struct {
+	svc     *btk.Service
+	store   btk.Store
+	log     *slog.Logger
+	graphql http.Handler
+	mux     *http.ServeMux
+}
+
+// New returns the HTTP handler of the service. The logger never receives a
+// key, password, token, or credential header.
+func New(svc *btk.Service, store btk.Store, log *slog.Logger) *Handler {
+	h := &Handler{svc: svc, store: store, log: log, mux: http.NewServeMux()}
+
+	gql := handler.New(graph.NewExecutableSchema(graph.Config{Resolvers: &Resolver{svc: svc}}))
+	gql.AddTransport(transport.POST{})
+	// Parsing and validating a query costs as much as the rest of a request:
+	// cache the parsed documents.
+	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	gql.Use(extension.Introspection{})
+	gql.Use(extension.FixedComplexityLimit(500))
+	gql.SetErrorPresenter(h.presentError)
+	gql.SetRecoverFunc(func(ctx context.Context, p any) error {
+		h.log.ErrorContext(ctx, "panic in resolver", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		return errors.New("panic in resolver")
+	})
+	h.graphql = gql
+
+	h.mux.Handle("POST /graphql", h.authenticate(gql))
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	h.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := store.Ping(r.Context()); err != nil {
+			h.log.ErrorContext(r.Context(), "readiness check failed", "err", err)
+			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mux.ServeHTTP(w, r)
+}
+
+// presentError sets extensions.code from the domain error and hides
+// everything else behind "internal error" (details go to the server log).
+func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
+	gerr := graphql.DefaultErrorPresenter(ctx, err)
+	var be *btk.Error
+	if errors.As(err, &be) {
+		gerr.Message = be.Message
+		gerr.Extensions = map[string]any{"code": string(be.Code)}
+		return gerr
+	}
+	if gerr.Extensions["code"] != nil { // gqlgen's own parse and validation errors
+		return gerr
+	}
+	var ge *gqlerror.Error
+	if errors.As(err, &ge) && ge.Err == nil && ge.Rule != "" {
+		return gerr
+	}
+	h.log.ErrorContext(ctx, "internal error", "err", err, "path", gerr.Path.String())
+	gerr.Message = "internal error"
+	gerr.Extensions = map[string]any{"code": string(btk.CodeInternal)}
+	return gerr
+}
+
+// authenticate resolves the request's credential into the context's actor:
+// a bearer token alone decides when present; otherwise X-Api-Key. Invalid
+// credentials end the request with 401; over-limit keys with 429.
+func (h *Handler) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del("X-Tenant-Id") // only the server sets it, from a key
+		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+		ctx := r.Context()
+		var actor *btk.Actor
+		if auth := r.Header.Get("Authorization"); auth != "" {
+			token, ok := bearer(auth)
+			if !ok {
+				writeError(w, http.StatusUnauthorized, btk.ErrInvalidSession)
+				return
+			}
+			a, err := h.svc.ResolveSession(ctx, token)
+			if err != nil {
+				h.refuse(w, r, err)
+				return
+			}
+			h.svc.CheckElevation(a, r.Header.Get("X-Elevation"))
+			actor = a
+		} else if key := r.Header.Get("X-Api-Key"); key != "" {
+			a, d, err := h.svc.AuthenticateKey(ctx, key)
+			if d.Limit > 0 {
+				setRateLimitHeaders(w.Header(), d)
+			}
+			if err != nil {
+				h.refuse(w, r, err)
+				return
+			}
+			r.Header.Set("X-Tenant-Id", a.WorkspaceID)
+			actor = a
+		} else {
+			next.ServeHTTP(w, r) // anonymous: only public operations will answer
+			return
+		}
+		actor.IP, actor.UserAgent = clientIP(r), r.UserAgent()
+		next.ServeHTTP(w, r.WithContext(btk.WithActor(ctx, actor)))
+	})
+}
+
+// refuse answers a request-level failure: 401 for credentials, 429 for limits.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	switch btk.ErrorCode(err) {
+	case btk.CodeUnauthenticated:
+		writeError(w, http.StatusUnauthorized, err)
+	case btk.CodeRateLimited:
+		writeError(w, http.StatusTooManyRequests, err)
+	default:
+		h.log.ErrorContext(r.Context(), "authentication failed", "err", err)
+		writeError(w, http.StatusInternalServerError, err)
+	}
+}
+
+func bearer(auth string) (string, bool) {
+	const prefix = "Bearer "
+	if len(auth) <= len(prefix) || !equalFoldASCII(auth[:len(prefix)], prefix) {
+		return "", false
+	}
+	return auth[len(prefix):], true
+}
+
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i]|0x20, b[i]|0x20
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+func setRateLimitHeaders(h http.Header, d ratelimit.Decision) {
+	h.Set("RateLimit-Limit", strconv.Itoa(d.Limit))
+	h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
+	h.Set("RateLimit-Reset", strconv.Itoa(ceilSeconds(d.Reset)))
+	if !d.Allowed {
+		h.Set("Retry-After", strconv.Itoa(max(1, ceilSeconds(d.RetryAfter))))
+	}
+}
+
+func ceilSeconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
+
+// errorBody is the GraphQL-shaped body of a request-level failure.
+type errorBody struct {
+	Errors []errorItem `json:"errors"`
+}
+
+type errorItem struct {
+	Message    string         `json:"message"`
+	Extensions map[string]any `json:"extensions"`
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(errorBody{Errors: []errorItem{{
+		Message:    btk.ErrorMessage(err),
+		Extensions: map[string]any{"code": string(btk.ErrorCode(err))},
+	}}})
+}
+
+// clientIP is the peer address of the connection. Forwarding headers are not
+// trusted: they are set by the client unless a proxy is known to rewrite them.
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
