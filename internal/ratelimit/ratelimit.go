@@ -1,0 +1,317 @@
+package ratelimit
+
+import (
+	"hash/maphash"
+	"math/bits"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	minutePeriod = int64(time.Minute)
+	dayPeriod    = int64(24 * time.Hour)
+
+	// MaxLimit is the largest limit honoured; larger limits are treated as
+	// MaxLimit. Limits below 1 are treated as 1.
+	MaxLimit = 1 << 40
+
+	numShards = 64 // power of two
+)
+
+// Limits are the resolved limits of one key (key override, else workspace
+// default, else server default). Both should be > 0; see the package doc for
+// out-of-range values.
+type Limits struct {
+	PerMinute int
+	PerDay    int
+}
+
+// Decision is the outcome of one Allow call.
+type Decision struct {
+	// Allowed reports whether the request is accepted (by both windows).
+	Allowed bool
+	// Limit is the limit of the tighter window: the one with fewer requests
+	// remaining, the minute window on a tie.
+	Limit int
+	// Remaining is how many more requests that window would accept at now,
+	// after this one.
+	Remaining int
+	// Reset is the time until that window is fully replenished.
+	Reset time.Duration
+	// RetryAfter, when !Allowed, is the time until a request would be
+	// accepted by both windows (in (0, 24h]); 0 when Allowed.
+	RetryAfter time.Duration
+}
+
+// State is the persisted per-day state of one key, as returned by Dirty.
+type State struct {
+	Key      string
+	DayState int64
+}
+
+// Limiter holds the per-key state. The zero value is not usable; use New.
+// All methods are safe for concurrent use.
+type Limiter struct {
+	seed   maphash.Seed
+	shards [numShards]shard
+}
+
+type shard struct {
+	mu    sync.Mutex
+	keys  map[string]*entry
+	dirty []string // keys whose entry.dirty went false→true since the last Dirty
+	_     [128 - 40]byte
+}
+
+type entry struct {
+	min, day window
+	dirty    bool // day state changed since the last Dirty
+}
+
+// window is one GCRA state. The theoretical arrival time is
+// tat + frac/lim nanoseconds (unix), 0 <= frac < lim, so that the emission
+// interval period/lim = q + r/lim is applied exactly.
+type window struct {
+	tat  int64
+	frac int64
+	lim  int64 // limit frac, q and r refer to
+	q, r int64 // period / lim, period % lim
+}
+
+// New returns an empty Limiter.
+func New() *Limiter {
+	l := &Limiter{seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].keys = make(map[string]*entry)
+	}
+	return l
+}
+
+func (l *Limiter) shard(key string) *shard {
+	return &l.shards[maphash.String(l.seed, key)&(numShards-1)]
+}
+
+func clampLimit(n int) int64 {
+	switch {
+	case n < 1:
+		return 1
+	case n > MaxLimit:
+		return MaxLimit
+	}
+	return int64(n)
+}
+
+// Allow decides one request of key at now and, if it is accepted, records it
+// in both windows; a rejected request changes neither. dayState is the
+// persisted per-day state of the key (0 if none); it is used only when the
+// limiter holds no state for the key (first use, after a restart, after Sweep
+// or Forget).
+func (l *Limiter) Allow(key string, lim Limits, now time.Time, dayState int64) Decision {
+	t := now.UnixNano()
+	lm, ld := clampLimit(lim.PerMinute), clampLimit(lim.PerDay)
+	s := l.shard(key)
+
+	s.mu.Lock()
+	e := s.keys[key]
+	if e == nil {
+		e = &entry{min: window{tat: t}, day: window{tat: t}}
+		if dayState != 0 {
+			e.day.tat = dayState
+		}
+		s.keys[strings.Clone(key)] = e
+	}
+	e.min.prepare(t, minutePeriod, lm)
+	dayChanged := e.day.prepare(t, dayPeriod, ld)
+
+	mt, mf := e.min.next()
+	dt, df := e.day.next()
+	mOK := fits(mt-t, mf, minutePeriod)
+	dOK := fits(dt-t, df, dayPeriod)
+
+	var d Decision
+	if mOK && dOK {
+		d.Allowed = true
+		e.min.tat, e.min.frac = mt, mf
+		e.day.tat, e.day.frac = dt, df
+		dayChanged = true
+	} else {
+		// Each rejecting window accepts from t + (next - period) on, rounded
+		// up to a whole nanosecond; the other window accepts already.
+		var retry int64
+		if !mOK {
+			retry = mt - t - minutePeriod + ceil(mf)
+		}
+		if !dOK {
+			retry = max(retry, dt-t-dayPeriod+ceil(df))
+		}
+		d.RetryAfter = time.Duration(retry)
+	}
+	if dayChanged && !e.dirty {
+		e.dirty = true
+		s.dirty = append(s.dirty, key)
+	}
+
+	mRem, dRem := e.min.remaining(t, minutePeriod), e.day.remaining(t, dayPeriod)
+	if mRem <= dRem {
+		d.Limit, d.Remaining, d.Reset = int(lm), int(mRem), e.min.untilFull(t)
+	} else {
+		d.Limit, d.Remaining, d.Reset = int(ld), int(dRem), e.day.untilFull(t)
+	}
+	s.mu.Unlock()
+	return d
+}
+
+// Dirty returns the per-day state of every key whose day state changed since
+// the previous call, each key once, in no particular order (nil if none). The
+// caller persists it and passes it back as Allow's dayState when the limiter
+// has no state for the key (e.g. after a restart).
+func (l *Limiter) Dirty() []State {
+	var out []State
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		for _, k := range s.dirty {
+			// A key may be listed twice if it was forgotten and came back;
+			// the dirty flag makes it reported once.
+			if e := s.keys[k]; e != nil && e.dirty {
+				e.dirty = false
+				out = append(out, State{Key: k, DayState: e.day.persisted()})
+			}
+		}
+		if cap(s.dirty) > 4096 {
+			s.dirty = nil // do not keep a burst's worth of capacity forever
+		} else {
+			clear(s.dirty)
+			s.dirty = s.dirty[:0]
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+// Sweep drops the state of keys whose both windows are fully replenished at
+// now, which is the same as having no state, and returns how many it dropped;
+// memory stays bounded by the keys used in the last 24 hours. Keys whose
+// changes Dirty has not returned yet are kept (until a Sweep after the next
+// Dirty), so nothing Dirty owes the caller is lost: call Dirty and persist
+// before Sweep.
+func (l *Limiter) Sweep(now time.Time) int {
+	t := now.UnixNano()
+	n := 0
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		for k, e := range s.keys {
+			if !e.dirty && e.min.full(t) && e.day.full(t) {
+				delete(s.keys, k)
+				n++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Forget drops the state of key (e.g. after its revocation), including any
+// change Dirty has not returned yet.
+func (l *Limiter) Forget(key string) {
+	s := l.shard(key)
+	s.mu.Lock()
+	delete(s.keys, key)
+	s.mu.Unlock()
+}
+
+// Len returns how many keys the limiter holds state for.
+func (l *Limiter) Len() int {
+	n := 0
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		n += len(s.keys)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// prepare brings w to limit lim at time t: it converts the fraction when the
+// limit changed, forgets time already replenished (TAT before t means full),
+// and caps the allowance in use at one period (the clock went backwards, or a
+// persisted state is from the future). It reports whether the persisted value
+// of the state changed.
+func (w *window) prepare(t, period, lim int64) bool {
+	if w.lim != lim {
+		if w.frac > 0 {
+			// frac is in units of 1/w.lim ns; round up to keep it exact and
+			// conservative. The persisted value is unchanged.
+			w.tat++
+			w.frac = 0
+		}
+		w.lim, w.q, w.r = lim, period/lim, period%lim
+	}
+	if w.tat < t {
+		// Fully replenished; equivalent to any TAT <= t, so not a change.
+		w.tat, w.frac = t, 0
+		return false
+	}
+	d := w.tat - t // >= 0 unless it overflowed
+	if d < 0 || d > period || (d == period && w.frac > 0) {
+		w.tat, w.frac = t+period, 0
+		return true
+	}
+	return false
+}
+
+// next returns the TAT after one more request from the prepared state.
+func (w *window) next() (tat, frac int64) {
+	tat, frac = w.tat+w.q, w.frac+w.r
+	if frac >= w.lim {
+		tat, frac = tat+1, frac-w.lim
+	}
+	return tat, frac
+}
+
+// fits reports whether a TAT of t + d + frac/lim ns is within one period of t.
+func fits(d, frac, period int64) bool {
+	return d < period || (d == period && frac == 0)
+}
+
+// remaining is how many more requests the prepared window would accept at t:
+// floor((period - (TAT - t)) / (period/lim)) = floor(((period-d)*lim - frac) / period).
+func (w *window) remaining(t, period int64) int64 {
+	d := w.tat - t // in [0, period] after prepare; d == period implies frac == 0
+	if d < 0 || d > period {
+		return 0 // not reached
+	}
+	hi, lo := bits.Mul64(uint64(period-d), uint64(w.lim))
+	lo, borrow := bits.Sub64(lo, uint64(w.frac), 0)
+	hi -= borrow
+	if hi >= uint64(period) { // not reached: the quotient is at most lim
+		return w.lim
+	}
+	n, _ := bits.Div64(hi, lo, uint64(period))
+	return int64(min(n, uint64(w.lim)))
+}
+
+// untilFull is the time from t until the prepared window is fully replenished.
+func (w *window) untilFull(t int64) time.Duration {
+	return time.Duration(w.tat - t + ceil(w.frac))
+}
+
+// full reports whether the window is fully replenished at t (TAT <= t), which
+// is the same as having no state.
+func (w *window) full(t int64) bool {
+	return w.tat < t || (w.tat == t && w.frac == 0)
+}
+
+// persisted is the TAT rounded up to a whole nanosecond.
+func (w *window) persisted() int64 {
+	return w.tat + ceil(w.frac)
+}
+
+func ceil(frac int64) int64 {
+	if frac > 0 {
+		return 1
+	}
+	return 0
+}
