@@ -73,7 +73,27 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger) *Handler {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.mux.ServeHTTP(w, r)
+	if !h.log.Enabled(r.Context(), slog.LevelDebug) {
+		h.mux.ServeHTTP(w, r)
+		return
+	}
+	// The access log names no header: credentials travel in headers.
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	h.mux.ServeHTTP(sw, r)
+	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+		"duration", time.Since(start), "ip", clientIP(r))
+}
+
+// statusWriter remembers the status code for the access log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // presentError sets extensions.code from the domain error and hides
