@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+// Settings, workspaces, accounts, memberships and sessions.
+
+func (t *tx) Empty(ctx context.Context) (bool, error) {
+	var exists int
+	if err := t.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM accounts)`).Scan(&exists); err != nil {
+		return false, mapErr("empty", err)
+	}
+	return exists == 0, nil
+}
+
+func (t *tx) Setting(ctx context.Context, name string) (string, error) {
+	var v string
+	err := t.tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE name = ?`, name).Scan(&v)
+	return v, mapErr("setting", err)
+}
+
+func (t *tx) SetSetting(ctx context.Context, name, value string) error {
+	_, err := t.exec(ctx, "set setting", false,
+		`INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
+		name, value)
+	return err
+}
+
+const selectWorkspace = `SELECT id, name, plan, public_client_key, rate_limit_per_minute, rate_limit_per_day, created_at FROM workspaces`
+
+func scanWorkspace(row rowScanner) (*btk.Workspace, error) {
+	var (
+		w            btk.Workspace
+		perMin, perD sql.NullInt64
+		created      int64
+	)
+	if err := row.Scan(&w.ID, &w.Name, &w.Plan, &w.PublicClientKey, &perMin, &perD, &created); err != nil {
+		return nil, err
+	}
+	w.RateLimitPerMinute, w.RateLimitPerDay = fromOptInt(perMin), fromOptInt(perD)
+	w.CreatedAt = fromNano(created)
+	return &w, nil
+}
+
+func (t *tx) Workspace(ctx context.Context, id string) (*btk.Workspace, error) {
+	w, err := scanWorkspace(t.tx.QueryRowContext(ctx, selectWorkspace+` WHERE id = ?`, id))
+	return w, mapErr("workspace", err)
+}
+
+func (t *tx) WorkspaceByPublicKey(ctx context.Context, publicKey string) (*btk.Workspace, error) {
+	w, err := scanWorkspace(t.tx.QueryRowContext(ctx, selectWorkspace+` WHERE public_client_key = ?`, publicKey))
+	return w, mapErr("workspace by public key", err)
+}
+
+func (t *tx) Workspaces(ctx context.Context) ([]*btk.Workspace, error) {
+	rows, err := t.tx.QueryContext(ctx, selectWorkspace+` ORDER BY created_at, rowid`)
+	if err != nil {
+		return nil, mapErr("workspaces", err)
+	}
+	defer rows.Close()
+	var ws []*btk.Workspace
+	for rows.Next() {
+		w, err := scanWorkspace(rows)
+		if err != nil {
+			return nil, mapErr("workspaces", err)
+		}
+		ws = append(ws, w)
+	}
+	return ws, mapErr("workspaces", rows.Err())
+}
+
+func (t *tx) CreateWorkspace(ctx context.Context, w *btk.Workspace) error {
+	if len(w.ID) < btk.WorkspacePrefixLen {
+		return fmt.Errorf("store: create workspace: id %q is shorter than its prefix", w.ID)
+	}
+	created, err := unixNano(w.CreatedAt)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(ctx, "create workspace", false,
+		`INSERT INTO workspaces (id, name, prefix, plan, public_client_key, rate_limit_per_minute, rate_limit_per_day, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		w.ID, w.Name, w.Prefix(), string(w.Plan), w.PublicClientKey, optInt(w.RateLimitPerMinute), optInt(w.RateLimitPerDay), created)
+	return err
+}
+
+func (t *tx) UpdateWorkspace(ctx context.Context, w *btk.Workspace) error {
+	_, err := t.exec(ctx, "update workspace", true,
+		`UPDATE workspaces SET name = ?, plan = ?, rate_limit_per_minute = ?, rate_limit_per_day = ? WHERE id = ?`,
+		w.Name, string(w.Plan), optInt(w.RateLimitPerMinute), optInt(w.RateLimitPerDay), w.ID)
+	return err
+}
+
+const selectAccount = `SELECT id, email, password_hash, platform_admin, created_at FROM accounts`
+
+func scanAccount(row *sql.Row) (*btk.Account, error) {
+	var (
+		a       btk.Account
+		created int64
+	)
+	if err := row.Scan(&a.ID, &a.Email, &a.PasswordHash, &a.PlatformAdmin, &created); err != nil {
+		return nil, err
+	}
+	a.CreatedAt = fromNano(created)
+	return &a, nil
+}
+
+func (t *tx) Account(ctx context.Context, id string) (*btk.Account, error) {
+	a, err := scanAccount(t.tx.QueryRowContext(ctx, selectAccount+` WHERE id = ?`, id))
+	return a, mapErr("account", err)
+}
+
+// AccountByEmail relies on the column's NOCASE collation, which folds ASCII
+// letters only.
+func (t *tx) AccountByEmail(ctx context.Context, email string) (*btk.Account, error) {
+	a, err := scanAccount(t.tx.QueryRowContext(ctx, selectAccount+` WHERE email = ?`, email))
+	return a, mapErr("account by email", err)
+}
+
+func (t *tx) CreateAccount(ctx context.Context, a *btk.Account) error {
+	created, err := unixNano(a.CreatedAt)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(ctx, "create account", false,
+		`INSERT INTO accounts (id, email, password_hash, platform_admin, created_at) VALUES (?, ?, ?, ?, ?)`,
+		a.ID, a.Email, a.PasswordHash, a.PlatformAdmin, created)
+	return err
+}
+
+func (t *tx) Role(ctx context.Context, workspaceID, accountID string) (btk.Role, error) {
+	var r btk.Role
+	err := t.tx.QueryRowContext(ctx, `SELECT role FROM memberships WHERE workspace_id = ? AND account_id = ?`,
+		workspaceID, accountID).Scan(&r)
+	return r, mapErr("role", err)
+}
+
+// Memberships are ordered by rowid, i.e. by when the membership was first
+// made: SetMembership's upsert keeps the row, and with it its place.
+func (t *tx) Memberships(ctx context.Context, accountID string) ([]btk.Membership, error) {
+	rows, err := t.tx.QueryContext(ctx,
+		`SELECT workspace_id, account_id, role FROM memberships WHERE account_id = ? ORDER BY rowid`, accountID)
+	if err != nil {
+		return nil, mapErr("memberships", err)
+	}
+	defer rows.Close()
+	var ms []btk.Membership
+	for rows.Next() {
+		var m btk.Membership
+		if err := rows.Scan(&m.WorkspaceID, &m.AccountID, &m.Role); err != nil {
+			return nil, mapErr("memberships", err)
+		}
+		ms = append(ms, m)
+	}
+	return ms, mapErr("memberships", rows.Err())
+}
+
+func (t *tx) SetMembership(ctx context.Context, m btk.Membership) error {
+	_, err := t.exec(ctx, "set membership", false,
+		`INSERT INTO memberships (workspace_id, account_id, role) VALUES (?, ?, ?)
+		ON CONFLICT (workspace_id, account_id) DO UPDATE SET role = excluded.role`,
+		m.WorkspaceID, m.AccountID, string(m.Role))
+	return err
+}
+
+func (t *tx) DeleteMembership(ctx context.Context, workspaceID, accountID string) error {
+	_, err := t.exec(ctx, "delete membership", false,
+		`DELETE FROM memberships WHERE workspace_id = ? AND account_id = ?`, workspaceID, accountID)
+	return err
+}
+
+func (t *tx) Session(ctx context.Context, id string) (*btk.Session, error) {
+	var (
+		s                btk.Session
+		ws               sql.NullString
+		created, expires int64
+		revoked          sql.NullInt64
+	)
+	err := t.tx.QueryRowContext(ctx,
+		`SELECT id, account_id, workspace_id, impersonating, created_at, expires_at, revoked_at FROM sessions WHERE id = ?`, id).
+		Scan(&s.ID, &s.AccountID, &ws, &s.Impersonating, &created, &expires, &revoked)
+	if err != nil {
+		return nil, mapErr("session", err)
+	}
+	s.WorkspaceID = ws.String
+	s.CreatedAt, s.ExpiresAt, s.RevokedAt = fromNano(created), fromNano(expires), fromOptNano(revoked)
+	return &s, nil
+}
+
+func (t *tx) CreateSession(ctx context.Context, s *btk.Session) error {
+	created, err := unixNano(s.CreatedAt)
+	if err != nil {
+		return err
+	}
+	expires, err := unixNano(s.ExpiresAt)
+	if err != nil {
+		return err
+	}
+	revoked, err := optTime(s.RevokedAt)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(ctx, "create session", false,
+		`INSERT INTO sessions (id, account_id, workspace_id, impersonating, created_at, expires_at, revoked_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		s.ID, s.AccountID, optStr(s.WorkspaceID), s.Impersonating, created, expires, revoked)
+	return err
+}
+
+// RevokeSession keeps the first revocation time when called twice; only a
+// missing session is ErrNotFound.
+func (t *tx) RevokeSession(ctx context.Context, id string, at time.Time) error {
+	n, err := unixNano(at)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(ctx, "revoke session", true,
+		`UPDATE sessions SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`, n, id)
+	return err
+}

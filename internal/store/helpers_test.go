@@ -1,0 +1,96 @@
+package store_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store"
+)
+
+// t0 has nanoseconds so the tests prove times round-trip exactly.
+var t0 = time.Date(2025, 3, 4, 5, 6, 7, 123456789, time.UTC)
+
+func ptr[T any](v T) *T { return &v }
+
+func open(t testing.TB, path string) *store.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return db
+}
+
+// newDB opens a fresh database file that is closed when the test ends.
+func newDB(t testing.TB) (*store.DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "btk.db")
+	db := open(t, path)
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return db, path
+}
+
+func write(t testing.TB, db btk.Store, fn func(btk.Tx) error) {
+	t.Helper()
+	if err := db.Write(context.Background(), fn); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+}
+
+func read(t testing.TB, db btk.Store, fn func(btk.Tx) error) {
+	t.Helper()
+	if err := db.Read(context.Background(), fn); err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+}
+
+func mustBe(t testing.TB, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("err = %v, want %v", err, want)
+	}
+}
+
+func newWorkspace(t testing.TB, db btk.Store) *btk.Workspace {
+	t.Helper()
+	id := uuid.NewString()
+	w := &btk.Workspace{ID: id, Name: "ws " + id[:4], Plan: btk.PlanCloudPro,
+		PublicClientKey: btk.NewPublicClientKey(id), CreatedAt: t0}
+	write(t, db, func(tx btk.Tx) error { return tx.CreateWorkspace(context.Background(), w) })
+	return w
+}
+
+func newAccount(t testing.TB, db btk.Store, email string) *btk.Account {
+	t.Helper()
+	a := &btk.Account{ID: uuid.NewString(), Email: email, PasswordHash: "$argon2id$x", CreatedAt: t0}
+	write(t, db, func(tx btk.Tx) error { return tx.CreateAccount(context.Background(), a) })
+	return a
+}
+
+var keySeq atomic.Int64
+
+// key returns an unsaved minimal key of the workspace with a unique hash.
+func key(ws *btk.Workspace, name string) *btk.APIKey {
+	h := sha256.Sum256(fmt.Appendf(nil, "key %d", keySeq.Add(1)))
+	return &btk.APIKey{ID: uuid.NewString(), WorkspaceID: ws.ID, Name: name, Hash: h[:],
+		DisplayPrefix: "btk_" + ws.Prefix(), Hint: "abcd", CreatedAt: t0, CreatedBy: "acct"}
+}
+
+func createKey(t testing.TB, db btk.Store, k *btk.APIKey) *btk.APIKey {
+	t.Helper()
+	write(t, db, func(tx btk.Tx) error { return tx.CreateAPIKey(context.Background(), k) })
+	return k
+}

@@ -1,0 +1,61 @@
+package store
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
+
+func TestPragmasOnEveryConnection(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "btk.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	want := map[string]string{"journal_mode": "wal", "synchronous": "2", "foreign_keys": "1", "busy_timeout": "5000"}
+	check := func(name string, q func(string) string, queryOnly string) {
+		for p, v := range want {
+			if got := q(p); got != v {
+				t.Errorf("%s: pragma %s = %q, want %q", name, p, got, v)
+			}
+		}
+		if got := q("query_only"); got != queryOnly {
+			t.Errorf("%s: query_only = %q, want %q", name, got, queryOnly)
+		}
+	}
+	// Hold several reader connections at once so the check covers more than
+	// the first pooled one.
+	conns := make([]interface{ Close() error }, 0, 4)
+	for i := range 4 {
+		c, err := db.r.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		check("reader", func(p string) (v string) {
+			if err := c.QueryRowContext(ctx, "PRAGMA "+p).Scan(&v); err != nil {
+				t.Fatalf("reader %d: %v", i, err)
+			}
+			return v
+		}, "1")
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	check("writer", func(p string) (v string) {
+		if err := db.w.QueryRowContext(ctx, "PRAGMA "+p).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}, "0")
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	for _, seq := range []int64{1, 42, 1 << 40} {
+		got, err := afterSeq('k', cursor('k', seq))
+		if err != nil || got != seq {
+			t.Errorf("afterSeq(cursor(%d)) = %d, %v", seq, got, err)
+		}
+	}
+}

@@ -1,0 +1,459 @@
+// Package store is the SQLite implementation of btk.Store.
+//
+// One writer connection runs every write transaction as BEGIN IMMEDIATE, so
+// writers queue in the pool instead of failing on a lock upgrade; a small pool
+// of query_only readers serves reads concurrently thanks to WAL.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"net/url"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+var _ btk.Store = (*DB)(nil)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// DB is a btk.Store on one SQLite database file, safe for concurrent use.
+type DB struct {
+	w, r *sql.DB
+	// byHashR and byHashW are the prepared hot-path lookup, one per pool;
+	// database/sql keeps one compiled statement per connection.
+	byHashR, byHashW *sql.Stmt
+	usage            *sql.Stmt
+}
+
+// pragmas apply to every pooled connection (the driver runs them at connect).
+// synchronous=FULL: a committed revocation survives power loss, not just a
+// crash. mmap_size (1 GiB of address space, about two million keys) lets the
+// readers share the OS page cache for the key table and the hash index instead
+// of each copying pages into its own cache, so cold lookups stay cheap as the
+// table grows; cache_size (per connection) covers what lies beyond the map.
+var pragmas = []string{
+	"busy_timeout(5000)",
+	"journal_mode(WAL)",
+	"synchronous(FULL)",
+	"foreign_keys(ON)",
+	"cache_size(-16384)",
+	"mmap_size(1073741824)",
+	"temp_store(MEMORY)",
+}
+
+// Open opens (creating if missing) the database file at path and applies any
+// pending migration.
+func Open(ctx context.Context, path string) (*DB, error) {
+	// The file holds password hashes and the server secret: create it private.
+	// SQLite gives the -wal and -shm files the same mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	f.Close()
+	w, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	db := &DB{w: w}
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, err
+	}
+
+	n := min(max(runtime.GOMAXPROCS(0), 4), 8)
+	r, err := sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n) // keep connections, and their prepared statements, warm
+	r.SetConnMaxLifetime(0)
+	r.SetConnMaxIdleTime(0)
+	db.r = r
+
+	if db.byHashR, err = r.PrepareContext(ctx, selectKey+` WHERE hash = ?`); err == nil {
+		if db.byHashW, err = w.PrepareContext(ctx, selectKey+` WHERE hash = ?`); err == nil {
+			db.usage, err = w.PrepareContext(ctx, updateUsage)
+		}
+	}
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: prepare: %w", err)
+	}
+	return db, nil
+}
+
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	for _, p := range pragmas {
+		q.Add("_pragma", p)
+	}
+	if readOnly {
+		q.Add("_pragma", "query_only(ON)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// migrate applies the embedded migrations not yet recorded in
+// schema_migrations, each in its own transaction.
+func migrate(ctx context.Context, w *sql.DB) error {
+	if _, err := w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at INTEGER NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	sort.Strings(names)
+	latest := 0
+	for _, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		num, _, _ := strings.Cut(base, "_")
+		version, err := strconv.Atoi(num)
+		if err != nil || version <= latest {
+			return fmt.Errorf("store: migrate: bad migration name %q", base)
+		}
+		latest = version
+		script, err := migrations.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("store: migrate: %w", err)
+		}
+		err = inTx(ctx, w, func(tx *sql.Tx) error {
+			var applied int
+			// Checked inside the (immediate) transaction, so two processes
+			// opening the same new file cannot both apply a migration.
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, version).Scan(&applied); err != nil || applied > 0 {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, string(script)); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+				version, base, time.Now().UnixNano())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("store: migrate %s: %w", base, err)
+		}
+	}
+	var newest sql.NullInt64
+	if err := w.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&newest); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	if int(newest.Int64) > latest {
+		return fmt.Errorf("store: database schema version %d is newer than this binary (%d)", newest.Int64, latest)
+	}
+	return nil
+}
+
+// inTx runs fn in a transaction of db and commits when fn returns nil. The
+// deferred Rollback also releases the connection if fn panics, which matters
+// for the single writer connection.
+func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Read runs fn in a read transaction on a reader connection: a consistent
+// snapshot that never waits for the writer. Writes through it fail.
+func (db *DB) Read(ctx context.Context, fn func(btk.Tx) error) error {
+	return db.run(ctx, db.r, db.byHashR, fn)
+}
+
+// Write runs fn in a BEGIN IMMEDIATE transaction on the writer connection.
+func (db *DB) Write(ctx context.Context, fn func(btk.Tx) error) error {
+	return db.run(ctx, db.w, db.byHashW, fn)
+}
+
+func (db *DB) run(ctx context.Context, pool *sql.DB, byHash *sql.Stmt, fn func(btk.Tx) error) error {
+	var fnErr error
+	err := inTx(ctx, pool, func(t *sql.Tx) error {
+		fnErr = fn(&tx{tx: t, byHash: byHash})
+		return fnErr
+	})
+	switch {
+	case err == nil:
+		return nil
+	case fnErr != nil:
+		return fnErr // the caller's own error, unwrapped
+	}
+	return fmt.Errorf("store: transaction: %w", err)
+}
+
+// updateUsage moves last_used_at forward only: batches may be flushed out of
+// order, and a key must never look less recently used than it was.
+const updateUsage = `UPDATE api_keys SET
+	last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < ?1 THEN ?1 ELSE last_used_at END,
+	day_state = ?2
+	WHERE id = ?3`
+
+// RecordUsage writes a batch of usage in one transaction (one fsync).
+func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
+	if len(usage) == 0 {
+		return nil
+	}
+	err := inTx(ctx, db.w, func(t *sql.Tx) error {
+		st := t.StmtContext(ctx, db.usage)
+		for _, u := range usage {
+			at, err := unixNano(u.LastUsedAt)
+			if err != nil {
+				return err
+			}
+			if _, err := st.ExecContext(ctx, at, u.DayState, u.KeyID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return mapErr("record usage", err)
+}
+
+// Ping runs a query on a reader connection.
+func (db *DB) Ping(ctx context.Context) error {
+	var one int
+	if err := db.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	return nil
+}
+
+// Close closes both pools. The writer goes last: closing the last connection
+// checkpoints the WAL into the database file.
+func (db *DB) Close() error {
+	var errs []error
+	for _, s := range []*sql.Stmt{db.byHashR, db.byHashW, db.usage} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	if db.r != nil {
+		errs = append(errs, db.r.Close())
+	}
+	errs = append(errs, db.w.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("store: close: %w", err)
+	}
+	return nil
+}
+
+// tx implements btk.Tx on one database/sql transaction.
+type tx struct {
+	tx     *sql.Tx
+	byHash *sql.Stmt
+}
+
+// uniqueErrs maps the columns SQLite names in a UNIQUE constraint failure to
+// the domain error. Any other constraint failure is a bug, not user input.
+var uniqueErrs = map[string]error{
+	"api_keys.workspace_id, api_keys.name": btk.ErrNameTaken,
+	"accounts.email":                       btk.ErrEmailTaken,
+	"workspaces.prefix":                    btk.ErrPrefixTaken,
+}
+
+// mapErr is the one place database errors become domain errors: no row is
+// ErrNotFound, a known UNIQUE violation its domain error, anything else is
+// wrapped with the operation (and stays internal: it is not a *btk.Error).
+func mapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return btk.ErrNotFound
+	}
+	var be *btk.Error
+	if errors.As(err, &be) {
+		return err
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
+		// The message ends "...constraint failed: t.c1, t.c2 (2067)".
+		msg := se.Error()
+		if i := strings.LastIndex(msg, "constraint failed: "); i >= 0 {
+			cols, _, _ := strings.Cut(msg[i+len("constraint failed: "):], " (")
+			if e, ok := uniqueErrs[cols]; ok {
+				return e
+			}
+		}
+	}
+	return fmt.Errorf("store: %s: %w", op, err)
+}
+
+// exec runs a write statement and returns how many rows it changed; with
+// mustChange, changing none means the row does not exist (ErrNotFound).
+func (t *tx) exec(ctx context.Context, op string, mustChange bool, query string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, mapErr(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, mapErr(op, err)
+	}
+	if mustChange && n == 0 {
+		return 0, btk.ErrNotFound
+	}
+	return n, nil
+}
+
+// Cursors are base64url of a table tag and the seq of the last row handed
+// out; the tag keeps a key cursor from being replayed on an audit list.
+func cursor(tag byte, seq int64) string {
+	return base64.RawURLEncoding.EncodeToString(strconv.AppendInt([]byte{tag}, seq, 10))
+}
+
+// afterSeq decodes a cursor of tag into the seq rows must be below.
+func afterSeq(tag byte, c string) (int64, error) {
+	if c == "" {
+		return math.MaxInt64, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) < 2 || b[0] != tag {
+		return 0, btk.ErrBadCursor
+	}
+	seq, err := strconv.ParseInt(string(b[1:]), 10, 64)
+	if err != nil || seq <= 0 || strconv.FormatInt(seq, 10) != string(b[1:]) {
+		return 0, btk.ErrBadCursor
+	}
+	return seq, nil
+}
+
+type rowScanner interface{ Scan(...any) error }
+
+// list pages newest first through the rows query selects (its WHERE clause
+// last, its first column the seq): it fetches one row more than asked to
+// know whether another page follows.
+func list[T any](ctx context.Context, t *tx, op string, tag byte, p btk.Page, query string, args []any,
+	scan func(rowScanner) (T, int64, error)) ([]T, string, error) {
+	after, err := afterSeq(tag, p.After)
+	if err != nil {
+		return nil, "", err
+	}
+	n := pageSize(p.First)
+	rows, err := t.tx.QueryContext(ctx, query+` AND seq < ? ORDER BY seq DESC LIMIT ?`, append(args, after, n+1)...)
+	if err != nil {
+		return nil, "", mapErr(op, err)
+	}
+	defer rows.Close()
+	var (
+		items []T
+		seqs  []int64
+	)
+	for rows.Next() {
+		it, seq, err := scan(rows)
+		if err != nil {
+			return nil, "", mapErr(op, err)
+		}
+		items, seqs = append(items, it), append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", mapErr(op, err)
+	}
+	if len(items) <= n {
+		return items, "", nil
+	}
+	return items[:n], cursor(tag, seqs[n-1]), nil
+}
+
+// pageSize is the number of rows to return; the caller already clamps it.
+func pageSize(first int) int {
+	if first <= 0 {
+		return btk.DefaultPageSize
+	}
+	return min(first, btk.MaxPageSize)
+}
+
+// Times are stored as INTEGER unix nanoseconds, which only covers the years
+// 1678 to 2262; a time outside is refused rather than silently wrapped.
+var (
+	minTime = time.Unix(0, -1<<63)
+	maxTime = time.Unix(0, 1<<63-1)
+)
+
+var errTimeRange = &btk.Error{Code: btk.CodeBadUserInput, Message: "time must be between the years 1678 and 2262"}
+
+func unixNano(t time.Time) (int64, error) {
+	if t.IsZero() {
+		return 0, errors.New("store: zero time") // a bug of the caller, not user input
+	}
+	if t.Before(minTime) || t.After(maxTime) {
+		return 0, errTimeRange
+	}
+	return t.UnixNano(), nil
+}
+
+// optTime is the column value of an optional time.
+func optTime(t *time.Time) (any, error) {
+	if t == nil {
+		return nil, nil
+	}
+	return unixNano(*t)
+}
+
+func fromNano(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+func fromOptNano(n sql.NullInt64) *time.Time {
+	if !n.Valid {
+		return nil
+	}
+	t := fromNano(n.Int64)
+	return &t
+}
+
+// optStr stores "" as NULL (optional ids).
+func optStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func optInt(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return int64(*p)
+}
+
+func fromOptInt(n sql.NullInt64) *int {
+	if !n.Valid {
+		return nil
+	}
+	i := int(n.Int64)
+	return &i
+}
