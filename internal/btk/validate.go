@@ -51,9 +51,19 @@ func checkLimits(perMinute, perDay *int) error {
 	return nil
 }
 
+// maxKeyLifetime bounds expiresAt: far enough for any real key, near enough
+// to stay within the stored time range.
+const maxKeyLifetime = 100 * 365 * 24 * time.Hour
+
 func checkExpiry(expiresAt *time.Time, now time.Time) error {
-	if expiresAt != nil && !expiresAt.After(now) {
+	if expiresAt == nil {
+		return nil
+	}
+	if !expiresAt.After(now) {
 		return badInput("expiresAt must be in the future")
+	}
+	if expiresAt.Sub(now) > maxKeyLifetime {
+		return badInput("expiresAt must be within 100 years")
 	}
 	return nil
 }
@@ -95,7 +105,7 @@ func cleanEmail(email string) (string, error) {
 	if err != nil || addr.Address != email || len(email) > maxEmailLen {
 		return "", badInput("email must be a plain address like name@example.com")
 	}
-	return email, nil
+	return strings.ToLower(email), nil
 }
 
 func checkPassword(password string) error {

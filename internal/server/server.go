@@ -96,8 +96,10 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// presentError sets extensions.code from the domain error and hides
-// everything else behind "internal error" (details go to the server log).
+// presentError sets extensions.code. Domain errors keep their message;
+// gqlgen's own errors (syntax, validation, input coercion, transport) are the
+// caller's mistake; anything else is hidden behind "internal error", with the
+// details in the server log only.
 func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 	gerr := graphql.DefaultErrorPresenter(ctx, err)
 	var be *btk.Error
@@ -106,11 +108,15 @@ func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 		gerr.Extensions = map[string]any{"code": string(be.Code)}
 		return gerr
 	}
-	if gerr.Extensions["code"] != nil { // gqlgen's own parse and validation errors
-		return gerr
-	}
 	var ge *gqlerror.Error
-	if errors.As(err, &ge) && ge.Err == nil && ge.Rule != "" {
+	if errors.As(err, &ge) { // made by gqlgen, not returned by a resolver
+		if gerr.Extensions["code"] == nil {
+			gerr.Extensions = map[string]any{"code": string(btk.CodeBadUserInput)}
+		}
+		if len(gerr.Path) == 0 && len(gerr.Locations) == 0 {
+			// Transport errors quote the request body, which may hold a password.
+			gerr.Message = "the request body must be a JSON object with a query string"
+		}
 		return gerr
 	}
 	h.log.ErrorContext(ctx, "internal error", "err", err, "path", gerr.Path.String())
