@@ -54,7 +54,9 @@ func TestCreateKeyAuthenticatesAndIsAudited(t *testing.T) {
 	}
 
 	// The plaintext is never returned again.
-	var list struct{ ApiKeys struct{ Nodes []map[string]any } }
+	var list struct {
+		ApiKeys struct{ Nodes []map[string]any }
+	}
 	e.must(owner, `{apiKeys{nodes{`+keyFields+`}}}`, nil, &list)
 	for _, n := range list.ApiKeys.Nodes {
 		for f, v := range n {
@@ -176,7 +178,9 @@ func TestRotateRefusals(t *testing.T) {
 		}
 	})
 	t.Run("expired key needs a new expiry", func(t *testing.T) {
-		var out struct{ CreateApiKey struct{ ApiKey struct{ ID string } } }
+		var out struct {
+			CreateApiKey struct{ ApiKey struct{ ID string } }
+		}
 		exp := e.clock.Now().Add(time.Hour).Format(time.RFC3339)
 		e.must(owner, `mutation($x:Time){createApiKey(input:{name:"short",expiresAt:$x}){apiKey{id}}}`, map[string]any{"x": exp}, &out)
 		e.clock.Advance(2 * time.Hour)
@@ -309,7 +313,9 @@ func TestErrorsOfSpec(t *testing.T) {
 		}
 	})
 	t.Run("invalid keys", func(t *testing.T) {
-		var ti struct{ TenantInfo struct{ PublicClientKey string } }
+		var ti struct {
+			TenantInfo struct{ PublicClientKey string }
+		}
 		e.must(owner, `{tenantInfo{publicClientKey}}`, nil, &ti)
 		unknown := k.Plaintext[:13] + strings.Repeat("A", 43)
 		for name, key := range map[string]string{
@@ -390,7 +396,9 @@ func assertAudit(t *testing.T, e *env, c cred, keyActions, eventActions []string
 		ApiKeyAuditLog struct {
 			Nodes []struct{ Action, ActorEmail, IP, UserAgent string }
 		}
-		AuditEvents struct{ Nodes []struct{ Action, ActorId string } }
+		AuditEvents struct {
+			Nodes []struct{ Action, ActorId string }
+		}
 	}
 	e.must(c, `{apiKeyAuditLog(first:500){nodes{action actorEmail ip userAgent}} auditEvents(first:500){nodes{action actorId}}}`, nil, &out)
 	var got []string
