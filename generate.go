@@ -3,3 +3,4 @@
 package btk
 
 //go:generate go tool gqlgen generate
+//go:generate go tool genqlient

@@ -2,8 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -11,21 +12,66 @@ import (
 
 // run executes the btk command line and returns the process exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runWith(ctx, args, systemStreams(stdin, stdout, stderr))
+}
+
+// runWith is run with given streams, so tests can pose as a terminal.
+func runWith(ctx context.Context, args []string, streams *iostreams) int {
 	v := viper.New()
+	f := &factory{io: streams, v: v, version: buildVersion(), getenv: os.Getenv, now: time.Now}
+	root := newRootCmd(f)
+	root.SetArgs(args)
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	serve := newServeCmd(v)
+	serve.GroupID = "server"
+	root.AddCommand(serve)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil {
+		err = asUsage(err)
+		printError(streams.ErrOut, cmd, err)
+	}
+	return exitCode(err)
+}
+
+func newRootCmd(f *factory) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "btk",
-		Short:         "Workspace API keys: the btk server and its client",
+		Use:   "btk",
+		Short: "Workspace API keys: the btk server and its client",
+		Long: `btk runs the workspace API key service (btk serve) and is its client.
+
+Log in once with 'btk login'; the server address and session token are kept in
+the config file. Data goes to standard output, messages and errors to standard
+error. Exit codes: 0 ok, 1 other failure, 2 usage, 3 not authenticated,
+4 forbidden (role, elevation or plan), 5 not found, 6 conflict (name taken,
+key revoked), 7 rate limited, 8 server unreachable.`,
+		Version:       f.version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.AddCommand(newServeCmd(v))
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "btk: %v\n", err)
-		return 1
+	root.SetVersionTemplate("btk {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err.Error()} })
+	bindGlobalFlags(root, f.v)
+
+	root.AddGroup(
+		&cobra.Group{ID: "keys", Title: "API key commands:"},
+		&cobra.Group{ID: "session", Title: "Session commands:"},
+		&cobra.Group{ID: "operator", Title: "Operator commands:"},
+		&cobra.Group{ID: "server", Title: "Server commands:"},
+	)
+	for _, c := range []*cobra.Command{newCreateCmd(f), newListCmd(f), newRotateCmd(f), newRevokeCmd(f), newRevokeAllCmd(f), newAuditCmd(f)} {
+		c.GroupID = "keys"
+		root.AddCommand(c)
 	}
-	return 0
+	for _, c := range []*cobra.Command{newLoginCmd(f), newLogoutCmd(f), newWhoamiCmd(f), newElevateCmd(f)} {
+		c.GroupID = "session"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newWorkspaceCmd(f), newAccountCmd(f), newMemberCmd(f), newImpersonateCmd(f)} {
+		c.GroupID = "operator"
+		root.AddCommand(c)
+	}
+	root.AddCommand(newVersionCmd(f))
+	return root
 }

@@ -266,7 +266,7 @@ func (s *Service) Elevate(ctx context.Context, a *Actor, password string) (strin
 		return "", time.Time{}, err
 	}
 	if !CheckPassword(acct.PasswordHash, password) {
-		return "", time.Time{}, ErrBadCredentials
+		return "", time.Time{}, ErrWrongPassword
 	}
 	token, exp := s.tokens.ElevationToken(a.AccountID, a.SessionID)
 	return token, exp, nil

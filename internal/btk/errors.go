@@ -66,6 +66,7 @@ var (
 	ErrPlanUpgrade       = &Error{CodePlanUpgradeRequired, "the workspace plan does not allow issuing API keys; upgrade to Cloud Pro or above"}
 	ErrKeyRevoked        = &Error{CodeKeyRevoked, "the API key is revoked"}
 	ErrBadCredentials    = &Error{CodeUnauthenticated, "invalid email or password"}
+	ErrWrongPassword     = &Error{CodeUnauthenticated, "wrong password"}
 	ErrNoWorkspace       = &Error{CodeNotFound, "the session has no workspace; log in with one or impersonate it"}
 	ErrEmailTaken        = &Error{CodeBadUserInput, "an account with this email already exists"}
 )

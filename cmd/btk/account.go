@@ -1,0 +1,76 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+func newAccountCmd(f *factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "account",
+		Short: "Manage accounts (platform admin)",
+		Args:  noArgs,
+	}
+	cmd.AddCommand(newAccountCreateCmd(f))
+	return cmd
+}
+
+type accountCreateOptions struct {
+	f             *factory
+	email         string
+	platformAdmin bool
+	passwordStdin bool
+}
+
+func newAccountCreateCmd(f *factory) *cobra.Command {
+	opts := &accountCreateOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "create EMAIL",
+		Short: "Create an account",
+		Long: `Create an account that logs in with EMAIL and a password of at least 8
+characters. The password is asked for twice on a terminal, or read from
+standard input with --password-stdin. Give the account a role in a workspace
+with 'btk member set'.`,
+		Example: `  btk account create ops@example.com
+  printf '%s' "$PASSWORD" | btk account create ci@example.com --password-stdin -o json | jq -r .id`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.email = args[0]
+			return runAccountCreate(cmd, opts)
+		},
+	}
+	cmd.Flags().BoolVar(&opts.platformAdmin, "platform-admin", false, "the account may operate every workspace")
+	cmd.Flags().BoolVar(&opts.passwordStdin, "password-stdin", false, "read the password from standard input")
+	return cmd
+}
+
+func runAccountCreate(cmd *cobra.Command, opts *accountCreateOptions) error {
+	f := opts.f
+	p, err := f.printer(cmd)
+	if err != nil {
+		return err
+	}
+	c, err := f.client(cmd)
+	if err != nil {
+		return err
+	}
+	password, err := f.io.password(opts.passwordStdin, "Password for "+opts.email+": ")
+	if err != nil {
+		return err
+	}
+	if !opts.passwordStdin {
+		again, err := f.io.promptSecret("Repeat the password: ")
+		if err != nil {
+			return err
+		}
+		if again != password {
+			return usageErrorf("the passwords do not match")
+		}
+	}
+	resp, err := client.CreateAccount(cmd.Context(), c, opts.email, password, opts.platformAdmin)
+	if err != nil {
+		return err
+	}
+	return p.Object(resp.CreateAccount, p.accountFields(resp.CreateAccount))
+}

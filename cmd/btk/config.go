@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
+)
+
+// Settings of the client commands. Each is a flag, a BTK_* variable and a key
+// of the config file; viper applies the order flag > env > file > default.
+const (
+	keyServer    = "server"
+	keyToken     = "token"
+	keyOutput    = "output"
+	keyElevation = "elevation" // rotate --elevation-token, BTK_ELEVATION
+
+	defaultServer = "http://127.0.0.1:8080"
+)
+
+// bindGlobalFlags declares the global flags on root and binds them, and their
+// environment variables, to v.
+func bindGlobalFlags(root *cobra.Command, v *viper.Viper) {
+	pf := root.PersistentFlags()
+	pf.String("server", defaultServer, "address of the btk server (env BTK_SERVER)")
+	pf.String("token", "", "session token or API key to authenticate with (env BTK_TOKEN)")
+	pf.StringP("output", "o", "table", "output format: table, json or plain (env BTK_OUTPUT)")
+	pf.String("config", "", "config file (env BTK_CONFIG; default $XDG_CONFIG_HOME/btk/config.yaml)")
+	// bind (serve.go) also binds BTK_<KEY>.
+	bind(v, keyServer, pf.Lookup("server"))
+	bind(v, keyToken, pf.Lookup("token"))
+	bind(v, keyOutput, pf.Lookup("output"))
+}
+
+// configPath is where the config file is: --config, BTK_CONFIG, or
+// $XDG_CONFIG_HOME/btk/config.yaml falling back to ~/.config/btk/config.yaml.
+func configPath(cmd *cobra.Command, getenv func(string) string) (string, error) {
+	if f := cmd.Flags().Lookup("config"); f != nil && f.Changed {
+		return f.Value.String(), nil
+	}
+	if p := getenv("BTK_CONFIG"); p != "" {
+		return p, nil
+	}
+	dir := getenv("XDG_CONFIG_HOME")
+	if dir == "" || !filepath.IsAbs(dir) {
+		home := getenv("HOME")
+		if home == "" {
+			var err error
+			if home, err = os.UserHomeDir(); err != nil {
+				return "", fmt.Errorf("cannot find the config file: set --config or XDG_CONFIG_HOME: %w", err)
+			}
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "btk", "config.yaml"), nil
+}
+
+// readConfig merges the config file at path into v. A missing file is not
+// an error.
+func readConfig(v *viper.Viper, path string) error {
+	v.SetConfigFile(path)
+	v.SetConfigType("yaml")
+	if err := v.ReadInConfig(); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("reading config %s: %w", path, err)
+	}
+	return nil
+}
+
+// updateConfig sets and removes keys of the config file at path, keeping
+// the others. It writes the file with mode 0600 (its directory 0700) and
+// replaces it atomically, so a token is never readable by others, not even
+// for a moment.
+func updateConfig(path string, set map[string]string, unset ...string) error {
+	doc := map[string]any{}
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("reading config: %w", err)
+	default:
+		if err := yaml.Unmarshal(b, &doc); err != nil {
+			return fmt.Errorf("reading config %s: %w", path, err)
+		}
+		if doc == nil {
+			doc = map[string]any{}
+		}
+	}
+	for k, v := range set {
+		doc[k] = v
+	}
+	for _, k := range unset {
+		delete(doc, k)
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("writing config: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".config-*.yaml") // mode 0600
+	if err != nil {
+		return fmt.Errorf("writing config: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(out); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing config: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing config: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing config: %w", err)
+	}
+	return nil
+}
+
+// validServer checks that s is an http(s) base address.
+func validServer(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageErrorf("invalid server address %q: want http://host:port or https://host", s)
+	}
+	return nil
+}

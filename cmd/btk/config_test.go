@@ -1,0 +1,163 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/viper"
+)
+
+// settings resolves the client settings as the list command would see them.
+func settings(t *testing.T, args ...string) (server, token, output string) {
+	t.Helper()
+	s, _, _ := testStreams(pipe, "")
+	f := &factory{io: s, v: viper.New(), version: "test", getenv: os.Getenv, now: time.Now}
+	root := newRootCmd(f)
+	cmd, rest, err := root.Find(append([]string{"list"}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Fatal(err)
+	}
+	if server, err = f.server(cmd); err != nil {
+		t.Fatal(err)
+	}
+	return server, f.v.GetString(keyToken), f.v.GetString(keyOutput)
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	cfg := isolate(t)
+
+	// Missing file: defaults.
+	if server, token, output := settings(t); server != defaultServer || token != "" || output != "table" {
+		t.Errorf("defaults: %q %q %q", server, token, output)
+	}
+
+	writeFile(t, cfg, "server: http://file:1\ntoken: file-token\noutput: json\n")
+	if server, token, output := settings(t); server != "http://file:1" || token != "file-token" || output != "json" {
+		t.Errorf("file: %q %q %q", server, token, output)
+	}
+
+	t.Setenv("BTK_SERVER", "http://env:2")
+	t.Setenv("BTK_TOKEN", "env-token")
+	if server, token, output := settings(t); server != "http://env:2" || token != "env-token" || output != "json" {
+		t.Errorf("env over file: %q %q %q", server, token, output)
+	}
+
+	if server, token, output := settings(t, "--server", "http://flag:3", "--token", "flag-token", "-o", "plain"); server != "http://flag:3" || token != "flag-token" || output != "plain" {
+		t.Errorf("flags over env: %q %q %q", server, token, output)
+	}
+}
+
+func TestConfigPath(t *testing.T) {
+	home := isolate(t)
+	home = filepath.Dir(filepath.Dir(filepath.Dir(home)))
+	other := filepath.Join(home, "other.yaml")
+	writeFile(t, other, "server: http://other:4\n")
+
+	t.Setenv("BTK_CONFIG", other)
+	if server, _, _ := settings(t); server != "http://other:4" {
+		t.Errorf("BTK_CONFIG not read: %q", server)
+	}
+	t.Setenv("BTK_CONFIG", "")
+	if server, _, _ := settings(t, "--config", other); server != "http://other:4" {
+		t.Errorf("--config not read: %q", server)
+	}
+
+	t.Setenv("XDG_CONFIG_HOME", "")
+	writeFile(t, filepath.Join(home, ".config", "btk", "config.yaml"), "server: http://home:5\n")
+	if server, _, _ := settings(t); server != "http://home:5" {
+		t.Errorf("~/.config/btk/config.yaml not read without XDG_CONFIG_HOME: %q", server)
+	}
+}
+
+func TestLoginWritesPrivateConfig(t *testing.T) {
+	cfg := isolate(t)
+	writeFile(t, cfg, "output: table\n")
+	srv := newFakeServer(t, map[string]string{
+		"Login": `{"data":{"login":{"accessToken":"session-jwt","expiresAt":"2026-11-22T10:00:00Z",
+			"account":{"id":"a1","email":"owner@example.com","platformAdmin":false,"role":"OWNER"},"workspace":` + tenantJSON + `}}}`,
+		"Me":         `{"data":{"me":{"id":"a1","email":"owner@example.com","platformAdmin":false,"role":"OWNER"}}}`,
+		"TenantInfo": `{"data":{"tenantInfo":` + tenantJSON + `}}`,
+		"Logout":     `{"data":{"logout":true}}`,
+	})
+	t.Setenv("BTK_SERVER", srv.URL)
+
+	s, out, errOut := testStreams(pipe, "hunter2-password\n")
+	if code := btkRun(s, "login", "--email", "owner@example.com", "--password-stdin"); code != 0 {
+		t.Fatalf("login: exit %d: %s", code, errOut)
+	}
+	if v := srv.last("Login").Variables; v["password"] != "hunter2-password" || v["email"] != "owner@example.com" {
+		t.Errorf("login variables: %v", v)
+	}
+	if h := srv.last("Login").Header.Get("Authorization"); h != "" {
+		t.Errorf("login sent a credential: %q", h)
+	}
+	if out.Len() != 0 {
+		t.Errorf("login wrote data to stdout: %q", out)
+	}
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(b); !strings.Contains(got, "token: session-jwt") || !strings.Contains(got, "server: "+srv.URL) || !strings.Contains(got, "output: table") {
+		t.Errorf("config after login:\n%s", got)
+	}
+	if strings.Contains(string(b), "hunter2") {
+		t.Errorf("password written to the config")
+	}
+	for path, want := range map[string]os.FileMode{cfg: 0o600, filepath.Dir(cfg): 0o700} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v (%v)", path, fi.Mode().Perm(), want, err)
+		}
+	}
+
+	// The saved session is used, as a bearer token.
+	s, out, errOut = testStreams(pipe, "")
+	if code := btkRun(s, "whoami"); code != 0 {
+		t.Fatalf("whoami: exit %d: %s", code, errOut)
+	}
+	if h := srv.last("Me").Header.Get("Authorization"); h != "Bearer session-jwt" {
+		t.Errorf("Authorization = %q", h)
+	}
+	if !strings.Contains(out.String(), "owner@example.com") || !strings.Contains(out.String(), "Default") {
+		t.Errorf("whoami:\n%s", out)
+	}
+
+	s, _, errOut = testStreams(pipe, "")
+	if code := btkRun(s, "logout"); code != 0 {
+		t.Fatalf("logout: exit %d: %s", code, errOut)
+	}
+	if b, _ := os.ReadFile(cfg); strings.Contains(string(b), "token") || !strings.Contains(string(b), "server:") {
+		t.Errorf("config after logout:\n%s", b)
+	}
+}
+
+func TestLoginNeedsPasswordSource(t *testing.T) {
+	isolate(t)
+	s, _, errOut := testStreams(pipe, "")
+	if code := btkRun(s, "login", "--email", "a@example.com"); code != exitUsage {
+		t.Errorf("login without a terminal or --password-stdin: exit %d, want %d", code, exitUsage)
+	}
+	if !strings.Contains(errOut.String(), "--password-stdin") {
+		t.Errorf("stderr: %s", errOut)
+	}
+	s, _, _ = testStreams(pipe, "")
+	if code := btkRun(s, "login", "--password-stdin"); code != exitUsage {
+		t.Errorf("login without --email off a terminal: exit %d, want %d", code, exitUsage)
+	}
+}

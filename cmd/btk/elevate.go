@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+type elevateOptions struct {
+	f             *factory
+	passwordStdin bool
+}
+
+func newElevateCmd(f *factory) *cobra.Command {
+	opts := &elevateOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "elevate",
+		Short: "Re-enter your password for a 5-minute elevation token",
+		Long: `Print an elevation token: proof that you re-entered your password, valid for
+5 minutes and for the current session only. 'btk rotate' takes it from
+--elevation-token or BTK_ELEVATION, so that several keys can be rotated with
+one password entry. 'btk rotate' can also ask for the password itself.`,
+		Example: `  export BTK_ELEVATION=$(printf '%s' "$BTK_PASSWORD" | btk elevate --password-stdin -o plain)
+  btk rotate payments -o plain > payments.key
+  btk rotate billing -o plain > billing.key`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := f.printer(cmd)
+			if err != nil {
+				return err
+			}
+			c, err := f.client(cmd)
+			if err != nil {
+				return err
+			}
+			password, err := f.io.password(opts.passwordStdin, "Password: ")
+			if err != nil {
+				return err
+			}
+			resp, err := client.Elevate(cmd.Context(), c, password)
+			if err != nil {
+				return err
+			}
+			e := resp.Elevate
+			switch p.format {
+			case formatJSON:
+				return p.JSON(e)
+			case formatPlain:
+				fmt.Fprintln(f.io.Out, e.Token)
+			default:
+				p.Fields([]field{{"Token", e.Token}, {"Expires", p.Time(&e.ExpiresAt, "")}})
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&opts.passwordStdin, "password-stdin", false, "read the password from standard input")
+	return cmd
+}

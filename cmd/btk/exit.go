@@ -1,0 +1,131 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+// Exit codes, the contract of DESIGN §6.
+const (
+	exitOK          = 0
+	exitError       = 1 // any other failure
+	exitUsage       = 2 // bad arguments or flags; a confirmation or secret that cannot be asked for
+	exitAuth        = 3 // UNAUTHENTICATED, invalid or expired credential (any HTTP 401)
+	exitForbidden   = 4 // FORBIDDEN, ELEVATION_REQUIRED, PLAN_UPGRADE_REQUIRED
+	exitNotFound    = 5 // NOT_FOUND
+	exitConflict    = 6 // NAME_TAKEN, KEY_REVOKED
+	exitRateLimited = 7 // RATE_LIMITED
+	exitUnreachable = 8 // no answer from the server
+)
+
+// usageError is a mistake in how btk was called.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{fmt.Sprintf(format, args...)}
+}
+
+// exitCode maps an error to the process exit code.
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		return exitError
+	}
+	switch ce.Status {
+	case 401:
+		return exitAuth
+	case 429:
+		return exitRateLimited
+	}
+	switch ce.Code {
+	case "UNAUTHENTICATED":
+		return exitAuth
+	case "FORBIDDEN", "ELEVATION_REQUIRED", "PLAN_UPGRADE_REQUIRED":
+		return exitForbidden
+	case "NOT_FOUND":
+		return exitNotFound
+	case "NAME_TAKEN", "KEY_REVOKED":
+		return exitConflict
+	case "RATE_LIMITED":
+		return exitRateLimited
+	case client.CodeUnreachable:
+		return exitUnreachable
+	}
+	return exitError
+}
+
+// printError writes err to w as "btk: <message> (<CODE>)", with a pointer to
+// the help of cmd for usage errors.
+func printError(w io.Writer, cmd *cobra.Command, err error) {
+	var ce *client.Error
+	if errors.As(err, &ce) && ce.Code != "" {
+		fmt.Fprintf(w, "btk: %s (%s)\n", err, ce.Code)
+	} else {
+		fmt.Fprintf(w, "btk: %s\n", err)
+	}
+	if exitCode(err) == exitUsage && cmd != nil {
+		fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+}
+
+// asUsage marks cobra's own argument errors as usage errors.
+func asUsage(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	// Flag errors come through the root's FlagErrorFunc; these are the
+	// errors cobra makes of arguments it checks itself.
+	msg := err.Error()
+	for _, prefix := range []string{"unknown command", "invalid argument", "accepts "} {
+		if strings.HasPrefix(msg, prefix) {
+			return &usageError{msg}
+		}
+	}
+	return err
+}
+
+// exactArgs is cobra.ExactArgs with usage errors that name the arguments.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("expected %d argument(s), got %d (usage: %s)", n, len(args), cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+// noArgs is cobra.NoArgs with a usage error.
+func noArgs(cmd *cobra.Command, args []string) error { return exactArgs(0)(cmd, args) }
+
+// exclusive fails with a usage error when more than one of the named flags was given.
+func exclusive(cmd *cobra.Command, names ...string) error {
+	var set []string
+	for _, n := range names {
+		if cmd.Flags().Changed(n) {
+			set = append(set, "--"+n)
+		}
+	}
+	if len(set) > 1 {
+		return usageErrorf("%s cannot be used together", strings.Join(set, " and "))
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+func TestExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{nil, exitOK},
+		{errors.New("boom"), exitError},
+		{usageErrorf("bad flag"), exitUsage},
+		{fmt.Errorf("wrapped: %w", usageErrorf("bad flag")), exitUsage},
+		{&client.Error{Code: "UNAUTHENTICATED"}, exitAuth},
+		{&client.Error{Code: "INTERNAL", Status: 401}, exitAuth},
+		{&client.Error{Code: "FORBIDDEN"}, exitForbidden},
+		{&client.Error{Code: "ELEVATION_REQUIRED"}, exitForbidden},
+		{&client.Error{Code: "PLAN_UPGRADE_REQUIRED"}, exitForbidden},
+		{&client.Error{Code: "NOT_FOUND"}, exitNotFound},
+		{&client.Error{Code: "NAME_TAKEN"}, exitConflict},
+		{&client.Error{Code: "KEY_REVOKED"}, exitConflict},
+		{&client.Error{Code: "RATE_LIMITED"}, exitRateLimited},
+		{&client.Error{Code: "", Status: 429}, exitRateLimited},
+		{&client.Error{Code: client.CodeUnreachable}, exitUnreachable},
+		{fmt.Errorf("context: %w", &client.Error{Code: client.CodeUnreachable}), exitUnreachable},
+		{&client.Error{Code: "BAD_USER_INPUT"}, exitError},
+		{&client.Error{Code: "INTERNAL"}, exitError},
+		{&client.Error{Code: client.CodeBadResponse, Status: 502}, exitError},
+	} {
+		if got := exitCode(tc.err); got != tc.want {
+			t.Errorf("exitCode(%#v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestExitCodeFromServer drives the whole path: server answer, client
+// error, exit code and the "btk: <message> (<CODE>)" line on stderr.
+func TestExitCodeFromServer(t *testing.T) {
+	gqlErr := func(msg, code string) string {
+		return `{"errors":[{"message":"` + msg + `","path":["apiKeys"],"extensions":{"code":"` + code + `"}}],"data":null}`
+	}
+	for _, tc := range []struct {
+		name, response string
+		want           int
+		stderr         string
+	}{
+		{"revoked key", `401 {"errors":[{"message":"API key is revoked or expired","extensions":{"code":"UNAUTHENTICATED"}}]}`, exitAuth, "btk: API key is revoked or expired (UNAUTHENTICATED)\n"},
+		{"401 without a body", `401 unauthorized`, exitAuth, "(UNAUTHENTICATED)"},
+		{"rate limited", `429 {"errors":[{"message":"rate limit exceeded","extensions":{"code":"RATE_LIMITED"}}]}`, exitRateLimited, "btk: rate limit exceeded (RATE_LIMITED)\n"},
+		{"forbidden", gqlErr("owner tier required", "FORBIDDEN"), exitForbidden, "btk: owner tier required (FORBIDDEN)\n"},
+		{"plan", gqlErr("upgrade", "PLAN_UPGRADE_REQUIRED"), exitForbidden, "(PLAN_UPGRADE_REQUIRED)"},
+		{"not found", gqlErr("not found", "NOT_FOUND"), exitNotFound, "(NOT_FOUND)"},
+		{"internal", gqlErr("internal error", "INTERNAL"), exitError, "btk: internal error (INTERNAL)\n"},
+		{"bad gateway", `502 <html>bad gateway</html>`, exitError, "btk: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			isolate(t)
+			srv := newFakeServer(t, map[string]string{"ApiKeys": tc.response})
+			s, out, errOut := testStreams(pipe, "")
+			if code := btkRun(s, "list", "--server", srv.URL, "--token", "tok"); code != tc.want {
+				t.Errorf("exit %d, want %d; stderr %q", code, tc.want, errOut)
+			}
+			if !strings.Contains(errOut.String(), tc.stderr) || !strings.HasPrefix(errOut.String(), "btk: ") {
+				t.Errorf("stderr %q, want %q", errOut, tc.stderr)
+			}
+			if out.Len() != 0 {
+				t.Errorf("stdout on failure: %q", out)
+			}
+		})
+	}
+}
+
+func TestExitCodeUnreachable(t *testing.T) {
+	isolate(t)
+	srv := newFakeServer(t, nil)
+	srv.Close()
+	s, _, errOut := testStreams(pipe, "")
+	if code := btkRun(s, "list", "--server", srv.URL, "--token", "tok"); code != exitUnreachable {
+		t.Errorf("exit %d, want %d", code, exitUnreachable)
+	}
+	if !strings.Contains(errOut.String(), "cannot reach the btk server at "+srv.URL) {
+		t.Errorf("stderr: %s", errOut)
+	}
+}
+
+func TestExitCodeUsage(t *testing.T) {
+	isolate(t)
+	for _, args := range [][]string{
+		{"nosuchcommand"},
+		{"create"},
+		{"create", "a", "b"},
+		{"list", "--nosuchflag"},
+		{"list", "-o", "yaml"},
+		{"create", "x", "--rate-per-minute", "many"},
+		{"create", "x", "--expires-in", "soon"},
+		{"create", "x", "--expires-in", "1d", "--expires-at", "2030-01-01T00:00:00Z"},
+		{"audit", "--since", "yesterday"},
+		{"audit", "--action", "deleted"},
+		{"rotate", "ci", "--no-expiry", "--expires-in", "1d"},
+		{"workspace", "create", "Acme", "--plan", "gold"},
+		{"member", "set", "w", "a", "king"},
+		{"list", "--server", "ftp://x"},
+	} {
+		s, _, errOut := testStreams(pipe, "")
+		if code := btkRun(s, append([]string{"--token", "tok", "--server", "http://127.0.0.1:1"}, args...)...); code != exitUsage {
+			t.Errorf("btk %s: exit %d, want %d; stderr %q", strings.Join(args, " "), code, exitUsage, errOut)
+		}
+		if !strings.Contains(errOut.String(), "--help' for usage") {
+			t.Errorf("btk %s: no help pointer: %q", strings.Join(args, " "), errOut)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+// factory gives commands what they share: the streams, the settings (read
+// from flags, environment and config file on first use), an output printer
+// and a GraphQL client.
+type factory struct {
+	io      *iostreams
+	v       *viper.Viper
+	version string
+	getenv  func(string) string
+	now     func() time.Time
+
+	cfgPath string // set by load
+	loaded  bool
+}
+
+// load reads the config file of cmd's invocation once. Only client
+// commands call it, so `btk serve` never depends on the client's config.
+func (f *factory) load(cmd *cobra.Command) error {
+	if f.loaded {
+		return nil
+	}
+	path, err := configPath(cmd, f.getenv)
+	if err != nil {
+		return err
+	}
+	if err := readConfig(f.v, path); err != nil {
+		return err
+	}
+	f.cfgPath, f.loaded = path, true
+	return nil
+}
+
+// server returns the validated server address.
+func (f *factory) server(cmd *cobra.Command) (string, error) {
+	if err := f.load(cmd); err != nil {
+		return "", err
+	}
+	s := f.v.GetString(keyServer)
+	if err := validServer(s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// printer returns the renderer of the chosen --output format.
+func (f *factory) printer(cmd *cobra.Command) (*printer, error) {
+	if err := f.load(cmd); err != nil {
+		return nil, err
+	}
+	format := f.v.GetString(keyOutput)
+	switch format {
+	case formatTable, formatJSON, formatPlain:
+	default:
+		return nil, usageErrorf("invalid output format %q: want table, json or plain", format)
+	}
+	return newPrinter(f.io, format, f.now), nil
+}
+
+// client returns a client authenticated with the configured token; without
+// one it fails before any request.
+func (f *factory) client(cmd *cobra.Command) (*client.Client, error) {
+	server, err := f.server(cmd)
+	if err != nil {
+		return nil, err
+	}
+	token := f.v.GetString(keyToken)
+	if token == "" {
+		return nil, &client.Error{Code: "UNAUTHENTICATED", Message: "not logged in: run 'btk login' or set BTK_TOKEN"}
+	}
+	return f.newClient(server, token), nil
+}
+
+// anonClient returns a client that sends no credential, for login.
+func (f *factory) anonClient(cmd *cobra.Command) (*client.Client, string, error) {
+	server, err := f.server(cmd)
+	if err != nil {
+		return nil, "", err
+	}
+	return f.newClient(server, ""), server, nil
+}
+
+func (f *factory) newClient(server, token string) *client.Client {
+	return client.New(client.Options{Server: server, Token: token, UserAgent: "btk/" + f.version})
+}
+
+// saveSession stores server and token in the config file, as login and
+// impersonate do. The plaintext of an API key never goes there.
+func (f *factory) saveSession(server, token string) error {
+	if err := updateConfig(f.cfgPath, map[string]string{keyServer: server, keyToken: token}); err != nil {
+		return err
+	}
+	if f.getenv("BTK_TOKEN") != "" {
+		fmt.Fprintln(f.io.ErrOut, "btk: warning: BTK_TOKEN is set and takes precedence over the token saved in", f.cfgPath)
+	}
+	return nil
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+func newImpersonateCmd(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "impersonate WORKSPACE",
+		Short: "Act as owner tier in a workspace (platform admin)",
+		Long: `Open a session acting as owner tier in WORKSPACE (an id or a name).
+Everything done in it is recorded with you as the impersonator.
+
+By default the new session token replaces the one in the config file, like
+'btk login' (log in again to return to your own session). With -o json the
+session, token included, is printed instead and the config file is left as it
+is, for use as BTK_TOKEN in a script.`,
+		Example: `  btk impersonate Acme
+  BTK_TOKEN=$(btk impersonate Acme -o json | jq -r .accessToken) btk revoke-all --yes`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := f.printer(cmd)
+			if err != nil {
+				return err
+			}
+			c, err := f.client(cmd)
+			if err != nil {
+				return err
+			}
+			id, err := client.ResolveWorkspaceID(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			resp, err := client.Impersonate(cmd.Context(), c, id)
+			if err != nil {
+				return err
+			}
+			if p.format == formatJSON {
+				return p.JSON(resp.Impersonate)
+			}
+			server, err := f.server(cmd)
+			if err != nil {
+				return err
+			}
+			if err := f.saveSession(server, resp.Impersonate.AccessToken); err != nil {
+				return err
+			}
+			return p.session(resp.Impersonate, server, f.cfgPath)
+		},
+	}
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+func newLogoutCmd(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "logout",
+		Short: "End the session and remove its token from the config file",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runLogout(cmd, f)
+		},
+	}
+}
+
+func runLogout(cmd *cobra.Command, f *factory) error {
+	p, err := f.printer(cmd)
+	if err != nil {
+		return err
+	}
+	c, err := f.client(cmd)
+	if err != nil {
+		return err
+	}
+	_, err = client.Logout(cmd.Context(), c)
+	// A session the server no longer accepts is as good as ended.
+	if exitCode(err) == exitAuth {
+		err = nil
+	}
+	if rmErr := updateConfig(f.cfgPath, nil, keyToken); rmErr != nil {
+		return rmErr
+	}
+	if err != nil {
+		return fmt.Errorf("token removed from %s, but the server did not end the session: %w", f.cfgPath, err)
+	}
+	p.Notice("Logged out; token removed from %s", f.cfgPath)
+	return nil
+}

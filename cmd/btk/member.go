@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+func newMemberCmd(f *factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "member",
+		Short: "Manage workspace memberships",
+		Args:  noArgs,
+	}
+	cmd.AddCommand(newMemberSetCmd(f))
+	return cmd
+}
+
+func newMemberSetCmd(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "set WORKSPACE ACCOUNT ROLE|none",
+		Short: "Give an account a role in a workspace, or remove it",
+		Long: `Give ACCOUNT (an account id) the role ROLE in WORKSPACE (an id or a name):
+owner manages the workspace's API keys, admin reads them, member has no access
+to them; none removes the membership. Platform admin, or an owner of the
+workspace.`,
+		Example: `  btk member set Acme 3d4f1c2b-5a6e-4f70-8c9d-0e1f2a3b4c5d owner
+  btk member set Acme 3d4f1c2b-5a6e-4f70-8c9d-0e1f2a3b4c5d none`,
+		Args: exactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			role, err := parseRole(args[2])
+			if err != nil {
+				return err
+			}
+			p, err := f.printer(cmd)
+			if err != nil {
+				return err
+			}
+			c, err := f.client(cmd)
+			if err != nil {
+				return err
+			}
+			ws, err := client.ResolveWorkspaceID(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			resp, err := client.SetMembership(cmd.Context(), c, ws, args[1], role)
+			if err != nil {
+				return err
+			}
+			switch p.format {
+			case formatJSON:
+				return p.JSON(map[string]bool{"setMembership": resp.SetMembership})
+			case formatPlain:
+				fmt.Fprintln(f.io.Out, resp.SetMembership)
+			default:
+				what := "removed from the workspace"
+				if role != nil {
+					what = "now " + string(*role)
+				}
+				fmt.Fprintf(f.io.Out, "Account %s is %s\n", args[1], what)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/lipgloss/table"
+	"github.com/muesli/termenv"
+)
+
+// Output formats (--output).
+const (
+	formatTable = "table" // for people: tables, key/value blocks, colour on a terminal
+	formatJSON  = "json"  // one JSON document with the schema's field names
+	formatPlain = "plain" // for scripts: tab-separated, no header; secrets alone
+)
+
+// printer is the one renderer of every command's output: data to stdout,
+// notices to stderr. Its lipgloss renderer is bound to stdout with a colour
+// profile chosen by btk, never detected from the environment, so output off
+// a terminal or under NO_COLOR carries no escape code.
+type printer struct {
+	io     *iostreams
+	format string
+	now    func() time.Time
+	r      *lipgloss.Renderer
+}
+
+func newPrinter(io *iostreams, format string, now func() time.Time) *printer {
+	r := lipgloss.NewRenderer(io.Out)
+	r.SetHasDarkBackground(true) // never query the terminal
+	if io.color {
+		r.SetColorProfile(termenv.ANSI)
+	} else {
+		r.SetColorProfile(termenv.Ascii)
+	}
+	return &printer{io: io, format: format, now: now, r: r}
+}
+
+func (p *printer) human() bool { return p.format == formatTable }
+
+// JSON writes v as one indented JSON document.
+func (p *printer) JSON(v any) error {
+	enc := json.NewEncoder(p.io.Out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// Table writes rows under headers: a lipgloss table for people, tab-separated
+// lines without the header for -o plain.
+func (p *printer) Table(headers []string, rows [][]string) {
+	if !p.human() {
+		for _, row := range rows {
+			fmt.Fprintln(p.io.Out, strings.Join(row, "\t"))
+		}
+		return
+	}
+	last := len(headers) - 1
+	t := table.New().
+		Border(lipgloss.NormalBorder()).
+		BorderTop(false).BorderBottom(false).BorderLeft(false).BorderRight(false).
+		BorderColumn(false).BorderRow(false).BorderHeader(true).
+		BorderStyle(p.r.NewStyle().Faint(true)).
+		Headers(headers...).
+		Rows(rows...).
+		StyleFunc(func(row, col int) lipgloss.Style {
+			s := p.r.NewStyle()
+			if col != last {
+				s = s.PaddingRight(2)
+			}
+			if row == table.HeaderRow {
+				s = s.Bold(true)
+			}
+			return s
+		})
+	// Cells are padded to their column's width; trailing blanks help nobody.
+	for line := range strings.Lines(t.Render()) {
+		fmt.Fprintln(p.io.Out, strings.TrimRight(line, " \n"))
+	}
+}
+
+// field is one line of a key/value block.
+type field struct{ key, value string }
+
+// Fields writes a key/value block describing one object: aligned labels
+// for people, "key<TAB>value" lines for -o plain.
+func (p *printer) Fields(fields []field) {
+	width := 0
+	for _, f := range fields {
+		width = max(width, len(f.key)+1)
+	}
+	label := p.r.NewStyle().Faint(true)
+	for _, f := range fields {
+		if p.human() {
+			fmt.Fprintln(p.io.Out, strings.TrimRight(label.Render(fmt.Sprintf("%-*s", width, f.key+":"))+"  "+f.value, " "))
+		} else {
+			fmt.Fprintf(p.io.Out, "%s\t%s\n", f.key, f.value)
+		}
+	}
+}
+
+// Object writes one object: v as JSON with -o json, else its key/value block.
+func (p *printer) Object(v any, fields []field) error {
+	if p.format == formatJSON {
+		return p.JSON(v)
+	}
+	p.Fields(fields)
+	return nil
+}
+
+// Secret shows a new plaintext key once, set apart from the rest, with the
+// warning that it cannot be shown again: on stdout on a terminal, on stderr
+// otherwise so that stdout stays data.
+func (p *printer) Secret(plaintext string) {
+	key := p.r.NewStyle().Bold(true).Foreground(lipgloss.Color("2"))
+	warn := p.r.NewStyle().Foreground(lipgloss.Color("3"))
+	const msg = "! Copy this key now: it is shown only once and cannot be shown again."
+	if p.io.outTTY {
+		fmt.Fprintf(p.io.Out, "\n    %s\n\n%s\n", key.Render(plaintext), warn.Render(msg))
+		return
+	}
+	fmt.Fprintf(p.io.Out, "\n%s\n", plaintext)
+	fmt.Fprintln(p.io.ErrOut, msg)
+}
+
+// Notice writes a message for people to stderr, when stderr is for people:
+// never with -o json or -o plain.
+func (p *printer) Notice(format string, args ...any) {
+	if p.human() {
+		fmt.Fprintf(p.io.ErrOut, format+"\n", args...)
+	}
+}
+
+// Time renders t: relative ("3 minutes ago") for people on a terminal,
+// RFC 3339 otherwise; none when t is nil.
+func (p *printer) Time(t *time.Time, none string) string {
+	if t == nil {
+		return none
+	}
+	if p.human() && p.io.outTTY {
+		return relativeTime(p.now(), *t)
+	}
+	return t.Format(time.RFC3339)
+}
+
+// Status colours a key status on a terminal.
+func (p *printer) Status(s string) string {
+	color := map[string]string{"ACTIVE": "2", "EXPIRED": "3", "REVOKED": "1"}[s]
+	if color == "" || !p.human() {
+		return s
+	}
+	return p.r.NewStyle().Foreground(lipgloss.Color(color)).Render(s)
+}
+
+// relativeTime says how long ago (or in how long) t is from now, in the
+// largest whole unit.
+func relativeTime(now, t time.Time) string {
+	d := now.Sub(t)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var n int
+	var unit string
+	switch {
+	case d < time.Minute:
+		if future {
+			return "in a few seconds"
+		}
+		return "just now"
+	case d < time.Hour:
+		n, unit = int(d/time.Minute), "minute"
+	case d < 24*time.Hour:
+		n, unit = int(d/time.Hour), "hour"
+	case d < 30*24*time.Hour:
+		n, unit = int(d/(24*time.Hour)), "day"
+	case d < 365*24*time.Hour:
+		n, unit = int(d/(30*24*time.Hour)), "month"
+	default:
+		n, unit = int(d/(365*24*time.Hour)), "year"
+	}
+	if n != 1 {
+		unit += "s"
+	}
+	if future {
+		return fmt.Sprintf("in %d %s", n, unit)
+	}
+	return fmt.Sprintf("%d %s ago", n, unit)
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+var testNow = time.Date(2026, 11, 21, 22, 10, 0, 0, time.UTC)
+
+func testKey() client.ApiKey {
+	used := testNow.Add(-3 * time.Minute)
+	n := 60
+	return client.ApiKey{
+		Id: keyID, Name: "ci", DisplayPrefix: "btk_fc25ecba", Hint: "HCe4", Status: client.ApiKeyStatusActive,
+		RateLimitPerMinute: &n, Scopes: []string{}, CreatedAt: testNow.Add(-48 * time.Hour), LastUsedAt: &used,
+	}
+}
+
+// render renders a key list, a key block and a new key with a printer on
+// streams posing as tty, in format.
+func render(t *testing.T, tty bool, format string) (stdout, stderr string) {
+	t.Helper()
+	s, out, errOut := testStreams(tty, "")
+	p := newPrinter(s, format, func() time.Time { return testNow })
+	k := testKey()
+	p.apiKeyTable([]client.ApiKey{k})
+	if err := p.newKey(client.CreateApiKeyCreateApiKeyCreateApiKeyPayload{ApiKey: k, PlaintextKey: plaintext}, k, plaintext, "Created key"); err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String()
+}
+
+func TestRenderTerminal(t *testing.T) {
+	isolate(t)
+	out, errOut := render(t, fakeTerminal, formatTable)
+	if !strings.Contains(out, "\x1b[") {
+		t.Errorf("no colour or style on a terminal:\n%s", out)
+	}
+	for _, want := range []string{"NAME", "btk_fc25ecba_…HCe4", "3 minutes ago", "2 days ago", plaintext, "cannot be shown again"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(errOut, "cannot be shown again") {
+		t.Errorf("on a terminal the warning belongs on stdout, got stderr %q", errOut)
+	}
+}
+
+func TestRenderNoColor(t *testing.T) {
+	isolate(t)
+	t.Setenv("NO_COLOR", "1")
+	out, _ := render(t, fakeTerminal, formatTable)
+	if strings.Contains(out, "\x1b") {
+		t.Errorf("escape code with NO_COLOR:\n%q", out)
+	}
+	if !strings.Contains(out, "3 minutes ago") {
+		t.Errorf("NO_COLOR should keep the terminal's relative times:\n%s", out)
+	}
+}
+
+func TestRenderPipe(t *testing.T) {
+	isolate(t)
+	out, errOut := render(t, pipe, formatTable)
+	if strings.Contains(out+errOut, "\x1b") {
+		t.Errorf("escape code off a terminal:\n%q\n%q", out, errOut)
+	}
+	for _, want := range []string{"NAME", "2026-11-21T22:07:00Z", "\n" + plaintext + "\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "ago") {
+		t.Errorf("relative time off a terminal:\n%s", out)
+	}
+	if strings.Contains(out, "cannot be shown again") || !strings.Contains(errOut, "cannot be shown again") {
+		t.Errorf("off a terminal the warning belongs on stderr; stdout:\n%s\nstderr:\n%s", out, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasSuffix(line, " ") {
+			t.Errorf("trailing blanks in %q", line)
+		}
+	}
+}
+
+func TestRenderPlain(t *testing.T) {
+	isolate(t)
+	for _, tty := range []bool{pipe, fakeTerminal} {
+		out, errOut := render(t, tty, formatPlain)
+		want := keyID + "\tbtk_fc25ecba_…HCe4\tACTIVE"
+		if !strings.Contains(out, "ci\t"+want) || !strings.HasSuffix(out, "\n"+plaintext+"\n") {
+			t.Errorf("tty=%v: plain output:\n%s", tty, out)
+		}
+		if strings.Contains(out, "NAME") || strings.Contains(out+errOut, "\x1b") {
+			t.Errorf("tty=%v: header or escape codes in plain output:\n%q", tty, out)
+		}
+	}
+}
+
+func TestRenderJSON(t *testing.T) {
+	isolate(t)
+	s, out, _ := testStreams(fakeTerminal, "")
+	p := newPrinter(s, formatJSON, func() time.Time { return testNow })
+	k := testKey()
+	if err := p.newKey(client.CreateApiKeyCreateApiKeyCreateApiKeyPayload{ApiKey: k, PlaintextKey: plaintext}, k, plaintext, "Created"); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		ApiKey       map[string]any `json:"apiKey"`
+		PlaintextKey string         `json:"plaintextKey"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("not one JSON document: %v\n%s", err, out)
+	}
+	if doc.PlaintextKey != plaintext || doc.ApiKey["id"] != keyID || doc.ApiKey["displayPrefix"] != "btk_fc25ecba" ||
+		doc.ApiKey["rateLimitPerMinute"] != 60.0 || doc.ApiKey["lastUsedAt"] != "2026-11-21T22:07:00Z" {
+		t.Errorf("JSON does not use the schema's names and values:\n%s", out)
+	}
+	if strings.Contains(out.String(), "\x1b") {
+		t.Errorf("escape codes in JSON")
+	}
+}
+
+func TestRelativeTime(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{10 * time.Second, "just now"},
+		{-10 * time.Second, "in a few seconds"},
+		{time.Minute, "1 minute ago"},
+		{3*time.Minute + 30*time.Second, "3 minutes ago"},
+		{5 * time.Hour, "5 hours ago"},
+		{-89 * 24 * time.Hour, "in 2 months"},
+		{-24 * time.Hour, "in 1 day"},
+		{800 * 24 * time.Hour, "2 years ago"},
+	} {
+		if got := relativeTime(testNow, testNow.Add(-tc.d)); got != tc.want {
+			t.Errorf("relativeTime(now-%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+type revokeOptions struct {
+	f   *factory
+	key string
+	yes bool
+}
+
+func newRevokeCmd(f *factory) *cobra.Command {
+	opts := &revokeOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "revoke KEY",
+		Short: "Revoke an API key at once",
+		Long: `Revoke KEY (a key id or the name of an active key). Every later request with
+it is rejected. There is no undo: create a new key instead. Revoking works on
+every plan.
+
+On a terminal btk asks for confirmation; elsewhere --yes is required.`,
+		Example: `  btk revoke payments-backend
+  btk revoke 6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21 --yes
+  btk revoke leaked-key --yes -o json`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.key = args[0]
+			return runRevoke(cmd, opts)
+		},
+	}
+	cmd.Flags().BoolVarP(&opts.yes, "yes", "y", false, "do not ask for confirmation")
+	return cmd
+}
+
+func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
+	f := opts.f
+	if !opts.yes && !f.io.canPrompt() {
+		return usageErrorf("refusing to revoke without confirmation: pass --yes (there is no terminal to ask)")
+	}
+	p, err := f.printer(cmd)
+	if err != nil {
+		return err
+	}
+	c, err := f.client(cmd)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	k, err := client.ResolveKey(ctx, c, opts.key)
+	if err != nil {
+		return err
+	}
+	if !opts.yes {
+		answer, err := f.io.prompt(fmt.Sprintf("Revoke key %q (%s)? Requests with it will fail at once; this cannot be undone. [y/N] ", k.Name, keyDisplay(k)))
+		if err != nil {
+			return err
+		}
+		if a := strings.ToLower(answer); a != "y" && a != "yes" {
+			return fmt.Errorf("not confirmed: key %q was not revoked", k.Name)
+		}
+	}
+	resp, err := client.RevokeApiKey(ctx, c, k.Id)
+	if err != nil {
+		return err
+	}
+	revoked := resp.RevokeApiKey
+	p.Notice("Revoked key %q", revoked.Name)
+	return p.Object(revoked, p.apiKeyFields(revoked))
+}

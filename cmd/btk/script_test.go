@@ -1,0 +1,179 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// The scripts in testdata/script drive the real btk binary code (main) as
+// the command "btk", against a real `btk serve` started by the serve command.
+
+const (
+	scriptAdminEmail    = "admin@example.com"
+	scriptAdminPassword = "correct-horse-battery-staple"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){"btk": main})
+}
+
+func TestScript(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		RequireExplicitExec: true,
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("XDG_CONFIG_HOME", env.WorkDir+"/config")
+			env.Setenv("ADMIN_EMAIL", scriptAdminEmail)
+			env.Setenv("ADMIN_PASSWORD", scriptAdminPassword)
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"serve":    cmdServe,
+			"exitcode": cmdExitcode,
+			"apicall":  cmdAPICall,
+			"envset":   cmdEnvset,
+		},
+	})
+}
+
+// serve [flags]: start `btk serve` on a free port with a database in $WORK,
+// bootstrapped with $ADMIN_EMAIL and $ADMIN_PASSWORD, wait until /readyz
+// answers and set BTK_SERVER. The server is stopped with SIGINT at the end.
+func cmdServe(ts *testscript.TestScript, neg bool, args []string) {
+	if neg {
+		ts.Fatalf("unsupported: ! serve")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	addr := ln.Addr().String()
+	ln.Close()
+
+	bin, err := exec.LookPath("btk")
+	ts.Check(err)
+	logFile, err := os.Create(ts.MkAbs("serve.log"))
+	ts.Check(err)
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr, "--db", ts.MkAbs("btk.db")}, args...)...)
+	// A clean environment: no BTK_* setting of the developer's leaks in.
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + ts.Getenv("WORK"),
+		"TMPDIR=" + ts.Getenv("TMPDIR"),
+		"GOCOVERDIR=" + os.Getenv("GOCOVERDIR"),
+		"BTK_BOOTSTRAP_EMAIL=" + ts.Getenv("ADMIN_EMAIL"),
+		"BTK_BOOTSTRAP_PASSWORD=" + ts.Getenv("ADMIN_PASSWORD"),
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	ts.Check(cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logFile.Close() }()
+	ts.Defer(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	url := "http://" + addr
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(ts.MkAbs("serve.log"))
+			ts.Fatalf("btk serve exited: %v\n%s", err, b)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(ts.MkAbs("serve.log"))
+			ts.Fatalf("btk serve not ready at %s:\n%s", url, b)
+		}
+	}
+	ts.Setenv("BTK_SERVER", url)
+}
+
+// exitcode N prog [args...]: run prog like exec and check that it exits
+// with status N.
+func cmdExitcode(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exitcode N prog [args...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	got := 0
+	if err := ts.Exec(args[1], args[2:]...); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("%v", err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("%s exited with status %d, want %d", args[1], got, want)
+	}
+}
+
+// apicall KEYFILE: call the server as a backend would, with the API key in
+// KEYFILE as X-Api-Key, asking tenantInfo; stdout gets "HTTP <status>" and
+// the body.
+func cmdAPICall(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: apicall KEYFILE")
+	}
+	key := strings.TrimSpace(ts.ReadFile(args[0]))
+	req, err := http.NewRequest(http.MethodPost, ts.Getenv("BTK_SERVER")+"/graphql",
+		strings.NewReader(`{"query":"{ tenantInfo { id name } }"}`))
+	ts.Check(err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Api-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	ts.Check(err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	ts.Check(err)
+	fmt.Fprintf(ts.Stdout(), "HTTP %d\n%s\n", resp.StatusCode, body)
+}
+
+// envset NAME FILE [FIELD]: set NAME to the content of FILE (stdout, stderr
+// or a file) without surrounding blanks, or to the string at FIELD (a dotted
+// path such as apiKey.id) of the JSON object in FILE.
+func cmdEnvset(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: envset NAME FILE [FIELD]")
+	}
+	value := strings.TrimSpace(ts.ReadFile(args[1]))
+	if len(args) == 3 {
+		var v any
+		ts.Check(json.Unmarshal([]byte(value), &v))
+		for _, name := range strings.Split(args[2], ".") {
+			obj, _ := v.(map[string]any)
+			v = obj[name]
+		}
+		s, ok := v.(string)
+		if !ok {
+			ts.Fatalf("%s has no string field %q", args[1], args[2])
+		}
+		value = s
+	}
+	ts.Setenv(args[0], value)
+}

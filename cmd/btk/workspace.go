@@ -1,0 +1,16 @@
+package main
+
+import "github.com/spf13/cobra"
+
+func newWorkspaceCmd(f *factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "workspace",
+		Short: "Provision and configure workspaces (platform admin)",
+		Long: `Provision and configure workspaces. WORKSPACE arguments take an id or a name.
+Creating and listing workspaces and changing plans needs a platform admin;
+rate limits may also be set by the workspace's owner.`,
+		Args: noArgs,
+	}
+	cmd.AddCommand(newWorkspaceCreateCmd(f), newWorkspaceListCmd(f), newWorkspaceSetPlanCmd(f), newWorkspaceSetLimitsCmd(f))
+	return cmd
+}

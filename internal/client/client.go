@@ -1,0 +1,107 @@
+// Package client is the btk GraphQL client: genqlient operations generated
+// from schema.graphql (see *.graphql beside this file), an HTTP transport that
+// carries the caller's credentials, and errors typed by what went wrong so the
+// command line can map them to exit codes.
+package client
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/Khan/genqlient/graphql"
+)
+
+// Options configure a Client.
+type Options struct {
+	// Server is the base address of the btk server, for example
+	// http://127.0.0.1:8080; the GraphQL endpoint is Server + "/graphql".
+	Server string
+	// Token is a session token (sent as Authorization: Bearer) or a workspace
+	// API key (btk_..., sent as X-Api-Key). Empty sends no credential.
+	Token string
+	// UserAgent is sent as User-Agent, for example "btk/1.2.3".
+	UserAgent string
+	// HTTPClient is used for requests; nil means a client with a 30 s timeout.
+	// Its Transport is wrapped, not replaced.
+	HTTPClient *http.Client
+}
+
+// Client is a graphql.Client for one btk server. Every error it returns is
+// an *Error.
+type Client struct {
+	server string
+	http   *http.Client
+	gql    graphql.Client
+}
+
+// New returns a client for opts.Server.
+func New(opts Options) *Client {
+	base := opts.HTTPClient
+	if base == nil {
+		base = &http.Client{Timeout: 30 * time.Second}
+	}
+	hc := *base
+	hc.Transport = &Transport{
+		Token:     opts.Token,
+		UserAgent: opts.UserAgent,
+		Base:      base.Transport,
+	}
+	server := strings.TrimRight(opts.Server, "/")
+	return &Client{
+		server: server,
+		http:   &hc,
+		gql:    graphql.NewClient(server+"/graphql", &hc),
+	}
+}
+
+// WithElevation returns a copy of c that sends token as X-Elevation, as
+// rotateApiKey requires.
+func (c *Client) WithElevation(token string) *Client {
+	hc := *c.http
+	t := *hc.Transport.(*Transport)
+	t.Elevation = token
+	hc.Transport = &t
+	return &Client{server: c.server, http: &hc, gql: graphql.NewClient(c.server+"/graphql", &hc)}
+}
+
+// MakeRequest implements graphql.Client; a failure is returned as an *Error.
+func (c *Client) MakeRequest(ctx context.Context, req *graphql.Request, resp *graphql.Response) error {
+	return toError(c.gql.MakeRequest(ctx, req, resp), c.server)
+}
+
+// Transport adds btk's credentials and User-Agent to every request.
+type Transport struct {
+	Token     string // session token (Bearer) or API key (btk_..., X-Api-Key)
+	Elevation string // X-Elevation, when set
+	UserAgent string
+	Base      http.RoundTripper // nil means http.DefaultTransport
+}
+
+// IsAPIKey reports whether token is a workspace API key (btk_...) rather
+// than a session token.
+func IsAPIKey(token string) bool { return strings.HasPrefix(token, "btk_") }
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	switch {
+	case t.Token == "":
+	case IsAPIKey(t.Token):
+		r.Header.Set("X-Api-Key", t.Token)
+	default:
+		r.Header.Set("Authorization", "Bearer "+t.Token)
+	}
+	if t.Elevation != "" {
+		r.Header.Set("X-Elevation", t.Elevation)
+	}
+	if t.UserAgent != "" {
+		r.Header.Set("User-Agent", t.UserAgent)
+	}
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return base.RoundTrip(r)
+}

@@ -1,0 +1,188 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// serve answers every request with handler and returns a client for it.
+func serve(t *testing.T, token string, handler http.HandlerFunc) *Client {
+	t.Helper()
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	return New(Options{Server: srv.URL + "/", Token: token, UserAgent: "btk/test"})
+}
+
+func reply(status int, body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}
+}
+
+func TestTransportHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		token, elevation        string
+		bearer, apiKey, elevHdr string
+	}{
+		{"", "", "", "", ""},
+		{"jwt-token", "", "Bearer jwt-token", "", ""},
+		{"jwt-token", "elev", "Bearer jwt-token", "", "elev"},
+		{"btk_fc25ecba_secret", "", "", "btk_fc25ecba_secret", ""},
+	} {
+		var got http.Header
+		var path string
+		c := serve(t, tc.token, func(w http.ResponseWriter, r *http.Request) {
+			got, path = r.Header.Clone(), r.URL.Path
+			reply(200, `{"data":{"logout":true}}`)(w, r)
+		})
+		if tc.elevation != "" {
+			c = c.WithElevation(tc.elevation)
+		}
+		if _, err := Logout(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		if path != "/graphql" {
+			t.Errorf("path %q", path)
+		}
+		if got.Get("Authorization") != tc.bearer || got.Get("X-Api-Key") != tc.apiKey || got.Get("X-Elevation") != tc.elevHdr {
+			t.Errorf("token %q elevation %q: Authorization %q X-Api-Key %q X-Elevation %q", tc.token, tc.elevation,
+				got.Get("Authorization"), got.Get("X-Api-Key"), got.Get("X-Elevation"))
+		}
+		if got.Get("User-Agent") != "btk/test" || got.Get("Content-Type") != "application/json" {
+			t.Errorf("User-Agent %q Content-Type %q", got.Get("User-Agent"), got.Get("Content-Type"))
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		handler   http.HandlerFunc
+		code, msg string
+		status    int
+	}{
+		{"field error", reply(200, `{"errors":[{"message":"name is already used","path":["createApiKey"],"extensions":{"code":"NAME_TAKEN"}}],"data":null}`),
+			"NAME_TAKEN", "name is already used", 0},
+		{"revoked key", reply(401, `{"errors":[{"message":"API key is revoked or expired","extensions":{"code":"UNAUTHENTICATED"}}]}`),
+			"UNAUTHENTICATED", "API key is revoked or expired", 401},
+		{"401 without code", reply(401, `{"errors":[{"message":"invalid API key"}]}`), "UNAUTHENTICATED", "invalid API key", 401},
+		{"429", reply(429, `not json`), "RATE_LIMITED", "not json", 429},
+		{"500 empty", reply(500, ``), CodeBadResponse, "server answered HTTP 500", 500},
+		{"not graphql", reply(200, `<html>`), CodeBadResponse, "unexpected answer", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Logout(context.Background(), serve(t, "tok", tc.handler))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("not an *Error: %T %v", err, err)
+			}
+			if e.Code != tc.code || !strings.Contains(e.Message, tc.msg) || e.Status != tc.status {
+				t.Errorf("got code %q message %q status %d", e.Code, e.Message, e.Status)
+			}
+		})
+	}
+}
+
+func TestErrorUnreachable(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	_, err := Logout(context.Background(), New(Options{Server: srv.URL}))
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeUnreachable || !strings.Contains(e.Message, srv.URL) {
+		t.Errorf("got %#v", err)
+	}
+}
+
+// keysServer pages through keys two at a time, as the server's cursors do.
+func keysServer(t *testing.T, keys ...ApiKey) (*Client, *int) {
+	requests := 0
+	c := serve(t, "tok", func(w http.ResponseWriter, r *http.Request) {
+		requests++
+		var req struct {
+			OperationName string         `json:"operationName"`
+			Variables     map[string]any `json:"variables"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		var data any
+		switch req.OperationName {
+		case "GetApiKey":
+			var found *ApiKey
+			for _, k := range keys {
+				if k.Id == req.Variables["id"] {
+					found = &k
+				}
+			}
+			data = map[string]any{"apiKey": found}
+		case "ApiKeys":
+			start := 0
+			if after, ok := req.Variables["after"].(string); ok {
+				start = int(after[0] - '0')
+			}
+			end := min(start+2, len(keys))
+			var cursor *string
+			if end < len(keys) {
+				s := string(rune('0' + end))
+				cursor = &s
+			}
+			data = map[string]any{"apiKeys": map[string]any{
+				"nodes":    keys[start:end],
+				"pageInfo": map[string]any{"hasNextPage": cursor != nil, "endCursor": cursor},
+			}}
+		default:
+			t.Errorf("unexpected %s", req.OperationName)
+		}
+		json.NewEncoder(w).Encode(map[string]any{"data": data})
+	})
+	return c, &requests
+}
+
+func TestResolveKey(t *testing.T) {
+	const id1, id2, id3, id4, id5 = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222",
+		"33333333-3333-4333-8333-333333333333", "44444444-4444-4444-8444-444444444444", "55555555-5555-4555-8555-555555555555"
+	c, requests := keysServer(t,
+		ApiKey{Id: id1, Name: "a", Status: ApiKeyStatusActive, Scopes: []string{}},
+		ApiKey{Id: id2, Name: "b", Status: ApiKeyStatusExpired, Scopes: []string{}},
+		ApiKey{Id: id3, Name: "c", Status: ApiKeyStatusActive, Scopes: []string{}},
+		ApiKey{Id: id4, Name: "d", Status: ApiKeyStatusRevoked, Scopes: []string{}},
+		ApiKey{Id: id5, Name: "e", Status: ApiKeyStatusActive, Scopes: []string{}},
+	)
+	ctx := context.Background()
+	for ref, want := range map[string]string{"a": id1, "e": id5, id4: id4, id2: id2} {
+		k, err := ResolveKey(ctx, c, ref)
+		if err != nil || k.Id != want {
+			t.Errorf("ResolveKey(%q) = %q, %v; want %q", ref, k.Id, err, want)
+		}
+	}
+	if *requests != 3+3+1+1 {
+		t.Errorf("%d requests: a name must follow every page, an id needs one lookup", *requests)
+	}
+	for _, ref := range []string{"b", "d", "nope", "66666666-6666-4666-8666-666666666666"} {
+		_, err := ResolveKey(ctx, c, ref)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != "NOT_FOUND" {
+			t.Errorf("ResolveKey(%q): %v, want NOT_FOUND (only ids and active names resolve)", ref, err)
+		}
+	}
+}
+
+func TestIsID(t *testing.T) {
+	for s, want := range map[string]bool{
+		"6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21":  true,
+		"6F1C8F5E-2B0E-4D8A-9A51-0C9A7C3E4B21":  true,
+		"payments":                              false,
+		"6f1c8f5e2b0e4d8a9a510c9a7c3e4b21":      false,
+		"6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21x": false,
+	} {
+		if IsID(s) != want {
+			t.Errorf("IsID(%q) != %v", s, want)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/Khan/genqlient/graphql"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+)
+
+// Codes an *Error carries besides the server's extensions.code values
+// (UNAUTHENTICATED, FORBIDDEN, ELEVATION_REQUIRED, PLAN_UPGRADE_REQUIRED,
+// NAME_TAKEN, NOT_FOUND, KEY_REVOKED, BAD_USER_INPUT, RATE_LIMITED, INTERNAL).
+const (
+	// CodeUnreachable: no HTTP answer at all (connection refused, DNS, TLS, timeout).
+	CodeUnreachable = "UNREACHABLE"
+	// CodeBadResponse: the server answered something that is not GraphQL.
+	CodeBadResponse = "BAD_RESPONSE"
+)
+
+// Error is a failed call to the server.
+type Error struct {
+	// Code is the server's extensions.code, or one of CodeUnreachable and
+	// CodeBadResponse. A 401 without a code is UNAUTHENTICATED, a 429
+	// RATE_LIMITED.
+	Code string
+	// Message is fit to show to the user.
+	Message string
+	// Status is the HTTP status of a request-level failure, 0 otherwise.
+	Status int
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *Error) Error() string { return e.Message }
+func (e *Error) Unwrap() error { return e.Err }
+
+// toError turns whatever the GraphQL client returned into an *Error: a
+// GraphQL error list (field-level failure, HTTP 200), an HTTP error status
+// with a GraphQL-shaped body (request-level failure: 401, 429, ...), or a
+// transport failure (server unreachable). It is the only place that knows
+// these shapes.
+func toError(err error, server string) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	var httpErr *graphql.HTTPError
+	if errors.As(err, &httpErr) {
+		e = fromList(httpErr.Response.Errors)
+		e.Status = httpErr.StatusCode
+		e.Err = err
+		if e.Code == "" {
+			switch httpErr.StatusCode {
+			case http.StatusUnauthorized:
+				e.Code = "UNAUTHENTICATED"
+			case http.StatusTooManyRequests:
+				e.Code = "RATE_LIMITED"
+			default:
+				e.Code = CodeBadResponse
+			}
+		}
+		if e.Message == "" {
+			e.Message = fmt.Sprintf("server answered HTTP %d", httpErr.StatusCode)
+		}
+		return e
+	}
+	var list gqlerror.List
+	if errors.As(err, &list) {
+		e = fromList(list)
+		e.Err = err
+		return e
+	}
+	if errors.Is(err, context.Canceled) {
+		return &Error{Code: "CANCELED", Message: "interrupted", Err: err}
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		return &Error{Code: CodeUnreachable, Message: fmt.Sprintf("cannot reach the btk server at %s: %v", server, urlErr.Err), Err: err}
+	}
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) {
+		return &Error{Code: CodeBadResponse, Message: fmt.Sprintf("unexpected answer from %s: %v", server, err), Err: err}
+	}
+	return &Error{Message: err.Error(), Err: err}
+}
+
+// fromList takes the first error of a GraphQL error list; it is the one the
+// server means (btk answers one error per failed request or field).
+func fromList(list gqlerror.List) *Error {
+	if len(list) == 0 || list[0] == nil {
+		return &Error{}
+	}
+	e := &Error{Message: list[0].Message}
+	if code, ok := list[0].Extensions["code"].(string); ok {
+		e.Code = code
+	}
+	return e
+}
