@@ -212,6 +212,11 @@ func (s *Service) KeyAuditLog(ctx context.Context, a *Actor, f AuditFilter) ([]*
 	var entries []*AuditEntry
 	var next string
 	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		if f.WorkspaceID != a.WorkspaceID { // a platform admin's look elsewhere
+			if _, err := tx.Workspace(ctx, f.WorkspaceID); err != nil {
+				return err
+			}
+		}
 		entries, next, err = tx.AuditEntries(ctx, f)
 		return err
 	})
@@ -235,7 +240,11 @@ func (s *Service) AuditEvents(ctx context.Context, a *Actor, f AuditFilter) ([]*
 
 func (s *Service) authorizeAudit(a *Actor, f *AuditFilter) error {
 	// A platform admin reads any workspace's trail; others their own.
-	if !(a.IsUser() && a.PlatformAdmin && f.WorkspaceID != "") {
+	if a.IsUser() && a.PlatformAdmin && f.WorkspaceID != "" {
+		if uuid.Validate(f.WorkspaceID) != nil {
+			return ErrNotFound
+		}
+	} else {
 		if err := authorize(a, permManageKeys, f.WorkspaceID); err != nil {
 			return err
 		}

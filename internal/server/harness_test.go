@@ -260,3 +260,39 @@ func (e *env) logText() string {
 	defer e.logMu.Unlock()
 	return e.logs.String()
 }
+
+// probeStatus sends the workspace-identity probe with an API key and returns
+// the HTTP status: 200 while the key works, 401 once it is revoked.
+func (e *env) probeStatus(key string) int {
+	e.t.Helper()
+	return e.do(cred{Key: key}, probe, nil).Status
+}
+
+// allIDs follows every page of a connection field (500 at a time) and returns
+// the node ids in order. args, if any, ends with a comma:
+// e.allIDs(c, "apiKeys", "includeRevoked:true,").
+func (e *env) allIDs(c cred, field, args string) []string {
+	e.t.Helper()
+	q := `query($after:String){c:` + field + `(` + args + `first:500,after:$after){nodes{id} pageInfo{hasNextPage endCursor}}}`
+	var ids []string
+	var after any
+	for {
+		var out struct {
+			C struct {
+				Nodes    []struct{ ID string }
+				PageInfo struct {
+					HasNextPage bool
+					EndCursor   *string
+				}
+			}
+		}
+		e.must(c, q, map[string]any{"after": after}, &out)
+		for _, n := range out.C.Nodes {
+			ids = append(ids, n.ID)
+		}
+		if !out.C.PageInfo.HasNextPage {
+			return ids
+		}
+		after = *out.C.PageInfo.EndCursor
+	}
+}

@@ -3,10 +3,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -131,7 +133,9 @@ func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 func (h *Handler) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("X-Tenant-Id") // only the server sets it, from a key
-		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+		if !limitBody(w, r) {
+			return
+		}
 		ctx := r.Context()
 		var actor *btk.Actor
 		if auth := r.Header.Get("Authorization"); auth != "" {
@@ -178,6 +182,29 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		h.log.ErrorContext(r.Context(), "authentication failed", "err", err)
 		writeError(w, http.StatusInternalServerError, err)
 	}
+}
+
+// errBodyTooLarge is the request-level failure for a body over maxBodyBytes.
+var errBodyTooLarge = btk.Errorf(btk.CodeBadUserInput, "request body is larger than 1 MiB")
+
+// limitBody refuses a body over maxBodyBytes with 413 before anything reads
+// it. A body of unknown length (chunked) is read here, up to the limit.
+func limitBody(w http.ResponseWriter, r *http.Request) bool {
+	if r.ContentLength > maxBodyBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge)
+		return false
+	}
+	if r.ContentLength >= 0 {
+		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+		return true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil || len(body) > maxBodyBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge)
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return true
 }
 
 func bearer(auth string) (string, bool) {

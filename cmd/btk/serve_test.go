@@ -1,0 +1,368 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests run `btk serve` as a real process: the test binary re-executes
+// itself with BTK_TEST_SERVE_PROCESS=1, which makes TestServeProcess call run
+// with the arguments after "--" and exit, so no separate build is needed.
+
+const (
+	procEnv           = "BTK_TEST_SERVE_PROCESS"
+	procAdminEmail    = "admin@example.com"
+	procAdminPassword = "correct-horse-battery-staple"
+	procWait          = 60 * time.Second // bound on start and exit; never reached when all is well
+)
+
+// TestServeProcess is not a test: it is the body of the re-executed process.
+func TestServeProcess(t *testing.T) {
+	if os.Getenv(procEnv) != "1" {
+		t.Skip("the btk serve child process of TestServeKill* and TestServeGraceful*")
+	}
+	args := os.Args
+	for i, a := range args {
+		if a == "--" {
+			args = args[i+1:]
+			break
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// lockedBuffer collects a child's output.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// serveProcess is one running `btk serve`.
+type serveProcess struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	url    string
+	out    *lockedBuffer
+	exited chan struct{}
+	err    error // set when exited is closed
+}
+
+// startServe starts `btk serve` on db, with extra flags, and waits until
+// /readyz answers.
+func startServe(t *testing.T, db string, flags ...string) *serveProcess {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	p := &serveProcess{t: t, url: "http://" + addr, out: &lockedBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(os.Args[0], append([]string{"-test.run=^TestServeProcess$", "--", "serve", "--addr", addr, "--db", db}, flags...)...)
+	home := t.TempDir()
+	// A clean environment: no BTK_* setting of the developer's leaks in.
+	p.cmd.Env = []string{
+		procEnv + "=1",
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + home,
+		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"),
+		"TMPDIR=" + os.TempDir(),
+		"GOCOVERDIR=" + os.Getenv("GOCOVERDIR"),
+		"BTK_BOOTSTRAP_EMAIL=" + procAdminEmail,
+		"BTK_BOOTSTRAP_PASSWORD=" + procAdminPassword,
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+
+	// Poll /readyz, bounded; stop at once if the process dies.
+	deadline := time.After(procWait)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if res, err := http.Get(p.url + "/readyz"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("btk serve exited before it was ready: %v\n%s", p.err, p.out.String())
+		case <-deadline:
+			t.Fatalf("btk serve not ready after %v:\n%s", procWait, p.out.String())
+		case <-tick.C:
+		}
+	}
+}
+
+// kill ends the process with SIGKILL and waits for it to be gone.
+func (p *serveProcess) kill() {
+	p.t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil {
+		p.t.Fatal(err)
+	}
+	<-p.exited
+}
+
+// stop sends SIGTERM and returns the exit error (nil for status 0), failing
+// the test if the process does not exit within the bound.
+func (p *serveProcess) stop() error {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		p.t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(procWait):
+		p.t.Fatalf("btk serve did not exit within %v of SIGTERM:\n%s", procWait, p.out.String())
+		return nil
+	}
+}
+
+type procResponse struct {
+	status int
+	Data   json.RawMessage
+	Errors []struct {
+		Message    string
+		Extensions struct{ Code string }
+	}
+}
+
+// gql posts a GraphQL request; bearer or key may be "".
+func (p *serveProcess) gql(bearer, key, query string, vars map[string]any) procResponse {
+	p.t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, _ := http.NewRequest(http.MethodPost, p.url+"/graphql", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	if key != "" {
+		req.Header.Set("X-Api-Key", key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatalf("POST /graphql: %v\n%s", err, p.out.String())
+	}
+	defer res.Body.Close()
+	out := procResponse{status: res.StatusCode}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		p.t.Fatalf("response (HTTP %d) is not JSON: %v", res.StatusCode, err)
+	}
+	return out
+}
+
+// must runs a request that must succeed and decodes its data into v.
+func (p *serveProcess) must(bearer, query string, vars map[string]any, v any) {
+	p.t.Helper()
+	r := p.gql(bearer, "", query, vars)
+	if r.status != http.StatusOK || len(r.Errors) > 0 {
+		p.t.Fatalf("%s: HTTP %d %+v", query, r.status, r.Errors)
+	}
+	if err := json.Unmarshal(r.Data, v); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *serveProcess) login() string {
+	p.t.Helper()
+	var out struct{ Login struct{ AccessToken string } }
+	p.must("", `mutation($e:String!,$p:String!){login(email:$e,password:$p){accessToken}}`,
+		map[string]any{"e": procAdminEmail, "p": procAdminPassword}, &out)
+	return out.Login.AccessToken
+}
+
+type procKey struct{ ID, Plaintext string }
+
+func (p *serveProcess) createKey(token, name string) procKey {
+	p.t.Helper()
+	var out struct {
+		CreateApiKey struct {
+			PlaintextKey string
+			ApiKey       struct{ ID string }
+		}
+	}
+	p.must(token, `mutation($n:String!){createApiKey(input:{name:$n}){plaintextKey apiKey{id}}}`, map[string]any{"n": name}, &out)
+	return procKey{ID: out.CreateApiKey.ApiKey.ID, Plaintext: out.CreateApiKey.PlaintextKey}
+}
+
+// probe calls tenantInfo with a key and returns the HTTP status and the first error message.
+func (p *serveProcess) probe(key string) (int, string) {
+	p.t.Helper()
+	r := p.gql("", key, `{tenantInfo{id name}}`, nil)
+	if len(r.Errors) > 0 {
+		return r.status, r.Errors[0].Message
+	}
+	return r.status, ""
+}
+
+// SPEC §3 and DESIGN §7 (synchronous=FULL): a revoke and a create that
+// answered survive a SIGKILL right after, with their audit rows.
+func TestServeKillAfterRevokeAndCreate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve processes")
+	}
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "btk.db")
+	p := startServe(t, db, "--log-level", "debug")
+	first := p
+	token := p.login()
+	a := p.createKey(token, "a")
+	b := p.createKey(token, "b")
+	p.must(token, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": a.ID}, &struct{}{})
+	c := p.createKey(token, "c")
+	p.kill() // SIGKILL right after the last answer
+
+	p = startServe(t, db, "--log-level", "debug", "--log-format", "json")
+	if s, msg := p.probe(a.Plaintext); s != http.StatusUnauthorized || msg != "API key is revoked or expired" {
+		t.Errorf("revoked key A after the crash: HTTP %d %q", s, msg)
+	}
+	for _, k := range []procKey{b, c} {
+		if s, msg := p.probe(k.Plaintext); s != http.StatusOK {
+			t.Errorf("key %s after the crash: HTTP %d %q", k.ID, s, msg)
+		}
+	}
+	// The session survives the restart (the signing secret is in the database).
+	if r := p.gql(token, "", `{me{email}}`, nil); r.status != http.StatusOK || len(r.Errors) > 0 {
+		t.Errorf("session token after the restart: HTTP %d %+v", r.status, r.Errors)
+		token = p.login()
+	}
+
+	var keys struct {
+		ApiKeys struct {
+			Nodes []struct{ ID, Name, Status string }
+		}
+	}
+	p.must(token, `{apiKeys(includeRevoked:true){nodes{id name status}}}`, nil, &keys)
+	got := map[string]string{}
+	for _, n := range keys.ApiKeys.Nodes {
+		got[n.ID] = n.Name + ":" + n.Status
+	}
+	want := map[string]string{a.ID: "a:REVOKED", b.ID: "b:ACTIVE", c.ID: "c:ACTIVE"}
+	if len(got) != len(want) {
+		t.Errorf("keys after the crash: %v, want %v", got, want)
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("key %s after the crash: %q, want %q", id, got[id], w)
+		}
+	}
+
+	var audit struct {
+		ApiKeyAuditLog struct {
+			Nodes []struct{ Action, ApiKeyId string }
+		}
+		AuditEvents struct {
+			Nodes []struct{ Action, TargetId string }
+		}
+	}
+	p.must(token, `{apiKeyAuditLog{nodes{action apiKeyId}} auditEvents{nodes{action targetId}}}`, nil, &audit)
+	var keyRows, eventRows []string
+	for i := len(audit.ApiKeyAuditLog.Nodes) - 1; i >= 0; i-- { // oldest first
+		n := audit.ApiKeyAuditLog.Nodes[i]
+		keyRows = append(keyRows, n.Action+" "+n.ApiKeyId)
+	}
+	for i := len(audit.AuditEvents.Nodes) - 1; i >= 0; i-- {
+		n := audit.AuditEvents.Nodes[i]
+		eventRows = append(eventRows, n.Action+" "+n.TargetId)
+	}
+	wantKeyRows := []string{"CREATED " + a.ID, "CREATED " + b.ID, "REVOKED " + a.ID, "CREATED " + c.ID}
+	wantEventRows := []string{"api_key.created " + a.ID, "api_key.created " + b.ID, "api_key.revoked " + a.ID, "api_key.created " + c.ID}
+	if strings.Join(keyRows, ",") != strings.Join(wantKeyRows, ",") {
+		t.Errorf("key audit after the crash (oldest first):\n%v\nwant\n%v", keyRows, wantKeyRows)
+	}
+	if strings.Join(eventRows, ",") != strings.Join(wantEventRows, ",") {
+		t.Errorf("audit events after the crash (oldest first):\n%v\nwant\n%v", eventRows, wantEventRows)
+	}
+
+	// Neither process wrote a key, the password or a token to its output,
+	// debug access log included.
+	for i, out := range []string{first.out.String(), p.out.String()} {
+		if !strings.Contains(out, "/graphql") {
+			t.Errorf("process %d logged no request at debug level:\n%s", i+1, out)
+		}
+		for name, secret := range map[string]string{
+			"key A": a.Plaintext, "key B": b.Plaintext, "key C": c.Plaintext,
+			"password": procAdminPassword, "session token": token,
+		} {
+			if strings.Contains(out, secret) {
+				t.Errorf("the output of process %d contains %s", i+1, name)
+			}
+		}
+	}
+}
+
+// DESIGN §6: on SIGTERM, btk serve drains, flushes last_used_at and exits 0.
+func TestServeGracefulShutdownFlushesLastUsed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve processes")
+	}
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "btk.db")
+	p := startServe(t, db)
+	token := p.login()
+	k := p.createKey(token, "used-before-shutdown")
+	if s, msg := p.probe(k.Plaintext); s != http.StatusOK {
+		t.Fatalf("probe: HTTP %d %q", s, msg)
+	}
+	if err := p.stop(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("btk serve exited with status %d after SIGTERM, want 0:\n%s", ee.ExitCode(), p.out.String())
+		}
+		t.Fatal(err)
+	}
+
+	p = startServe(t, db)
+	var out struct {
+		ApiKey *struct{ LastUsedAt *time.Time }
+	}
+	p.must(p.login(), `query($id:ID!){apiKey(id:$id){lastUsedAt}}`, map[string]any{"id": k.ID}, &out)
+	if out.ApiKey == nil || out.ApiKey.LastUsedAt == nil {
+		t.Fatalf("lastUsedAt after a graceful restart: %+v; the final flush is missing", out.ApiKey)
+	}
+}
