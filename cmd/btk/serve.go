@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -20,7 +21,9 @@ import (
 	"github.com/spf13/viper"
 )
 
-// serveConfig is everything `btk serve` reads from flags, BTK_* env or the config file.
+// serveConfig is everything `btk serve` reads from flags, BTK_* env or the
+// config file (--config; its keys are the flag names, plus secret,
+// bootstrap-email and bootstrap-password).
 type serveConfig struct {
 	Addr              string
 	DB                string
@@ -46,6 +49,13 @@ requests and flushing last_used_at.`,
   BTK_DB=/var/lib/btk/btk.db btk serve --addr 0.0.0.0:8080 --log-format json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := configPath(cmd, os.Getenv)
+			if err != nil {
+				return err
+			}
+			if err := readConfig(v, path); err != nil {
+				return err
+			}
 			cfg := serveConfig{
 				Addr: v.GetString("addr"), DB: v.GetString("db"), Secret: v.GetString("secret"),
 				RatePerMinute: v.GetInt("rate-per-minute"), RatePerDay: v.GetInt("rate-per-day"),

@@ -366,3 +366,29 @@ func TestServeGracefulShutdownFlushesLastUsed(t *testing.T) {
 		t.Fatalf("lastUsedAt after a graceful restart: %+v; the final flush is missing", out.ApiKey)
 	}
 }
+
+// btk serve reads its settings from the config file too; a flag beats it.
+func TestServeConfigFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve processes")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "serve.yaml")
+	if err := os.WriteFile(cfg, []byte("log-format: json\nrate-per-minute: 1000\nrate-per-day: 5000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startServe(t, filepath.Join(dir, "btk.db"), "--config", cfg, "--rate-per-minute", "2")
+	k := p.createKey(p.login(), "limited")
+	var got []int
+	for range 3 {
+		s, _ := p.probe(k.Plaintext)
+		got = append(got, s)
+	}
+	if got[0] != http.StatusOK || got[1] != http.StatusOK || got[2] != http.StatusTooManyRequests {
+		t.Errorf("statuses %v: want 200 200 429 (the flag's 2/min beats the file's 1000)", got)
+	}
+	if !strings.Contains(p.out.String(), `"msg":"btk serve listening"`) {
+		t.Errorf("log-format from the config file not applied:\n%s", p.out.String())
+	}
+}
