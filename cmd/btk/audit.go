@@ -82,6 +82,10 @@ func runAudit(cmd *cobra.Command, opts *auditOptions) error {
 	if opts.key != "" {
 		id := opts.key
 		if !client.IsID(id) {
+			if opts.workspace != "" {
+				// Names resolve in the caller's own workspace only.
+				return usageErrorf("--key takes a key id, not a name, together with --workspace")
+			}
 			k, err := client.ResolveKey(ctx, c, id)
 			if err != nil {
 				return err

@@ -47,6 +47,11 @@ is, for use as BTK_TOKEN in a script.`,
 			if err := f.saveSession(server, resp.Impersonate.AccessToken); err != nil {
 				return err
 			}
+			// The saved session it replaces is no longer known to the CLI:
+			// end it rather than leave a live token behind for 12 hours.
+			if _, err := client.Logout(cmd.Context(), c); err != nil {
+				p.Notice("could not end the previous session: %v", err)
+			}
 			return p.session(resp.Impersonate, server, f.cfgPath)
 		},
 	}

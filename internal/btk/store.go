@@ -59,6 +59,9 @@ type Tx interface {
 	Session(ctx context.Context, id string) (*Session, error)
 	CreateSession(ctx context.Context, s *Session) error
 	RevokeSession(ctx context.Context, id string, at time.Time) error
+	// RevokeMemberSessions ends the account's sessions in the workspace,
+	// except impersonation sessions (which do not rest on a membership).
+	RevokeMemberSessions(ctx context.Context, workspaceID, accountID string, at time.Time) error
 
 	APIKey(ctx context.Context, id string) (*APIKey, error)
 	// APIKeyByHash finds a key by the SHA-256 of its plaintext, in any state.

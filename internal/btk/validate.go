@@ -29,12 +29,22 @@ func cleanName(what, name string, max int) (string, error) {
 	if !utf8.ValidString(name) || n == 0 || n > max {
 		return "", badInput("%s must be 1-%d characters", what, max)
 	}
-	for _, r := range name {
-		if unicode.IsControl(r) {
-			return "", badInput("%s must not contain control characters", what)
-		}
+	if hasHiddenRunes(name) {
+		return "", badInput("%s must not contain control or formatting characters", what)
 	}
 	return name, nil
+}
+
+// hasHiddenRunes reports control characters and invisible formatting ones
+// (bidi overrides, zero-width characters) that could disguise a name in a
+// list or a confirmation prompt.
+func hasHiddenRunes(s string) bool {
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkLimits validates optional per-minute and per-day limits.
@@ -102,7 +112,7 @@ func validScope(s string) bool {
 func cleanEmail(email string) (string, error) {
 	email = strings.TrimSpace(email)
 	addr, err := mail.ParseAddress(email)
-	if err != nil || addr.Address != email || len(email) > maxEmailLen {
+	if err != nil || addr.Address != email || len(email) > maxEmailLen || hasHiddenRunes(email) {
 		return "", badInput("email must be a plain address like name@example.com")
 	}
 	return strings.ToLower(email), nil

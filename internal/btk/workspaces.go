@@ -197,6 +197,11 @@ func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, acco
 			return err
 		}
 		if role == "" {
+			// End its sessions there too, so that a later membership does
+			// not bring an old (possibly stolen) token back to life.
+			if err := tx.RevokeMemberSessions(ctx, workspaceID, accountID, s.now()); err != nil {
+				return err
+			}
 			return tx.DeleteMembership(ctx, workspaceID, accountID)
 		}
 		return tx.SetMembership(ctx, Membership{WorkspaceID: workspaceID, AccountID: accountID, Role: role})

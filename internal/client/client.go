@@ -43,6 +43,9 @@ func New(opts Options) *Client {
 		base = &http.Client{Timeout: 30 * time.Second}
 	}
 	hc := *base
+	// The transport adds credentials to every request it sends, so a
+	// redirect (perhaps to another host) must not be followed.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	hc.Transport = &Transport{
 		Token:     opts.Token,
 		UserAgent: opts.UserAgent,

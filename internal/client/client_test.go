@@ -186,3 +186,23 @@ func TestIsID(t *testing.T) {
 		}
 	}
 }
+
+// Credentials are added to every request the transport sends, so a redirect
+// must never be followed: it would carry the token to wherever it points.
+func TestRedirectNotFollowed(t *testing.T) {
+	var leaked bool
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked = r.Header.Get("Authorization") != "" || r.Header.Get("X-Elevation") != ""
+		reply(200, `{"data":{"logout":true}}`)(w, r)
+	}))
+	t.Cleanup(elsewhere.Close)
+	c := serve(t, "jwt-token", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.URL+"/graphql", http.StatusTemporaryRedirect)
+	}).WithElevation("elev")
+	if _, err := Logout(context.Background(), c); err == nil {
+		t.Error("a redirect answered like success")
+	}
+	if leaked {
+		t.Fatal("credentials were sent to the redirect target")
+	}
+}

@@ -347,7 +347,7 @@ func TestErrorsOfSpec(t *testing.T) {
 	})
 	t.Run("bad input", func(t *testing.T) {
 		for _, in := range []string{
-			`{name:""}`, `{name:"   "}`, `{name:"` + strings.Repeat("x", 65) + `"}`, `{name:"a\u0007b"}`,
+			`{name:""}`, `{name:"   "}`, `{name:"` + strings.Repeat("x", 65) + `"}`, `{name:"a\u0007b"}`, `{name:"evil\u202egpj.exe"}`, `{name:"zero\u200bwidth"}`,
 			`{name:"x",rateLimitPerMinute:0}`, `{name:"x",rateLimitPerDay:100000001}`, `{name:"x",rateLimitPerMinute:10,rateLimitPerDay:5}`,
 			`{name:"x",expiresAt:"2000-01-01T00:00:00Z"}`, `{name:"x",scopes:["UPPER"]}`,
 		} {

@@ -679,4 +679,9 @@ func checkMembershipEscalation(t *testing.T, m *matrix) {
 	if r := e.do(m.users[cMember], probe, nil); r.Status != http.StatusUnauthorized {
 		t.Fatalf("removed member's session: HTTP %d %+v", r.Status, r.Errors)
 	}
+	// Adding the account back does not revive the old (perhaps stolen) token.
+	e.must(m.users[cOwner], set, map[string]any{"ws": m.wsA, "a": m.ids[cMember], "r": "MEMBER"}, &struct{}{})
+	if r := e.do(m.users[cMember], probe, nil); r.Status != http.StatusUnauthorized {
+		t.Fatalf("a removed member's old session works again after re-adding: HTTP %d %+v", r.Status, r.Errors)
+	}
 }

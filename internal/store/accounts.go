@@ -224,3 +224,14 @@ func (t *tx) RevokeSession(ctx context.Context, id string, at time.Time) error {
 		`UPDATE sessions SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`, n, id)
 	return err
 }
+
+func (t *tx) RevokeMemberSessions(ctx context.Context, workspaceID, accountID string, at time.Time) error {
+	n, err := unixNano(at)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(ctx, "revoke member sessions", false,
+		`UPDATE sessions SET revoked_at = ? WHERE workspace_id = ? AND account_id = ? AND impersonating = 0 AND revoked_at IS NULL`,
+		n, workspaceID, accountID)
+	return err
+}

@@ -40,6 +40,8 @@ type DB struct {
 	// database/sql keeps one compiled statement per connection.
 	byHashR, byHashW *sql.Stmt
 	usage            *sql.Stmt
+	// lock keeps other processes off the database (see lockFile).
+	lock *os.File
 }
 
 // pragmas apply to every pooled connection (the driver runs them at connect).
@@ -68,17 +70,23 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	f.Close()
+	lock, err := lockFile(path)
+	if err != nil {
+		return nil, err
+	}
 	w, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	db := &DB{w: w}
+	db := &DB{w: w, lock: lock}
 	if err := migrate(ctx, w); err != nil {
 		w.Close()
+		lock.Close()
 		return nil, err
 	}
 
@@ -86,6 +94,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	r, err := sql.Open("sqlite", dsn(path, true))
 	if err != nil {
 		w.Close()
+		lock.Close()
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	r.SetMaxOpenConns(n)
@@ -266,6 +275,10 @@ func (db *DB) Close() error {
 		errs = append(errs, db.r.Close())
 	}
 	errs = append(errs, db.w.Close())
+	if db.lock != nil {
+		errs = append(errs, db.lock.Close())
+		db.lock = nil
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}

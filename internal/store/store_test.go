@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store"
 )
 
 var ctx = context.Background()
@@ -224,4 +225,22 @@ func TestConcurrentReadsAndWrites(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// A second server on the same database would not see the first one's
+// revocations in its key cache: Open refuses while another holds it.
+func TestOpenRefusesADatabaseInUse(t *testing.T) {
+	db, path := newDB(t)
+	if second, err := store.Open(context.Background(), path); err == nil {
+		second.Close()
+		t.Fatal("a second Open of a database in use succeeded")
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := store.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	again.Close()
 }

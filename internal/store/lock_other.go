@@ -1,0 +1,9 @@
+//go:build !unix
+
+package store
+
+import "os"
+
+// lockFile is a no-op where flock is not available: run one btk serve per
+// database there.
+func lockFile(path string) (*os.File, error) { return nil, nil }
