@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -88,6 +89,11 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return err
 	}
 	start := time.Now()
+	if os.Getenv("GOGC") == "" {
+		// Measured (bench/README.md): a fourfold GC target cuts the CPU of an
+		// authenticated request by about a fifth for some 16 MiB more heap.
+		debug.SetGCPercent(400)
+	}
 	db, err := store.Open(ctx, cfg.DB)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)

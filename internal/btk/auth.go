@@ -2,6 +2,7 @@ package btk
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"time"
 
@@ -26,7 +27,8 @@ func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor
 	if !WellFormedKey(plaintext) { // also refuses bpk_ keys
 		return nil, none, ErrInvalidKey
 	}
-	hash := HashKey(plaintext)
+	var buf [KeyLen]byte // hashed from the stack: HashKey's conversion allocates
+	hash := sha256.Sum256(append(buf[:0], plaintext...))
 	k, w, gen := s.cache.get(hash)
 	if k == nil || w == nil {
 		var err error
@@ -39,13 +41,14 @@ func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor
 	if k.Status(now) != KeyActive {
 		return nil, none, ErrKeyRevokedOrExpired
 	}
+	// The limiter also records the accepted request's time, which FlushUsage
+	// writes as last_used_at: no other bookkeeping, and no lock shared by
+	// all keys, on the request path. k.ID is the same string on every
+	// request of the key while it is cached, which the limiter keeps.
 	d := s.limiter.Allow(k.ID, s.EffectiveLimits(k, w), now, k.DayState)
 	if !d.Allowed {
 		return nil, d, ErrRateLimited
 	}
-	s.usageMu.Lock()
-	s.used[k.ID] = now
-	s.usageMu.Unlock()
 	return &Actor{WorkspaceID: k.WorkspaceID, KeyID: k.ID}, d, nil
 }
 
@@ -72,40 +75,40 @@ func (s *Service) loadKey(ctx context.Context, hash [32]byte, k *APIKey) (*APIKe
 // collected since the last flush in one batch, and lets the limiter forget
 // keys that are idle. The server calls it about once a second and at shutdown.
 func (s *Service) FlushUsage(ctx context.Context) error {
-	s.usageMu.Lock()
-	used := s.used
-	s.used = make(map[string]time.Time, len(used))
-	s.usageMu.Unlock()
-
-	byKey := make(map[string]*KeyUsage, len(used))
-	for id, t := range used {
-		byKey[id] = &KeyUsage{KeyID: id, LastUsedAt: t}
-	}
-	for _, st := range s.limiter.Dirty() {
-		u := byKey[st.Key]
-		if u == nil {
-			u = &KeyUsage{KeyID: st.Key}
-			byKey[st.Key] = u
-		}
-		u.DayState = st.DayState
-	}
+	states := s.limiter.Dirty()
 	s.limiter.Sweep(s.now())
-	if len(byKey) == 0 {
+	s.passwords.sweep(s.now())
+	if len(states) == 0 {
 		return nil
 	}
-	batch := make([]KeyUsage, 0, len(byKey))
-	for _, u := range byKey {
-		batch = append(batch, *u)
+	// A key appears more than once only when it was forgotten (revoked) or
+	// restored after a failed flush and used again: the later state wins.
+	byKey := make(map[string]int, len(states))
+	merged := states[:0]
+	for _, st := range states {
+		i, ok := byKey[st.Key]
+		if !ok {
+			byKey[st.Key] = len(merged)
+			merged = append(merged, st)
+			continue
+		}
+		merged[i].DayState = st.DayState
+		merged[i].LastAllowed = max(merged[i].LastAllowed, st.LastAllowed)
+	}
+	batch := make([]KeyUsage, 0, len(merged))
+	for _, st := range merged {
+		// A day state changes without an accepted request only when the
+		// limiter caps a window after the clock stepped back; persisting it
+		// is not needed (the stored state is capped the same way when read).
+		if st.LastAllowed != 0 {
+			batch = append(batch, KeyUsage{KeyID: st.Key, LastUsedAt: time.Unix(0, st.LastAllowed).UTC(), DayState: st.DayState})
+		}
+	}
+	if len(batch) == 0 {
+		return nil
 	}
 	if err := s.store.RecordUsage(ctx, batch); err != nil {
-		// Keep the times for the next flush rather than lose them.
-		s.usageMu.Lock()
-		for id, t := range used {
-			if cur, ok := s.used[id]; !ok || cur.Before(t) {
-				s.used[id] = t
-			}
-		}
-		s.usageMu.Unlock()
+		s.limiter.Restore(merged) // for the next flush rather than lose them
 		return err
 	}
 	return nil
@@ -197,14 +200,17 @@ func (s *Service) Login(ctx context.Context, email, password, workspaceID string
 	// The password is checked outside any transaction (argon2id is slow on
 	// purpose) and before any other failure is told, so nothing is learnt
 	// about an account without its password.
-	if acct == nil {
-		CheckPassword(dummyPasswordHash, password) // same cost as a wrong password
-		if err == nil || errors.Is(err, ErrNotFound) {
-			err = ErrBadCredentials
-		}
+	hash := dummyPasswordHash() // an unknown email costs what a wrong password does
+	if acct != nil {
+		hash = acct.PasswordHash
+	} else if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	if !CheckPassword(acct.PasswordHash, password) {
+	ok, gateErr := s.passwords.check(ctx, s.now(), email, clientIPFrom(ctx), hash, password)
+	if gateErr != nil {
+		return nil, gateErr
+	}
+	if acct == nil || !ok {
 		return nil, ErrBadCredentials
 	}
 	if errors.Is(err, ErrNotFound) {
@@ -265,7 +271,11 @@ func (s *Service) Elevate(ctx context.Context, a *Actor, password string) (strin
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	if !CheckPassword(acct.PasswordHash, password) {
+	ok, err := s.passwords.check(ctx, s.now(), acct.ID, a.IP, acct.PasswordHash, password)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	if !ok {
 		return "", time.Time{}, ErrWrongPassword
 	}
 	token, exp := s.tokens.ElevationToken(a.AccountID, a.SessionID)

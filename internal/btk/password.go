@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"sync"
 
 	"golang.org/x/crypto/argon2"
 )
@@ -54,5 +55,6 @@ func CheckPassword(hash, password string) bool {
 }
 
 // dummyPasswordHash is checked against when an email is unknown, so a failed
-// login costs the same whether or not the account exists.
-var dummyPasswordHash = HashPassword("btk-no-such-account")
+// login costs the same whether or not the account exists. It is made on first
+// use: client commands in the same binary never need it.
+var dummyPasswordHash = sync.OnceValue(func() string { return HashPassword("btk-no-such-account") })

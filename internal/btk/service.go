@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/btk-project/btk/internal/ratelimit"
@@ -39,10 +38,9 @@ type Service struct {
 	now     Clock
 	cfg     Config
 	cache   *keyCache
-	limiter *ratelimit.Limiter
-
-	usageMu sync.Mutex
-	used    map[string]time.Time // key id → last accepted request, since the last flush
+	limiter *ratelimit.Limiter // also collects last_used_at (FlushUsage)
+	// passwords throttles and bounds password checks (login, elevate).
+	passwords *passwordGate
 }
 
 const secretSetting = "jwt_secret"
@@ -75,13 +73,13 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 		return nil, errors.New("the server secret must be at least 32 bytes")
 	}
 	return &Service{
-		store:   store,
-		tokens:  NewTokens(secret, cfg.Now),
-		now:     cfg.Now,
-		cfg:     cfg,
-		cache:   newKeyCache(cfg.KeyCacheSize),
-		limiter: ratelimit.New(),
-		used:    make(map[string]time.Time),
+		store:     store,
+		tokens:    NewTokens(secret, cfg.Now),
+		now:       cfg.Now,
+		cfg:       cfg,
+		cache:     newKeyCache(cfg.KeyCacheSize),
+		limiter:   ratelimit.New(),
+		passwords: newPasswordGate(),
 	}, nil
 }
 
@@ -139,7 +137,15 @@ func (s *Service) Bootstrap(ctx context.Context, email, password string) (Bootst
 	if err := checkPassword(password); err != nil {
 		return res, err
 	}
-	hash := HashPassword(password)
+	var empty bool
+	if err := s.store.Read(ctx, func(tx Tx) (err error) {
+		empty, err = tx.Empty(ctx)
+		return err
+	}); err != nil || !empty {
+		res.Password = ""
+		return res, err
+	}
+	hash := HashPassword(password) // only now: argon2id is slow on purpose
 	err = s.store.Write(ctx, func(tx Tx) error {
 		empty, err := tx.Empty(ctx)
 		if err != nil || !empty {

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"hash/maphash"
 	"math/bits"
-	"strings"
 	"sync"
 	"time"
 )
@@ -48,6 +47,11 @@ type Decision struct {
 type State struct {
 	Key      string
 	DayState int64
+	// LastAllowed is the time (unix nanoseconds) of the latest request
+	// accepted since the state was last returned, 0 if none was. Callers use
+	// it as the key's last use, so they need no bookkeeping of their own on
+	// the request path.
+	LastAllowed int64
 }
 
 // Limiter holds the per-key state. The zero value is not usable; use New.
@@ -58,15 +62,17 @@ type Limiter struct {
 }
 
 type shard struct {
-	mu    sync.Mutex
-	keys  map[string]*entry
-	dirty []string // keys whose entry.dirty went false→true since the last Dirty
-	_     [128 - 40]byte
+	mu      sync.Mutex
+	keys    map[string]*entry
+	dirty   []string // keys whose entry.dirty went false→true since the last Dirty
+	orphans []State  // unreported changes of forgotten keys, and restored states
+	_       [128 - 64]byte
 }
 
 type entry struct {
 	min, day window
-	dirty    bool // day state changed since the last Dirty
+	dirty    bool  // day state changed since the last Dirty
+	allowed  int64 // latest accepted request since the last Dirty (unix ns), 0 if none
 }
 
 // window is one GCRA state. The theoretical arrival time is
@@ -103,7 +109,10 @@ func clampLimit(n int) int64 {
 }
 
 // Allow decides one request of key at now and, if it is accepted, records it
-// in both windows; a rejected request changes neither. dayState is the
+// in both windows; a rejected request changes neither. The limiter keeps key
+// itself (no copy), so pass a string that does not pin a larger buffer; a
+// caller passing the same string on every call also saves comparing its
+// bytes on each lookup. dayState is the
 // persisted per-day state of the key (0 if none); it is used only when the
 // limiter holds no state for the key (first use, after a restart, after Sweep
 // or Forget).
@@ -119,7 +128,7 @@ func (l *Limiter) Allow(key string, lim Limits, now time.Time, dayState int64) D
 		if dayState != 0 {
 			e.day.tat = dayState
 		}
-		s.keys[strings.Clone(key)] = e
+		s.keys[key] = e // kept, not copied: see Allow
 	}
 	e.min.prepare(t, minutePeriod, lm)
 	dayChanged := e.day.prepare(t, dayPeriod, ld)
@@ -135,6 +144,7 @@ func (l *Limiter) Allow(key string, lim Limits, now time.Time, dayState int64) D
 		e.min.tat, e.min.frac = mt, mf
 		e.day.tat, e.day.frac = dt, df
 		dayChanged = true
+		e.allowed = max(e.allowed, t)
 	} else {
 		// Each rejecting window accepts from t + (next - period) on, rounded
 		// up to a whole nanosecond; the other window accepts already.
@@ -163,20 +173,26 @@ func (l *Limiter) Allow(key string, lim Limits, now time.Time, dayState int64) D
 }
 
 // Dirty returns the per-day state of every key whose day state changed since
-// the previous call, each key once, in no particular order (nil if none). The
-// caller persists it and passes it back as Allow's dayState when the limiter
-// has no state for the key (e.g. after a restart).
+// the previous call, in no particular order (nil if none), with the time of
+// its latest request accepted since then (every accepted request changes the
+// day state). The caller persists it and passes DayState back as Allow's
+// dayState when the limiter has no state for the key (e.g. after a restart).
+// Each key is returned once, except a key forgotten (or restored) and used
+// again since the previous call: its older state comes first.
 func (l *Limiter) Dirty() []State {
 	var out []State
 	for i := range l.shards {
 		s := &l.shards[i]
 		s.mu.Lock()
+		out = append(out, s.orphans...)
+		s.orphans = nil
 		for _, k := range s.dirty {
 			// A key may be listed twice if it was forgotten and came back;
 			// the dirty flag makes it reported once.
 			if e := s.keys[k]; e != nil && e.dirty {
 				e.dirty = false
-				out = append(out, State{Key: k, DayState: e.day.persisted()})
+				out = append(out, State{Key: k, DayState: e.day.persisted(), LastAllowed: e.allowed})
+				e.allowed = 0
 			}
 		}
 		if cap(s.dirty) > 4096 {
@@ -213,13 +229,31 @@ func (l *Limiter) Sweep(now time.Time) int {
 	return n
 }
 
-// Forget drops the state of key (e.g. after its revocation), including any
-// change Dirty has not returned yet.
+// Forget drops the state of key (e.g. after its revocation): its next Allow
+// starts from the dayState passed in. A change Dirty has not returned yet is
+// still returned by the next Dirty, so that the key's last use is persisted.
 func (l *Limiter) Forget(key string) {
 	s := l.shard(key)
 	s.mu.Lock()
-	delete(s.keys, key)
+	if e := s.keys[key]; e != nil {
+		if e.dirty {
+			s.orphans = append(s.orphans, State{Key: key, DayState: e.day.persisted(), LastAllowed: e.allowed})
+		}
+		delete(s.keys, key)
+	}
 	s.mu.Unlock()
+}
+
+// Restore hands back states that Dirty returned but the caller could not
+// persist: the next Dirty returns them again. A key with newer changes is
+// then returned twice, the older state first.
+func (l *Limiter) Restore(states []State) {
+	for _, st := range states {
+		s := l.shard(st.Key)
+		s.mu.Lock()
+		s.orphans = append(s.orphans, st)
+		s.mu.Unlock()
+	}
 }
 
 // Len returns how many keys the limiter holds state for.

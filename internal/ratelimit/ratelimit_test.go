@@ -418,15 +418,30 @@ func TestDirty(t *testing.T) {
 		t.Fatalf("after a rejection: %v", st)
 	}
 
-	// Forgotten keys are not reported; one that comes back is, once.
+	// A forgotten key's unreported change is still reported, once; one that
+	// comes back is reported again with its new state, after the old one.
 	l.Allow("d", lim, t0, 0)
 	l.Allow("e", lim, t0, 0)
 	l.Forget("d")
 	l.Forget("e")
 	l.Allow("e", lim, t0, 0)
 	l.Allow("e", lim, t0, 0)
-	if got := keys(l.Dirty()); !slices.Equal(got, []string{"e"}) {
+	st = l.Dirty()
+	if got := keys(st); !slices.Equal(got, []string{"d", "e", "e"}) {
 		t.Fatalf("dirty %v", got)
+	}
+	var eStates []int64
+	for _, s := range st {
+		if s.Key == "e" {
+			eStates = append(eStates, s.DayState)
+		}
+	}
+	if want := []int64{t0.Add(step).UnixNano(), t0.Add(2 * step).UnixNano()}; !slices.Equal(eStates, want) {
+		t.Fatalf("e: day states %v, want %v (the forgotten one first)", eStates, want)
+	}
+	l.Forget("d") // nothing pending: nothing reported
+	if st := l.Dirty(); st != nil {
+		t.Fatalf("after forgetting a clean key: %v", st)
 	}
 
 	// Many keys across all shards, each reported once.

@@ -17,10 +17,9 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
-	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/executor"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/ratelimit"
 	"github.com/btk-project/btk/internal/server/graph"
@@ -28,8 +27,15 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
-// maxBodyBytes bounds a GraphQL request body.
-const maxBodyBytes = 1 << 20
+// Request bounds.
+const (
+	// maxBodyBytes bounds a GraphQL request body.
+	maxBodyBytes = 1 << 20
+	// maxComplexity bounds an operation's cost (one per field by default).
+	maxComplexity = 500
+	// parserTokenLimit bounds the size of a GraphQL document.
+	parserTokenLimit = 2000
+)
 
 // Handler serves POST /graphql, GET /healthz and GET /readyz.
 type Handler struct {
@@ -45,18 +51,27 @@ type Handler struct {
 func New(svc *btk.Service, store btk.Store, log *slog.Logger) *Handler {
 	h := &Handler{svc: svc, store: store, log: log, mux: http.NewServeMux()}
 
-	gql := handler.New(graph.NewExecutableSchema(graph.Config{Resolvers: &Resolver{svc: svc}}))
-	gql.AddTransport(transport.POST{})
+	cfg := graph.Config{Resolvers: &Resolver{svc: svc}}
+	// A password check (argon2id) is the costliest thing a request can ask
+	// for: at most one per operation, however many aliases it uses.
+	cfg.Complexity.Mutation.Login = func(int, string, string, *string) int { return maxComplexity }
+	cfg.Complexity.Mutation.Elevate = func(int, string) int { return maxComplexity }
+	exec := executor.New(graph.NewExecutableSchema(cfg))
+	// Validation cost grows fast with the size of a document: bound it before
+	// anything else looks at the query (the largest client operation uses a
+	// few hundred tokens).
+	exec.SetParserTokenLimit(parserTokenLimit)
 	// Parsing and validating a query costs as much as the rest of a request:
 	// cache the parsed documents.
-	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
-	gql.Use(extension.Introspection{})
-	gql.Use(extension.FixedComplexityLimit(500))
-	gql.SetErrorPresenter(h.presentError)
-	gql.SetRecoverFunc(func(ctx context.Context, p any) error {
+	exec.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	exec.Use(extension.Introspection{})
+	exec.Use(newComplexityLimit(maxComplexity))
+	exec.SetErrorPresenter(h.presentError)
+	exec.SetRecoverFunc(func(ctx context.Context, p any) error {
 		h.log.ErrorContext(ctx, "panic in resolver", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		return errors.New("panic in resolver")
 	})
+	gql := &graphqlHandler{exec: exec}
 	h.graphql = gql
 
 	h.mux.Handle("POST /graphql", h.authenticate(gql))
@@ -115,10 +130,6 @@ func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 		if gerr.Extensions["code"] == nil {
 			gerr.Extensions = map[string]any{"code": string(btk.CodeBadUserInput)}
 		}
-		if len(gerr.Path) == 0 && len(gerr.Locations) == 0 {
-			// Transport errors quote the request body, which may hold a password.
-			gerr.Message = "the request body must be a JSON object with a query string"
-		}
 		return gerr
 	}
 	h.log.ErrorContext(ctx, "internal error", "err", err, "path", gerr.Path.String())
@@ -130,7 +141,7 @@ func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 // authenticate resolves the request's credential into the context's actor:
 // a bearer token alone decides when present; otherwise X-Api-Key. Invalid
 // credentials end the request with 401; over-limit keys with 429.
-func (h *Handler) authenticate(next http.Handler) http.Handler {
+func (h *Handler) authenticate(next *graphqlHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("X-Tenant-Id") // only the server sets it, from a key
 		if !limitBody(w, r) {
@@ -163,11 +174,14 @@ func (h *Handler) authenticate(next http.Handler) http.Handler {
 			r.Header.Set("X-Tenant-Id", a.WorkspaceID)
 			actor = a
 		} else {
-			next.ServeHTTP(w, r) // anonymous: only public operations will answer
+			// Anonymous: only public operations answer; login throttles by address.
+			next.serve(w, r, btk.WithClientIP(ctx, clientIP(r)))
 			return
 		}
 		actor.IP, actor.UserAgent = clientIP(r), r.UserAgent()
-		next.ServeHTTP(w, r.WithContext(btk.WithActor(ctx, actor)))
+		// The context goes to the GraphQL handler directly: r.WithContext
+		// would copy the request.
+		next.serve(w, r, btk.WithActor(ctx, actor))
 	})
 }
 
@@ -228,12 +242,35 @@ func equalFoldASCII(a, b string) bool {
 	return true
 }
 
+// setRateLimitHeaders sets RateLimit-Limit, -Remaining and -Reset (and
+// Retry-After on a refusal) with two allocations: the values share one
+// string and one slice, and the keys are stored in their canonical form
+// (what Header.Set would store, without canonicalising on every request).
 func setRateLimitHeaders(h http.Header, d ratelimit.Decision) {
-	h.Set("RateLimit-Limit", strconv.Itoa(d.Limit))
-	h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
-	h.Set("RateLimit-Reset", strconv.Itoa(ceilSeconds(d.Reset)))
+	var buf [4 * 20]byte
+	var end [4]int
+	b := strconv.AppendInt(buf[:0], int64(d.Limit), 10)
+	end[0] = len(b)
+	b = strconv.AppendInt(b, int64(d.Remaining), 10)
+	end[1] = len(b)
+	b = strconv.AppendInt(b, int64(ceilSeconds(d.Reset)), 10)
+	end[2] = len(b)
+	n := 3
 	if !d.Allowed {
-		h.Set("Retry-After", strconv.Itoa(max(1, ceilSeconds(d.RetryAfter))))
+		b = strconv.AppendInt(b, int64(max(1, ceilSeconds(d.RetryAfter))), 10)
+		end[3] = len(b)
+		n = 4
+	}
+	s := string(b)
+	vals := make([]string, n)
+	for i, start := 0, 0; i < n; i++ {
+		vals[i], start = s[start:end[i]], end[i]
+	}
+	h["Ratelimit-Limit"] = vals[0:1:1]
+	h["Ratelimit-Remaining"] = vals[1:2:2]
+	h["Ratelimit-Reset"] = vals[2:3:3]
+	if n == 4 {
+		h["Retry-After"] = vals[3:4:4]
 	}
 }
 

@@ -1,0 +1,81 @@
+package btk
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/ratelimit"
+)
+
+// usageStore records RecordUsage batches and fails while fail is set; the
+// other methods are not used by FlushUsage.
+type usageStore struct {
+	Store
+	fail    bool
+	batches [][]KeyUsage
+}
+
+func (s *usageStore) RecordUsage(_ context.Context, u []KeyUsage) error {
+	if s.fail {
+		return errors.New("disk full")
+	}
+	s.batches = append(s.batches, append([]KeyUsage(nil), u...))
+	return nil
+}
+
+// FlushUsage writes each used key's latest accepted request, keeps what a
+// failed write did not store for the next flush, still writes the last use of
+// a key forgotten (revoked) since, and writes nothing for refusals.
+func TestFlushUsage(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now := t0
+	st := &usageStore{}
+	s, err := NewService(context.Background(), st, []byte(strings.Repeat("s", 32)), Config{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := ratelimit.Limits{PerMinute: 2, PerDay: 100}
+	allow := func(key string, at time.Duration) bool { return s.limiter.Allow(key, lim, t0.Add(at), 0).Allowed }
+	usedAt := func(b []KeyUsage) map[string]time.Time {
+		m := map[string]time.Time{}
+		for _, u := range b {
+			if u.DayState == 0 {
+				t.Errorf("%s: no day state", u.KeyID)
+			}
+			m[u.KeyID] = u.LastUsedAt
+		}
+		return m
+	}
+
+	allow("a", 0)
+	allow("a", time.Second)
+	allow("a", 2*time.Second) // refused: 2 per minute
+	allow("b", 3*time.Second)
+	st.fail = true
+	if err := s.FlushUsage(ctx); err == nil {
+		t.Fatal("FlushUsage hid the store's error")
+	}
+	st.fail = false
+	allow("b", 4*time.Second)
+	s.forgetKey(&APIKey{ID: "b", Hash: make([]byte, 32)}) // as a revocation does
+	if err := s.FlushUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.batches) != 1 {
+		t.Fatalf("%d batches", len(st.batches))
+	}
+	got := usedAt(st.batches[0])
+	if len(got) != 2 || !got["a"].Equal(t0.Add(time.Second)) || !got["b"].Equal(t0.Add(4*time.Second)) {
+		t.Fatalf("batch %v", got)
+	}
+
+	// Refusals only: nothing to write.
+	allow("a", 5*time.Second)
+	if err := s.FlushUsage(ctx); err != nil || len(st.batches) != 1 {
+		t.Fatalf("after refusals only: %v, %d batches", err, len(st.batches))
+	}
+}
