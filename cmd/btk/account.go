@@ -47,11 +47,7 @@ with 'btk member set'.`,
 
 func runAccountCreate(cmd *cobra.Command, opts *accountCreateOptions) error {
 	f := opts.f
-	p, err := f.printer(cmd)
-	if err != nil {
-		return err
-	}
-	c, err := f.client(cmd)
+	p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}

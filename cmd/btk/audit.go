@@ -63,11 +63,7 @@ func runAudit(cmd *cobra.Command, opts *auditOptions) error {
 		}
 		filter.Since = &t
 	}
-	p, err := f.printer(cmd)
-	if err != nil {
-		return err
-	}
-	c, err := f.client(cmd)
+	p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}

@@ -54,11 +54,7 @@ func runCreate(cmd *cobra.Command, opts *createOptions) error {
 	if err != nil {
 		return err
 	}
-	p, err := f.printer(cmd)
-	if err != nil {
-		return err
-	}
-	c, err := f.client(cmd)
+	p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}

@@ -27,11 +27,7 @@ one password entry. 'btk rotate' can also ask for the password itself.`,
   btk rotate billing -o plain > billing.key`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := f.printer(cmd)
-			if err != nil {
-				return err
-			}
-			c, err := f.client(cmd)
+			p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}

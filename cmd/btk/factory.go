@@ -69,6 +69,19 @@ func (f *factory) printer(cmd *cobra.Command) (*printer, error) {
 
 // client returns a client authenticated with the configured token; without
 // one it fails before any request.
+// connect returns the printer and the client most commands start with.
+func (f *factory) connect(cmd *cobra.Command) (*printer, *client.Client, error) {
+	p, err := f.printer(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := f.client(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
+}
+
 func (f *factory) client(cmd *cobra.Command) (*client.Client, error) {
 	server, err := f.server(cmd)
 	if err != nil {

@@ -21,11 +21,7 @@ is, for use as BTK_TOKEN in a script.`,
   BTK_TOKEN=$(btk impersonate Acme -o json | jq -r .accessToken) btk revoke-all --yes`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := f.printer(cmd)
-			if err != nil {
-				return err
-			}
-			c, err := f.client(cmd)
+			p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}

@@ -20,11 +20,7 @@ func newLogoutCmd(f *factory) *cobra.Command {
 }
 
 func runLogout(cmd *cobra.Command, f *factory) error {
-	p, err := f.printer(cmd)
-	if err != nil {
-		return err
-	}
-	c, err := f.client(cmd)
+	p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}

@@ -34,11 +34,7 @@ workspace.`,
 			if err != nil {
 				return err
 			}
-			p, err := f.printer(cmd)
-			if err != nil {
-				return err
-			}
-			c, err := f.client(cmd)
+			p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}

@@ -43,11 +43,7 @@ func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
 	if !opts.yes && !f.io.canPrompt() {
 		return usageErrorf("refusing to revoke without confirmation: pass --yes (there is no terminal to ask)")
 	}
-	p, err := f.printer(cmd)
-	if err != nil {
-		return err
-	}
-	c, err := f.client(cmd)
+	p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}

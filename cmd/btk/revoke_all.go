@@ -39,11 +39,7 @@ func runRevokeAll(cmd *cobra.Command, opts *revokeAllOptions) error {
 	if !opts.yes && !f.io.canPrompt() {
 		return usageErrorf("refusing to revoke every key without confirmation: pass --yes (there is no terminal to ask)")
 	}
-	p, err := f.printer(cmd)
-	if err != nil {
-		return err
-	}
-	c, err := f.client(cmd)
+	p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}

@@ -23,11 +23,7 @@ keys identify a workspace, never a user.`,
 }
 
 func runWhoami(cmd *cobra.Command, f *factory) error {
-	p, err := f.printer(cmd)
-	if err != nil {
-		return err
-	}
-	c, err := f.client(cmd)
+	p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}

@@ -18,11 +18,7 @@ func newWorkspaceCreateCmd(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := f.printer(cmd)
-			if err != nil {
-				return err
-			}
-			c, err := f.client(cmd)
+			p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}

@@ -13,11 +13,7 @@ func newWorkspaceListCmd(f *factory) *cobra.Command {
 		Aliases: []string{"ls"},
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := f.printer(cmd)
-			if err != nil {
-				return err
-			}
-			c, err := f.client(cmd)
+			p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}

@@ -19,11 +19,7 @@ the server is configured otherwise). Platform admin or the workspace's owner.`,
   btk workspace set-limits Acme    # both back to the server defaults`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := f.printer(cmd)
-			if err != nil {
-				return err
-			}
-			c, err := f.client(cmd)
+			p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}

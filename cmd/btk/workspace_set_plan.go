@@ -20,11 +20,7 @@ rotated; keys already issued keep working and can still be revoked.`,
 			if err != nil {
 				return err
 			}
-			p, err := f.printer(cmd)
-			if err != nil {
-				return err
-			}
-			c, err := f.client(cmd)
+			p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}
