@@ -66,8 +66,6 @@ type Tx interface {
 	APIKey(ctx context.Context, id string) (*APIKey, error)
 	// APIKeyByHash finds a key by the SHA-256 of its plaintext, in any state.
 	APIKeyByHash(ctx context.Context, hash []byte) (*APIKey, error)
-	// ActiveAPIKeyByName finds the workspace's non-revoked key of that name.
-	ActiveAPIKeyByName(ctx context.Context, workspaceID, name string) (*APIKey, error)
 	// APIKeys pages through a workspace's keys, newest first, and returns the
 	// cursor of the last key when more follow ("" otherwise).
 	APIKeys(ctx context.Context, f KeyFilter) (keys []*APIKey, next string, err error)

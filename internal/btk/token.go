@@ -1,7 +1,6 @@
 package btk
 
 import (
-	"errors"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -114,5 +113,3 @@ func (t *Tokens) CheckElevation(token, accountID, sessionID string) bool {
 	}
 	return c.Subject == accountID && c.SessionID == sessionID
 }
-
-var errNoSecret = errors.New("btk: server secret must be at least 32 bytes")

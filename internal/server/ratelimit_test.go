@@ -366,19 +366,6 @@ func TestRateLimitPrecedence(t *testing.T) {
 	}
 }
 
-// keyLastUsed reads a key's lastUsedAt through the API.
-func keyLastUsed(e *env, c cred, id string) *time.Time {
-	e.t.Helper()
-	var out struct {
-		ApiKey *struct{ LastUsedAt *time.Time }
-	}
-	e.must(c, `query($id:ID!){apiKey(id:$id){lastUsedAt}}`, map[string]any{"id": id}, &out)
-	if out.ApiKey == nil {
-		e.t.Fatalf("key %s not found", id)
-	}
-	return out.ApiKey.LastUsedAt
-}
-
 // restart closes the server and the database after flushing usage, as `btk
 // serve` does at shutdown, and opens a new service and server on the same
 // database file with the same clock.
@@ -459,7 +446,7 @@ func TestRateLimitDayCountsSurviveRestart(t *testing.T) {
 	}
 	// Refused requests, before and after the restart, did not move lastUsedAt.
 	e.flush()
-	if got := keyLastUsed(e, owner, day.ID); got == nil || !got.Equal(e.clock.Now()) {
+	if got := e.lastUsedAt(owner, day.ID); got == nil || !got.Equal(e.clock.Now()) {
 		t.Fatalf("lastUsedAt %v, want %v", got, e.clock.Now())
 	}
 }
@@ -476,7 +463,7 @@ func TestRateLimitRefusalsLeaveLastUsedAt(t *testing.T) {
 		t.Fatalf("%d accepted, want 3", ok)
 	}
 	e.flush()
-	if got := keyLastUsed(e, owner, k.ID); got == nil || !got.Equal(t0) {
+	if got := e.lastUsedAt(owner, k.ID); got == nil || !got.Equal(t0) {
 		t.Fatalf("lastUsedAt %v after the burst, want %v", got, t0)
 	}
 	e.clock.Advance(5 * time.Second) // still exhausted: one request every 20 s
@@ -489,7 +476,7 @@ func TestRateLimitRefusalsLeaveLastUsedAt(t *testing.T) {
 		t.Fatalf("revoked key: HTTP %d", r.Status)
 	}
 	e.flush()
-	if got := keyLastUsed(e, owner, k.ID); got == nil || !got.Equal(t0) {
+	if got := e.lastUsedAt(owner, k.ID); got == nil || !got.Equal(t0) {
 		t.Fatalf("lastUsedAt %v after refused requests, want %v", got, t0)
 	}
 }

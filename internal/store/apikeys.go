@@ -65,12 +65,6 @@ func (db *DB) APIKeyByHash(ctx context.Context, hash []byte) (*btk.APIKey, error
 	return k, mapErr("api key by hash", err)
 }
 
-func (t *tx) ActiveAPIKeyByName(ctx context.Context, workspaceID, name string) (*btk.APIKey, error) {
-	k, _, err := scanKey(t.tx.QueryRowContext(ctx,
-		selectKey+` WHERE workspace_id = ? AND name = ? AND revoked_at IS NULL`, workspaceID, name))
-	return k, mapErr("active api key by name", err)
-}
-
 func (t *tx) APIKeys(ctx context.Context, f btk.KeyFilter) ([]*btk.APIKey, string, error) {
 	q := selectKey + ` WHERE workspace_id = ?`
 	if !f.IncludeRevoked {
