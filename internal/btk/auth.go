@@ -171,30 +171,32 @@ type SessionInfo struct {
 	Account   *Account
 	Role      Role
 	Workspace *Workspace // nil for a session without a workspace
+	// SessionID names the session (for its audit event).
+	SessionID string
+	// Memberships are the account's memberships (login only).
+	Memberships []MembershipInfo
 }
 
 // Login checks an email and password and opens a session. With no
 // workspaceID and exactly one membership, that workspace is chosen.
 func (s *Service) Login(ctx context.Context, email, password, workspaceID string) (*SessionInfo, error) {
+	return s.LoginTo(ctx, email, password, workspaceID, "")
+}
+
+// LoginTo is Login into the workspace named by id or, when id is "", by
+// name among the account's memberships. An account with several
+// memberships that names none gets a *WorkspaceChoiceError listing them.
+// The session.login event is written in the session's transaction; a
+// failed login writes nothing.
+func (s *Service) LoginTo(ctx context.Context, email, password, workspaceID, workspaceName string) (*SessionInfo, error) {
 	var acct *Account
-	var role Role
+	var ms []MembershipInfo
 	err := s.store.Read(ctx, func(tx Tx) error {
 		var err error
 		if acct, err = tx.AccountByEmail(ctx, email); err != nil {
 			return err
 		}
-		if workspaceID != "" {
-			role, err = tx.Role(ctx, workspaceID, acct.ID)
-			return err
-		}
-		ms, err := tx.Memberships(ctx, acct.ID)
-		switch {
-		case err != nil:
-		case len(ms) == 1:
-			workspaceID, role = ms[0].WorkspaceID, ms[0].Role
-		case len(ms) > 1:
-			err = badInput("the account belongs to %d workspaces; choose one with workspaceId", len(ms))
-		}
+		ms, err = memberships(ctx, tx, acct.ID)
 		return err
 	})
 	// The password is checked outside any transaction (argon2id is slow on
@@ -213,6 +215,10 @@ func (s *Service) Login(ctx context.Context, email, password, workspaceID string
 	if acct == nil || !ok {
 		return nil, ErrBadCredentials
 	}
+	if err != nil {
+		return nil, err
+	}
+	m, err := chooseWorkspace(ms, workspaceID, workspaceName)
 	if errors.Is(err, ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "no membership in that workspace")
 	}
@@ -221,10 +227,18 @@ func (s *Service) Login(ctx context.Context, email, password, workspaceID string
 	}
 	var info *SessionInfo
 	err = s.store.Write(ctx, func(tx Tx) (err error) {
-		info, err = s.openSession(ctx, tx, acct, workspaceID, role, false)
-		return err
+		if info, err = s.openSession(ctx, tx, acct, m.WorkspaceID, m.Role, false); err != nil {
+			return err
+		}
+		a := &Actor{AccountID: acct.ID, Email: acct.Email, IP: clientIPFrom(ctx)}
+		return s.recordEvent(ctx, tx, a, m.WorkspaceID, EventSessionLogin, targetSession, info.SessionID,
+			requestMeta(a, map[string]any{"role": string(m.Role)}))
 	})
-	return info, err
+	if err != nil {
+		return nil, err
+	}
+	info.Memberships = ms
+	return info, nil
 }
 
 func (s *Service) openSession(ctx context.Context, tx Tx, acct *Account, workspaceID string, role Role, impersonating bool) (*SessionInfo, error) {
@@ -243,7 +257,7 @@ func (s *Service) openSession(ctx context.Context, tx Tx, acct *Account, workspa
 	if err := tx.CreateSession(ctx, sess); err != nil {
 		return nil, err
 	}
-	info.Token = s.tokens.SessionToken(sess)
+	info.Token, info.SessionID = s.tokens.SessionToken(sess), sess.ID
 	return info, nil
 }
 
@@ -276,8 +290,16 @@ func (s *Service) Elevate(ctx context.Context, a *Actor, password string) (strin
 		return "", time.Time{}, err
 	}
 	if !ok {
-		return "", time.Time{}, ErrWrongPassword
+		return "", time.Time{}, ErrWrongPassword // a refused elevation writes nothing
 	}
 	token, exp := s.tokens.ElevationToken(a.AccountID, a.SessionID)
+	// The token is handed out only once its event is committed.
+	err = s.store.Write(ctx, func(tx Tx) error {
+		return s.recordEvent(ctx, tx, a, a.WorkspaceID, EventSessionElevated, targetSession, a.SessionID,
+			requestMeta(a, map[string]any{"expiresAt": exp}))
+	})
+	if err != nil {
+		return "", time.Time{}, err
+	}
 	return token, exp, nil
 }

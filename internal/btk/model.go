@@ -169,9 +169,11 @@ type AuditEntry struct {
 	ActorID        string
 	ActorEmail     string
 	ImpersonatorID string
-	IP             string
-	UserAgent      string
-	CreatedAt      time.Time
+	// ImpersonatorEmail is not stored: the service fills it in when reading.
+	ImpersonatorEmail string
+	IP                string
+	UserAgent         string
+	CreatedAt         time.Time
 }
 
 // AuditEvent is one row of audit_events, shown on the workspace Audit Log page.
@@ -182,10 +184,12 @@ type AuditEvent struct {
 	ActorID        string
 	ActorEmail     string
 	ImpersonatorID string
-	TargetType     string
-	TargetID       string
-	Metadata       string // a JSON object
-	CreatedAt      time.Time
+	// ImpersonatorEmail is not stored: the service fills it in when reading.
+	ImpersonatorEmail string
+	TargetType        string
+	TargetID          string
+	Metadata          string // a JSON object
+	CreatedAt         time.Time
 }
 
 // Page asks for at most First items after the opaque cursor After.
@@ -214,6 +218,16 @@ type AuditFilter struct {
 	Action      AuditAction // key audit only
 	Since       *time.Time  // inclusive
 	Until       *time.Time  // exclusive
+	// APIKeyIDs (key audit only), when set, replaces APIKeyID: the entries
+	// about any of these keys (a key's rotation chain).
+	APIKeyIDs []string
+	// ActorEmail matches the actor's email case-insensitively.
+	ActorEmail string
+	// EventAction selects one audit_events action (events only).
+	EventAction string
+	// NoWorkspace selects the events that belong to no workspace (events
+	// only; WorkspaceID is then ignored).
+	NoWorkspace bool
 	Page
 }
 

@@ -86,6 +86,14 @@ type Tx interface {
 	AuditEntries(ctx context.Context, f AuditFilter) (entries []*AuditEntry, next string, err error)
 	// AuditEvents pages through audit_events, newest first.
 	AuditEvents(ctx context.Context, f AuditFilter) (events []*AuditEvent, next string, err error)
+
+	// AddAuditEvent writes one audit_events row (DESIGN §13: sessions,
+	// memberships, plans, limits, accounts), in the change's transaction.
+	AddAuditEvent(ctx context.Context, ev *AuditEvent) error
+	// Accounts returns every account, oldest first.
+	Accounts(ctx context.Context) ([]*Account, error)
+	// WorkspaceMembers returns the workspace's memberships, oldest first.
+	WorkspaceMembers(ctx context.Context, workspaceID string) ([]Membership, error)
 }
 
 // ErrPrefixTaken is returned by CreateWorkspace when the 8-character prefix

@@ -97,7 +97,11 @@ func (s *Service) SetWorkspacePlan(ctx context.Context, a *Actor, workspaceID st
 	if !plan.Valid() {
 		return nil, badInput("unknown plan %q", plan)
 	}
-	return s.updateWorkspace(ctx, workspaceID, func(w *Workspace) { w.Plan = plan })
+	return s.updateWorkspace(ctx, a, workspaceID, EventWorkspacePlanChanged, func(w *Workspace) map[string]any {
+		old := w.Plan
+		w.Plan = plan
+		return map[string]any{"plan": string(plan), "previousPlan": string(old)}
+	})
 }
 
 // SetWorkspaceRateLimits sets a workspace's default limits (nil restores the
@@ -109,12 +113,19 @@ func (s *Service) SetWorkspaceRateLimits(ctx context.Context, a *Actor, workspac
 	if err := checkLimits(perMinute, perDay); err != nil {
 		return nil, err
 	}
-	return s.updateWorkspace(ctx, workspaceID, func(w *Workspace) {
+	return s.updateWorkspace(ctx, a, workspaceID, EventWorkspaceLimitsChanged, func(w *Workspace) map[string]any {
+		meta := map[string]any{
+			"perMinute": perMinute, "perDay": perDay,
+			"previousPerMinute": w.RateLimitPerMinute, "previousPerDay": w.RateLimitPerDay,
+		}
 		w.RateLimitPerMinute, w.RateLimitPerDay = perMinute, perDay
+		return meta
 	})
 }
 
-func (s *Service) updateWorkspace(ctx context.Context, id string, change func(*Workspace)) (*Workspace, error) {
+// updateWorkspace applies change and writes its audit event (action, with
+// the metadata change returns) in one transaction.
+func (s *Service) updateWorkspace(ctx context.Context, a *Actor, id, action string, change func(*Workspace) map[string]any) (*Workspace, error) {
 	if uuid.Validate(id) != nil {
 		return nil, ErrNotFound
 	}
@@ -123,8 +134,11 @@ func (s *Service) updateWorkspace(ctx context.Context, id string, change func(*W
 		if w, err = tx.Workspace(ctx, id); err != nil {
 			return err
 		}
-		change(w)
-		return tx.UpdateWorkspace(ctx, w)
+		meta := change(w)
+		if err := tx.UpdateWorkspace(ctx, w); err != nil {
+			return err
+		}
+		return s.recordEvent(ctx, tx, a, id, action, targetWorkspace, id, requestMeta(a, meta))
 	})
 	if err != nil {
 		return nil, err
@@ -146,7 +160,14 @@ func (s *Service) CreateAccount(ctx context.Context, a *Actor, email, password s
 		return nil, err
 	}
 	acct := &Account{ID: uuid.NewString(), Email: email, PasswordHash: HashPassword(password), PlatformAdmin: platformAdmin, CreatedAt: s.now()}
-	err = s.store.Write(ctx, func(tx Tx) error { return tx.CreateAccount(ctx, acct) })
+	err = s.store.Write(ctx, func(tx Tx) error {
+		if err := tx.CreateAccount(ctx, acct); err != nil {
+			return err
+		}
+		// An account belongs to no workspace: a server-wide event.
+		return s.recordEvent(ctx, tx, a, "", EventAccountCreated, targetAccount, acct.ID,
+			requestMeta(a, map[string]any{"email": acct.Email, "platformAdmin": acct.PlatformAdmin}))
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -171,8 +192,14 @@ func (s *Service) Impersonate(ctx context.Context, a *Actor, workspaceID string)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
-		info, err = s.openSession(ctx, tx, acct, workspaceID, role, true)
-		return err
+		if info, err = s.openSession(ctx, tx, acct, workspaceID, role, true); err != nil {
+			return err
+		}
+		// Attributed to the admin, who is also the impersonator from now on.
+		imp := *a
+		imp.Impersonating = true
+		return s.recordEvent(ctx, tx, &imp, workspaceID, EventSessionImpersonated, targetSession, info.SessionID,
+			requestMeta(a, map[string]any{"workspaceName": info.Workspace.Name}))
 	})
 	return info, err
 }
@@ -193,7 +220,12 @@ func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, acco
 		if _, err := tx.Workspace(ctx, workspaceID); err != nil {
 			return err
 		}
-		if _, err := tx.Account(ctx, accountID); err != nil {
+		member, err := tx.Account(ctx, accountID)
+		if err != nil {
+			return err
+		}
+		previous, err := tx.Role(ctx, workspaceID, accountID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
 		if role == "" {
@@ -202,9 +234,21 @@ func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, acco
 			if err := tx.RevokeMemberSessions(ctx, workspaceID, accountID, s.now()); err != nil {
 				return err
 			}
-			return tx.DeleteMembership(ctx, workspaceID, accountID)
+			err = tx.DeleteMembership(ctx, workspaceID, accountID)
+		} else {
+			err = tx.SetMembership(ctx, Membership{WorkspaceID: workspaceID, AccountID: accountID, Role: role})
 		}
-		return tx.SetMembership(ctx, Membership{WorkspaceID: workspaceID, AccountID: accountID, Role: role})
+		if err != nil {
+			return err
+		}
+		meta := map[string]any{"accountId": accountID, "email": member.Email, "role": nil, "previousRole": nil}
+		if role != "" {
+			meta["role"] = string(role)
+		}
+		if previous != "" {
+			meta["previousRole"] = string(previous)
+		}
+		return s.recordEvent(ctx, tx, a, workspaceID, EventMembershipChanged, targetAccount, accountID, requestMeta(a, meta))
 	})
 }
 
@@ -222,25 +266,70 @@ func (s *Service) KeyAuditLog(ctx context.Context, a *Actor, f AuditFilter) ([]*
 				return err
 			}
 		}
-		entries, next, err = tx.AuditEntries(ctx, f)
-		return err
+		if f.APIKeyID != "" {
+			// One logical key: every key of its rotation chain. The names
+			// in the rows are the names at the time.
+			if f.APIKeyIDs, err = keyChain(ctx, tx, f.WorkspaceID, f.APIKeyID); errors.Is(err, ErrNotFound) {
+				f.APIKeyIDs, err = nil, nil // unknown here: no entries, as before
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if entries, next, err = tx.AuditEntries(ctx, f); err != nil {
+			return err
+		}
+		ids := make([]string, len(entries))
+		for i, e := range entries {
+			ids[i] = e.ImpersonatorID
+		}
+		return impersonatorEmails(ctx, tx, ids, func(i int, email string) { entries[i].ImpersonatorEmail = email })
 	})
 	return entries, next, err
 }
 
-// AuditEvents pages through the workspace's audit_events, newest first; owner tier.
+// AuditEvents pages through the workspace's audit_events, newest first:
+// owner tier for its own workspace; a platform admin for any workspaceID, or
+// with f.NoWorkspace for the server-wide events (accounts created, logins
+// without a workspace).
 func (s *Service) AuditEvents(ctx context.Context, a *Actor, f AuditFilter) ([]*AuditEvent, string, error) {
-	f.WorkspaceID = ""
-	if err := s.authorizeAudit(a, &f); err != nil {
+	f.APIKeyID, f.APIKeyIDs, f.Action = "", nil, ""
+	if f.NoWorkspace {
+		if err := authorize(a, permOperate, ""); err != nil {
+			return nil, "", err
+		}
+		f.WorkspaceID = ""
+		if err := checkAuditRange(f); err != nil {
+			return nil, "", err
+		}
+	} else if err := s.authorizeAudit(a, &f); err != nil {
 		return nil, "", err
 	}
 	var events []*AuditEvent
 	var next string
 	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		events, next, err = tx.AuditEvents(ctx, f)
-		return err
+		if !f.NoWorkspace && f.WorkspaceID != a.WorkspaceID {
+			if _, err := tx.Workspace(ctx, f.WorkspaceID); err != nil {
+				return err
+			}
+		}
+		if events, next, err = tx.AuditEvents(ctx, f); err != nil {
+			return err
+		}
+		ids := make([]string, len(events))
+		for i, e := range events {
+			ids[i] = e.ImpersonatorID
+		}
+		return impersonatorEmails(ctx, tx, ids, func(i int, email string) { events[i].ImpersonatorEmail = email })
 	})
 	return events, next, err
+}
+
+func checkAuditRange(f AuditFilter) error {
+	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
+		return badInput("since must be before until")
+	}
+	return checkPage(f.Page)
 }
 
 func (s *Service) authorizeAudit(a *Actor, f *AuditFilter) error {
@@ -258,8 +347,5 @@ func (s *Service) authorizeAudit(a *Actor, f *AuditFilter) error {
 	if f.Action != "" && !f.Action.Valid() {
 		return badInput("unknown action %q", f.Action)
 	}
-	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
-		return badInput("since must be before until")
-	}
-	return checkPage(f.Page)
+	return checkAuditRange(*f)
 }

@@ -154,6 +154,8 @@ func (v *ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection) GetPageInfo() PageIn
 // ApiKeyAuditLogResponse is returned by ApiKeyAuditLog on success.
 type ApiKeyAuditLogResponse struct {
 	// The key audit log, newest first. Owner tier for its own workspace; a platform admin for any workspaceId.
+	// apiKeyId follows the key's rotation chain both ways: the entries of every key it replaced or was replaced by.
+	// actorEmail matches case-insensitively.
 	ApiKeyAuditLog ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection `json:"apiKeyAuditLog"`
 }
 
@@ -399,7 +401,9 @@ func (v *ImpersonateResponse) GetImpersonate() Session { return v.Impersonate }
 
 // LoginResponse is returned by Login on success.
 type LoginResponse struct {
-	// Public: log in. With one membership and no workspaceId, that workspace is chosen.
+	// Public: log in. With one membership and no workspace named, that workspace is chosen; with several,
+	// the BAD_USER_INPUT error lists them in extensions.workspaces ([{workspaceId workspaceName role}]).
+	// workspaceName chooses a workspace by name among the account's memberships.
 	Login Session `json:"login"`
 }
 

@@ -33,7 +33,7 @@ func (r *Resolver) tenant(w *btk.Workspace) *graph.Tenant {
 }
 
 func account(a *btk.Account, role btk.Role) *graph.Account {
-	out := &graph.Account{ID: a.ID, Email: a.Email, PlatformAdmin: a.PlatformAdmin}
+	out := &graph.Account{ID: a.ID, Email: a.Email, PlatformAdmin: a.PlatformAdmin, Memberships: []*graph.Membership{}}
 	if role != "" {
 		r := graph.Role(role)
 		out.Role = &r
@@ -56,22 +56,32 @@ func auditEntry(e *btk.AuditEntry) *graph.APIKeyAuditEntry {
 		ID: e.ID, WorkspaceID: e.WorkspaceID, Action: graph.APIKeyAuditAction(e.Action),
 		APIKeyID: optString(e.APIKeyID), APIKeyName: optString(e.APIKeyName), NewAPIKeyID: optString(e.NewAPIKeyID),
 		RevokedCount: e.RevokedCount, ActorID: e.ActorID, ActorEmail: e.ActorEmail,
-		ImpersonatorID: optString(e.ImpersonatorID), IP: e.IP, UserAgent: e.UserAgent, CreatedAt: e.CreatedAt,
+		ImpersonatorID: optString(e.ImpersonatorID), ImpersonatorEmail: optString(e.ImpersonatorEmail), IP: e.IP, UserAgent: e.UserAgent, CreatedAt: e.CreatedAt,
 	}
 }
 
 func auditEvent(e *btk.AuditEvent) *graph.AuditEvent {
 	return &graph.AuditEvent{
 		ID: e.ID, WorkspaceID: e.WorkspaceID, Action: e.Action, ActorID: e.ActorID, ActorEmail: e.ActorEmail,
-		ImpersonatorID: optString(e.ImpersonatorID), TargetType: e.TargetType, TargetID: e.TargetID,
+		ImpersonatorID: optString(e.ImpersonatorID), ImpersonatorEmail: optString(e.ImpersonatorEmail), TargetType: e.TargetType, TargetID: e.TargetID,
 		Metadata: e.Metadata, CreatedAt: e.CreatedAt,
 	}
 }
 
 func (r *Resolver) session(s *btk.SessionInfo) *graph.Session {
-	return &graph.Session{
-		AccessToken: s.Token, ExpiresAt: s.ExpiresAt, Account: account(s.Account, s.Role), Workspace: r.tenant(s.Workspace),
+	acct := account(s.Account, s.Role)
+	if s.Memberships != nil {
+		acct.Memberships = memberships(s.Memberships)
 	}
+	return &graph.Session{
+		AccessToken: s.Token, ExpiresAt: s.ExpiresAt, Account: acct, Workspace: r.tenant(s.Workspace),
+	}
+}
+
+func memberships(ms []btk.MembershipInfo) []*graph.Membership {
+	return mapSlice(ms, func(m btk.MembershipInfo) *graph.Membership {
+		return &graph.Membership{WorkspaceID: m.WorkspaceID, WorkspaceName: m.WorkspaceName, Role: graph.Role(m.Role)}
+	})
 }
 
 func mapSlice[T, U any](in []T, f func(T) U) []U {

@@ -13,8 +13,8 @@ import (
 	"github.com/btk-project/btk/internal/server/graph"
 )
 
-func (r *mutationResolver) Login(ctx context.Context, email string, password string, workspaceID *string) (*graph.Session, error) {
-	s, err := r.svc.Login(ctx, email, password, deref(workspaceID))
+func (r *mutationResolver) Login(ctx context.Context, email string, password string, workspaceID *string, workspaceName *string) (*graph.Session, error) {
+	s, err := r.svc.LoginTo(ctx, email, password, deref(workspaceID), deref(workspaceName))
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,13 @@ func (r *queryResolver) Me(ctx context.Context) (*graph.Account, error) {
 	if err != nil {
 		return nil, err
 	}
-	return account(acct, a.Role), nil
+	ms, err := r.svc.Memberships(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	out := account(acct, a.Role)
+	out.Memberships, out.Impersonating = memberships(ms), a.Impersonating
+	return out, nil
 }
 
 func (r *queryResolver) APIKeys(ctx context.Context, includeRevoked *bool, first *int, after *string) (*graph.APIKeyConnection, error) {
@@ -167,9 +173,10 @@ func (r *queryResolver) APIKey(ctx context.Context, id string) (*graph.APIKey, e
 	return apiKey(k, r.svc.Now()), nil
 }
 
-func (r *queryResolver) APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *graph.APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string) (*graph.APIKeyAuditConnection, error) {
+func (r *queryResolver) APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *graph.APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) (*graph.APIKeyAuditConnection, error) {
 	f := btk.AuditFilter{
 		WorkspaceID: deref(workspaceID), APIKeyID: deref(apiKeyID), Since: since, Until: until, Page: page(first, after),
+		ActorEmail: deref(actorEmail),
 	}
 	if action != nil {
 		f.Action = btk.AuditAction(*action)
@@ -181,8 +188,11 @@ func (r *queryResolver) APIKeyAuditLog(ctx context.Context, workspaceID *string,
 	return &graph.APIKeyAuditConnection{Nodes: mapSlice(entries, auditEntry), PageInfo: pageInfo(next)}, nil
 }
 
-func (r *queryResolver) AuditEvents(ctx context.Context, since *time.Time, until *time.Time, first *int, after *string) (*graph.AuditEventConnection, error) {
-	events, next, err := r.svc.AuditEvents(ctx, btk.ActorFrom(ctx), btk.AuditFilter{Since: since, Until: until, Page: page(first, after)})
+func (r *queryResolver) AuditEvents(ctx context.Context, since *time.Time, until *time.Time, first *int, after *string, workspaceID *string, serverWide *bool, action *string, actorEmail *string) (*graph.AuditEventConnection, error) {
+	events, next, err := r.svc.AuditEvents(ctx, btk.ActorFrom(ctx), btk.AuditFilter{
+		Since: since, Until: until, Page: page(first, after), WorkspaceID: deref(workspaceID),
+		NoWorkspace: deref(serverWide), EventAction: deref(action), ActorEmail: deref(actorEmail),
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +213,24 @@ func (r *queryResolver) Workspaces(ctx context.Context) ([]*graph.Tenant, error)
 		return nil, err
 	}
 	return mapSlice(ws, r.tenant), nil
+}
+
+func (r *queryResolver) Accounts(ctx context.Context) ([]*graph.Account, error) {
+	accts, err := r.svc.Accounts(ctx, btk.ActorFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return mapSlice(accts, func(a *btk.Account) *graph.Account { return account(a, "") }), nil
+}
+
+func (r *queryResolver) Members(ctx context.Context, workspaceID string) ([]*graph.Member, error) {
+	ms, err := r.svc.Members(ctx, btk.ActorFrom(ctx), workspaceID)
+	if err != nil {
+		return nil, err
+	}
+	return mapSlice(ms, func(m btk.Member) *graph.Member {
+		return &graph.Member{AccountID: m.AccountID, Email: m.Email, Role: graph.Role(m.Role)}
+	}), nil
 }
 
 func (r *Resolver) Mutation() graph.MutationResolver { return &mutationResolver{r} }

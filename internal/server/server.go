@@ -54,7 +54,7 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger) *Handler {
 	cfg := graph.Config{Resolvers: &Resolver{svc: svc}}
 	// A password check (argon2id) is the costliest thing a request can ask
 	// for: at most one per operation, however many aliases it uses.
-	cfg.Complexity.Mutation.Login = func(int, string, string, *string) int { return maxComplexity }
+	cfg.Complexity.Mutation.Login = func(int, string, string, *string, *string) int { return maxComplexity }
 	cfg.Complexity.Mutation.Elevate = func(int, string) int { return maxComplexity }
 	exec := executor.New(graph.NewExecutableSchema(cfg))
 	// Validation cost grows fast with the size of a document: bound it before
@@ -123,6 +123,7 @@ func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 	if errors.As(err, &be) {
 		gerr.Message = be.Message
 		gerr.Extensions = map[string]any{"code": string(be.Code)}
+		presentChoices(err, gerr)
 		return gerr
 	}
 	var ge *gqlerror.Error

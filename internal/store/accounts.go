@@ -99,7 +99,7 @@ func (t *tx) UpdateWorkspace(ctx context.Context, w *btk.Workspace) error {
 
 const selectAccount = `SELECT id, email, password_hash, platform_admin, created_at FROM accounts`
 
-func scanAccount(row *sql.Row) (*btk.Account, error) {
+func scanAccount(row rowScanner) (*btk.Account, error) {
 	var (
 		a       btk.Account
 		created int64

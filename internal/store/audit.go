@@ -69,11 +69,34 @@ func (t *tx) AddAudit(ctx context.Context, e *btk.AuditEntry, ev *btk.AuditEvent
 func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, []any, error) {
 	var b strings.Builder
 	b.WriteString(base)
-	b.WriteString(` WHERE workspace_id = ?`)
-	args := []any{f.WorkspaceID}
-	if keyFilters && f.APIKeyID != "" {
+	var args []any
+	if !keyFilters && f.NoWorkspace {
+		b.WriteString(` WHERE workspace_id IS NULL`)
+	} else {
+		b.WriteString(` WHERE workspace_id = ?`)
+		args = append(args, f.WorkspaceID)
+	}
+	switch {
+	case keyFilters && len(f.APIKeyIDs) > 0:
+		// A rotation chain: the entries about any of its keys.
+		in := strings.Repeat("?, ", len(f.APIKeyIDs)-1) + "?"
+		b.WriteString(` AND (api_key_id IN (` + in + `) OR new_api_key_id IN (` + in + `))`)
+		for range 2 {
+			for _, id := range f.APIKeyIDs {
+				args = append(args, id)
+			}
+		}
+	case keyFilters && f.APIKeyID != "":
 		b.WriteString(` AND (api_key_id = ? OR new_api_key_id = ?)`)
 		args = append(args, f.APIKeyID, f.APIKeyID)
+	}
+	if f.ActorEmail != "" {
+		b.WriteString(` AND actor_email = ? COLLATE NOCASE`)
+		args = append(args, f.ActorEmail)
+	}
+	if !keyFilters && f.EventAction != "" {
+		b.WriteString(` AND action = ?`)
+		args = append(args, f.EventAction)
 	}
 	if keyFilters && f.Action != "" {
 		b.WriteString(` AND action = ?`)

@@ -39,6 +39,8 @@ type ComplexityRoot struct {
 	Account struct {
 		Email         func(childComplexity int) int
 		ID            func(childComplexity int) int
+		Impersonating func(childComplexity int) int
+		Memberships   func(childComplexity int) int
 		PlatformAdmin func(childComplexity int) int
 		Role          func(childComplexity int) int
 	}
@@ -66,19 +68,20 @@ type ComplexityRoot struct {
 	}
 
 	ApiKeyAuditEntry struct {
-		APIKeyID       func(childComplexity int) int
-		APIKeyName     func(childComplexity int) int
-		Action         func(childComplexity int) int
-		ActorEmail     func(childComplexity int) int
-		ActorID        func(childComplexity int) int
-		CreatedAt      func(childComplexity int) int
-		ID             func(childComplexity int) int
-		IP             func(childComplexity int) int
-		ImpersonatorID func(childComplexity int) int
-		NewAPIKeyID    func(childComplexity int) int
-		RevokedCount   func(childComplexity int) int
-		UserAgent      func(childComplexity int) int
-		WorkspaceID    func(childComplexity int) int
+		APIKeyID          func(childComplexity int) int
+		APIKeyName        func(childComplexity int) int
+		Action            func(childComplexity int) int
+		ActorEmail        func(childComplexity int) int
+		ActorID           func(childComplexity int) int
+		CreatedAt         func(childComplexity int) int
+		ID                func(childComplexity int) int
+		IP                func(childComplexity int) int
+		ImpersonatorEmail func(childComplexity int) int
+		ImpersonatorID    func(childComplexity int) int
+		NewAPIKeyID       func(childComplexity int) int
+		RevokedCount      func(childComplexity int) int
+		UserAgent         func(childComplexity int) int
+		WorkspaceID       func(childComplexity int) int
 	}
 
 	ApiKeyConnection struct {
@@ -87,16 +90,17 @@ type ComplexityRoot struct {
 	}
 
 	AuditEvent struct {
-		Action         func(childComplexity int) int
-		ActorEmail     func(childComplexity int) int
-		ActorID        func(childComplexity int) int
-		CreatedAt      func(childComplexity int) int
-		ID             func(childComplexity int) int
-		ImpersonatorID func(childComplexity int) int
-		Metadata       func(childComplexity int) int
-		TargetID       func(childComplexity int) int
-		TargetType     func(childComplexity int) int
-		WorkspaceID    func(childComplexity int) int
+		Action            func(childComplexity int) int
+		ActorEmail        func(childComplexity int) int
+		ActorID           func(childComplexity int) int
+		CreatedAt         func(childComplexity int) int
+		ID                func(childComplexity int) int
+		ImpersonatorEmail func(childComplexity int) int
+		ImpersonatorID    func(childComplexity int) int
+		Metadata          func(childComplexity int) int
+		TargetID          func(childComplexity int) int
+		TargetType        func(childComplexity int) int
+		WorkspaceID       func(childComplexity int) int
 	}
 
 	AuditEventConnection struct {
@@ -114,13 +118,25 @@ type ComplexityRoot struct {
 		Token     func(childComplexity int) int
 	}
 
+	Member struct {
+		AccountID func(childComplexity int) int
+		Email     func(childComplexity int) int
+		Role      func(childComplexity int) int
+	}
+
+	Membership struct {
+		Role          func(childComplexity int) int
+		WorkspaceID   func(childComplexity int) int
+		WorkspaceName func(childComplexity int) int
+	}
+
 	Mutation struct {
 		CreateAPIKey           func(childComplexity int, input CreateAPIKeyInput) int
 		CreateAccount          func(childComplexity int, input CreateAccountInput) int
 		CreateWorkspace        func(childComplexity int, input CreateWorkspaceInput) int
 		Elevate                func(childComplexity int, password string) int
 		Impersonate            func(childComplexity int, workspaceID string) int
-		Login                  func(childComplexity int, email string, password string, workspaceID *string) int
+		Login                  func(childComplexity int, email string, password string, workspaceID *string, workspaceName *string) int
 		Logout                 func(childComplexity int) int
 		RevokeAPIKey           func(childComplexity int, id string) int
 		RevokeAllAPIKeys       func(childComplexity int) int
@@ -137,10 +153,12 @@ type ComplexityRoot struct {
 
 	Query struct {
 		APIKey            func(childComplexity int, id string) int
-		APIKeyAuditLog    func(childComplexity int, workspaceID *string, apiKeyID *string, action *APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string) int
+		APIKeyAuditLog    func(childComplexity int, workspaceID *string, apiKeyID *string, action *APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) int
 		APIKeys           func(childComplexity int, includeRevoked *bool, first *int, after *string) int
-		AuditEvents       func(childComplexity int, since *time.Time, until *time.Time, first *int, after *string) int
+		Accounts          func(childComplexity int) int
+		AuditEvents       func(childComplexity int, since *time.Time, until *time.Time, first *int, after *string, workspaceID *string, serverWide *bool, action *string, actorEmail *string) int
 		Me                func(childComplexity int) int
+		Members           func(childComplexity int, workspaceID string) int
 		TenantInfo        func(childComplexity int) int
 		WorkspaceBranding func(childComplexity int, publicKey string) int
 		Workspaces        func(childComplexity int) int
@@ -185,7 +203,7 @@ type ComplexityRoot struct {
 // region    ************************** generated!.gotpl **************************
 
 type MutationResolver interface {
-	Login(ctx context.Context, email string, password string, workspaceID *string) (*Session, error)
+	Login(ctx context.Context, email string, password string, workspaceID *string, workspaceName *string) (*Session, error)
 	Logout(ctx context.Context) (bool, error)
 	Elevate(ctx context.Context, password string) (*Elevation, error)
 	CreateAPIKey(ctx context.Context, input CreateAPIKeyInput) (*CreateAPIKeyPayload, error)
@@ -204,10 +222,12 @@ type QueryResolver interface {
 	Me(ctx context.Context) (*Account, error)
 	APIKeys(ctx context.Context, includeRevoked *bool, first *int, after *string) (*APIKeyConnection, error)
 	APIKey(ctx context.Context, id string) (*APIKey, error)
-	APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string) (*APIKeyAuditConnection, error)
-	AuditEvents(ctx context.Context, since *time.Time, until *time.Time, first *int, after *string) (*AuditEventConnection, error)
+	APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) (*APIKeyAuditConnection, error)
+	AuditEvents(ctx context.Context, since *time.Time, until *time.Time, first *int, after *string, workspaceID *string, serverWide *bool, action *string, actorEmail *string) (*AuditEventConnection, error)
 	WorkspaceBranding(ctx context.Context, publicKey string) (*WorkspaceBranding, error)
 	Workspaces(ctx context.Context) ([]*Tenant, error)
+	Accounts(ctx context.Context) ([]*Account, error)
+	Members(ctx context.Context, workspaceID string) ([]*Member, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -240,6 +260,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Account.ID(childComplexity), true
+	case "Account.impersonating":
+		if e.ComplexityRoot.Account.Impersonating == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Account.Impersonating(childComplexity), true
+	case "Account.memberships":
+		if e.ComplexityRoot.Account.Memberships == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Account.Memberships(childComplexity), true
 	case "Account.platformAdmin":
 		if e.ComplexityRoot.Account.PlatformAdmin == nil {
 			break
@@ -399,6 +431,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ApiKeyAuditEntry.IP(childComplexity), true
+	case "ApiKeyAuditEntry.impersonatorEmail":
+		if e.ComplexityRoot.ApiKeyAuditEntry.ImpersonatorEmail == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKeyAuditEntry.ImpersonatorEmail(childComplexity), true
 	case "ApiKeyAuditEntry.impersonatorId":
 		if e.ComplexityRoot.ApiKeyAuditEntry.ImpersonatorID == nil {
 			break
@@ -473,6 +511,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.AuditEvent.ID(childComplexity), true
+	case "AuditEvent.impersonatorEmail":
+		if e.ComplexityRoot.AuditEvent.ImpersonatorEmail == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditEvent.ImpersonatorEmail(childComplexity), true
 	case "AuditEvent.impersonatorId":
 		if e.ComplexityRoot.AuditEvent.ImpersonatorID == nil {
 			break
@@ -543,6 +587,44 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Elevation.Token(childComplexity), true
 
+	case "Member.accountId":
+		if e.ComplexityRoot.Member.AccountID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Member.AccountID(childComplexity), true
+	case "Member.email":
+		if e.ComplexityRoot.Member.Email == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Member.Email(childComplexity), true
+	case "Member.role":
+		if e.ComplexityRoot.Member.Role == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Member.Role(childComplexity), true
+
+	case "Membership.role":
+		if e.ComplexityRoot.Membership.Role == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Membership.Role(childComplexity), true
+	case "Membership.workspaceId":
+		if e.ComplexityRoot.Membership.WorkspaceID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Membership.WorkspaceID(childComplexity), true
+	case "Membership.workspaceName":
+		if e.ComplexityRoot.Membership.WorkspaceName == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Membership.WorkspaceName(childComplexity), true
+
 	case "Mutation.createApiKey":
 		if e.ComplexityRoot.Mutation.CreateAPIKey == nil {
 			break
@@ -608,7 +690,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.Login(childComplexity, args["email"].(string), args["password"].(string), args["workspaceId"].(*string)), true
+		return e.ComplexityRoot.Mutation.Login(childComplexity, args["email"].(string), args["password"].(string), args["workspaceId"].(*string), args["workspaceName"].(*string)), true
 	case "Mutation.logout":
 		if e.ComplexityRoot.Mutation.Logout == nil {
 			break
@@ -711,7 +793,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.APIKeyAuditLog(childComplexity, args["workspaceId"].(*string), args["apiKeyId"].(*string), args["action"].(*APIKeyAuditAction), args["since"].(*time.Time), args["until"].(*time.Time), args["first"].(*int), args["after"].(*string)), true
+		return e.ComplexityRoot.Query.APIKeyAuditLog(childComplexity, args["workspaceId"].(*string), args["apiKeyId"].(*string), args["action"].(*APIKeyAuditAction), args["since"].(*time.Time), args["until"].(*time.Time), args["first"].(*int), args["after"].(*string), args["actorEmail"].(*string)), true
 	case "Query.apiKeys":
 		if e.ComplexityRoot.Query.APIKeys == nil {
 			break
@@ -723,6 +805,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.APIKeys(childComplexity, args["includeRevoked"].(*bool), args["first"].(*int), args["after"].(*string)), true
+	case "Query.accounts":
+		if e.ComplexityRoot.Query.Accounts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Accounts(childComplexity), true
 	case "Query.auditEvents":
 		if e.ComplexityRoot.Query.AuditEvents == nil {
 			break
@@ -733,7 +821,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.AuditEvents(childComplexity, args["since"].(*time.Time), args["until"].(*time.Time), args["first"].(*int), args["after"].(*string)), true
+		return e.ComplexityRoot.Query.AuditEvents(childComplexity, args["since"].(*time.Time), args["until"].(*time.Time), args["first"].(*int), args["after"].(*string), args["workspaceId"].(*string), args["serverWide"].(*bool), args["action"].(*string), args["actorEmail"].(*string)), true
 
 	case "Query.me":
 		if e.ComplexityRoot.Query.Me == nil {
@@ -741,6 +829,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Me(childComplexity), true
+	case "Query.members":
+		if e.ComplexityRoot.Query.Members == nil {
+			break
+		}
+
+		args, err := ec.field_Query_members_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Members(childComplexity, args["workspaceId"].(string)), true
 	case "Query.tenantInfo":
 		if e.ComplexityRoot.Query.TenantInfo == nil {
 			break
@@ -1055,6 +1154,30 @@ type Account {
   platformAdmin: Boolean!
   "Role in the session's workspace; null when the account has no membership there."
   role: Role
+  "The account's workspaces and its role in each (filled on me and login; empty elsewhere)."
+  memberships: [Membership!]!
+  "On me: whether the session is a platform admin's impersonation session."
+  impersonating: Boolean!
+}
+
+"An account's membership of a workspace, as the account sees it."
+type Membership {
+  "Workspace UUID."
+  workspaceId: ID!
+  "Workspace display name."
+  workspaceName: String!
+  "The account's role there."
+  role: Role!
+}
+
+"A member of a workspace."
+type Member {
+  "Account UUID."
+  accountId: ID!
+  "Login email."
+  email: String!
+  "Role in the workspace."
+  role: Role!
 }
 
 "A workspace API key record. The plaintext key is never part of it."
@@ -1119,6 +1242,8 @@ type ApiKeyAuditEntry {
   actorEmail: String!
   "Platform admin who acted by impersonating the workspace, if any."
   impersonatorId: ID
+  "Email of that platform admin (now), if any."
+  impersonatorEmail: String
   "Client IP address of the request."
   ip: String!
   "User-Agent of the request."
@@ -1139,9 +1264,13 @@ type ApiKeyAuditConnection {
 type AuditEvent {
   "Event UUID."
   id: ID!
-  "Workspace the event belongs to."
+  "Workspace the event belongs to; empty for a server-wide event (account.created, a login without a workspace)."
   workspaceId: ID!
-  "What happened: api_key.created, api_key.rotated, api_key.revoked or api_key.revoked_all."
+  """
+  What happened: api_key.created, api_key.rotated, api_key.revoked, api_key.revoked_all,
+  session.login, session.elevated, session.impersonated, membership.changed,
+  workspace.plan_changed, workspace.limits_changed or account.created.
+  """
   action: String!
   "Account that acted."
   actorId: ID!
@@ -1149,7 +1278,9 @@ type AuditEvent {
   actorEmail: String!
   "Platform admin who acted by impersonating the workspace, if any."
   impersonatorId: ID
-  "Kind of object acted on: api_key or workspace."
+  "Email of that platform admin (now), if any."
+  impersonatorEmail: String
+  "Kind of object acted on: api_key, workspace, account or session."
   targetType: String!
   "Id of the object acted on."
   targetId: ID!
@@ -1268,7 +1399,11 @@ type Query {
   apiKeys(includeRevoked: Boolean = false, first: Int = 50, after: String): ApiKeyConnection!
   "One API key of the workspace, or null. Owner tier or ADMIN."
   apiKey(id: ID!): ApiKey
-  "The key audit log, newest first. Owner tier for its own workspace; a platform admin for any workspaceId."
+  """
+  The key audit log, newest first. Owner tier for its own workspace; a platform admin for any workspaceId.
+  apiKeyId follows the key's rotation chain both ways: the entries of every key it replaced or was replaced by.
+  actorEmail matches case-insensitively.
+  """
   apiKeyAuditLog(
     workspaceId: ID
     apiKeyId: ID
@@ -1277,18 +1412,39 @@ type Query {
     until: Time
     first: Int = 50
     after: String
+    actorEmail: String
   ): ApiKeyAuditConnection!
-  "The workspace audit log (audit_events), newest first. Owner tier."
-  auditEvents(since: Time, until: Time, first: Int = 50, after: String): AuditEventConnection!
+  """
+  The workspace audit log (audit_events), newest first. Owner tier for its own workspace; a platform
+  admin for any workspaceId, or with serverWide the events that belong to no workspace.
+  """
+  auditEvents(
+    since: Time
+    until: Time
+    first: Int = 50
+    after: String
+    workspaceId: ID
+    serverWide: Boolean = false
+    action: String
+    actorEmail: String
+  ): AuditEventConnection!
   "Public: the workspace a public client key (bpk_) belongs to, or null."
   workspaceBranding(publicKey: String!): WorkspaceBranding
   "Every workspace. Platform admin."
   workspaces: [Tenant!]!
+  "Every account. Platform admin."
+  accounts: [Account!]!
+  "The members of a workspace. Platform admin, or an OWNER or ADMIN of that workspace."
+  members(workspaceId: ID!): [Member!]!
 }
 
 type Mutation {
-  "Public: log in. With one membership and no workspaceId, that workspace is chosen."
-  login(email: String!, password: String!, workspaceId: ID): Session!
+  """
+  Public: log in. With one membership and no workspace named, that workspace is chosen; with several,
+  the BAD_USER_INPUT error lists them in extensions.workspaces ([{workspaceId workspaceName role}]).
+  workspaceName chooses a workspace by name among the account's memberships.
+  """
+  login(email: String!, password: String!, workspaceId: ID, workspaceName: String): Session!
   "End the current session; its token is rejected from now on."
   logout: Boolean!
   "Re-enter the password for a 5-minute elevation token (sent as X-Elevation to rotate)."
@@ -1332,6 +1488,10 @@ func (ec *executionContext) childFields_Account(ctx context.Context, field graph
 		return ec.fieldContext_Account_platformAdmin(ctx, field)
 	case "role":
 		return ec.fieldContext_Account_role(ctx, field)
+	case "memberships":
+		return ec.fieldContext_Account_memberships(ctx, field)
+	case "impersonating":
+		return ec.fieldContext_Account_impersonating(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Account", field.Name)
 }
@@ -1402,6 +1562,8 @@ func (ec *executionContext) childFields_ApiKeyAuditEntry(ctx context.Context, fi
 		return ec.fieldContext_ApiKeyAuditEntry_actorEmail(ctx, field)
 	case "impersonatorId":
 		return ec.fieldContext_ApiKeyAuditEntry_impersonatorId(ctx, field)
+	case "impersonatorEmail":
+		return ec.fieldContext_ApiKeyAuditEntry_impersonatorEmail(ctx, field)
 	case "ip":
 		return ec.fieldContext_ApiKeyAuditEntry_ip(ctx, field)
 	case "userAgent":
@@ -1436,6 +1598,8 @@ func (ec *executionContext) childFields_AuditEvent(ctx context.Context, field gr
 		return ec.fieldContext_AuditEvent_actorEmail(ctx, field)
 	case "impersonatorId":
 		return ec.fieldContext_AuditEvent_impersonatorId(ctx, field)
+	case "impersonatorEmail":
+		return ec.fieldContext_AuditEvent_impersonatorEmail(ctx, field)
 	case "targetType":
 		return ec.fieldContext_AuditEvent_targetType(ctx, field)
 	case "targetId":
@@ -1476,6 +1640,30 @@ func (ec *executionContext) childFields_Elevation(ctx context.Context, field gra
 		return ec.fieldContext_Elevation_expiresAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Elevation", field.Name)
+}
+
+func (ec *executionContext) childFields_Member(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "accountId":
+		return ec.fieldContext_Member_accountId(ctx, field)
+	case "email":
+		return ec.fieldContext_Member_email(ctx, field)
+	case "role":
+		return ec.fieldContext_Member_role(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Member", field.Name)
+}
+
+func (ec *executionContext) childFields_Membership(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "workspaceId":
+		return ec.fieldContext_Membership_workspaceId(ctx, field)
+	case "workspaceName":
+		return ec.fieldContext_Membership_workspaceName(ctx, field)
+	case "role":
+		return ec.fieldContext_Membership_role(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Membership", field.Name)
 }
 
 func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1767,6 +1955,14 @@ func (ec *executionContext) field_Mutation_login_args(ctx context.Context, rawAr
 		return nil, err
 	}
 	args["workspaceId"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "workspaceName",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["workspaceName"] = arg3
 	return args, nil
 }
 
@@ -1961,6 +2157,14 @@ func (ec *executionContext) field_Query_apiKeyAuditLog_args(ctx context.Context,
 		return nil, err
 	}
 	args["after"] = arg6
+	arg7, err := graphql.ProcessArgField(ctx, rawArgs, "actorEmail",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["actorEmail"] = arg7
 	return args, nil
 }
 
@@ -2043,6 +2247,52 @@ func (ec *executionContext) field_Query_auditEvents_args(ctx context.Context, ra
 		return nil, err
 	}
 	args["after"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "workspaceId",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["workspaceId"] = arg4
+	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "serverWide",
+		func(ctx context.Context, v any) (*bool, error) {
+			return ec.unmarshalOBoolean2ᚖbool(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["serverWide"] = arg5
+	arg6, err := graphql.ProcessArgField(ctx, rawArgs, "action",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["action"] = arg6
+	arg7, err := graphql.ProcessArgField(ctx, rawArgs, "actorEmail",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["actorEmail"] = arg7
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_members_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "workspaceId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["workspaceId"] = arg0
 	return args, nil
 }
 
@@ -2210,6 +2460,61 @@ func (ec *executionContext) _Account_role(ctx context.Context, field graphql.Col
 }
 func (ec *executionContext) fieldContext_Account_role(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Account", field, false, false, errors.New("field of type Role does not have child fields"))
+}
+
+func (ec *executionContext) _Account_memberships(ctx context.Context, field graphql.CollectedField, obj *Account) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Account_memberships(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Memberships, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*Membership) graphql.Marshaler {
+			return ec.marshalNMembership2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMembershipᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Account_memberships(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Account",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Membership(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Account_impersonating(ctx context.Context, field graphql.CollectedField, obj *Account) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Account_impersonating(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Impersonating, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Account_impersonating(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Account", field, false, false, errors.New("field of type Boolean does not have child fields"))
 }
 
 func (ec *executionContext) _ApiKey_id(ctx context.Context, field graphql.CollectedField, obj *APIKey) (ret graphql.Marshaler) {
@@ -2828,6 +3133,29 @@ func (ec *executionContext) fieldContext_ApiKeyAuditEntry_impersonatorId(_ conte
 	return graphql.NewScalarFieldContext("ApiKeyAuditEntry", field, false, false, errors.New("field of type ID does not have child fields"))
 }
 
+func (ec *executionContext) _ApiKeyAuditEntry_impersonatorEmail(ctx context.Context, field graphql.CollectedField, obj *APIKeyAuditEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKeyAuditEntry_impersonatorEmail(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ImpersonatorEmail, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKeyAuditEntry_impersonatorEmail(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKeyAuditEntry", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
 func (ec *executionContext) _ApiKeyAuditEntry_ip(ctx context.Context, field graphql.CollectedField, obj *APIKeyAuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3099,6 +3427,29 @@ func (ec *executionContext) fieldContext_AuditEvent_impersonatorId(_ context.Con
 	return graphql.NewScalarFieldContext("AuditEvent", field, false, false, errors.New("field of type ID does not have child fields"))
 }
 
+func (ec *executionContext) _AuditEvent_impersonatorEmail(ctx context.Context, field graphql.CollectedField, obj *AuditEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AuditEvent_impersonatorEmail(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ImpersonatorEmail, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AuditEvent_impersonatorEmail(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AuditEvent", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
 func (ec *executionContext) _AuditEvent_targetType(ctx context.Context, field graphql.CollectedField, obj *AuditEvent) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3356,6 +3707,144 @@ func (ec *executionContext) fieldContext_Elevation_expiresAt(_ context.Context, 
 	return graphql.NewScalarFieldContext("Elevation", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _Member_accountId(ctx context.Context, field graphql.CollectedField, obj *Member) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Member_accountId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AccountID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Member_accountId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Member", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _Member_email(ctx context.Context, field graphql.CollectedField, obj *Member) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Member_email(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Email, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Member_email(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Member", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Member_role(ctx context.Context, field graphql.CollectedField, obj *Member) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Member_role(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Role, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v Role) graphql.Marshaler {
+			return ec.marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Member_role(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Member", field, false, false, errors.New("field of type Role does not have child fields"))
+}
+
+func (ec *executionContext) _Membership_workspaceId(ctx context.Context, field graphql.CollectedField, obj *Membership) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Membership_workspaceId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.WorkspaceID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Membership_workspaceId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Membership", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _Membership_workspaceName(ctx context.Context, field graphql.CollectedField, obj *Membership) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Membership_workspaceName(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.WorkspaceName, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Membership_workspaceName(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Membership", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Membership_role(ctx context.Context, field graphql.CollectedField, obj *Membership) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Membership_role(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Role, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v Role) graphql.Marshaler {
+			return ec.marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Membership_role(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Membership", field, false, false, errors.New("field of type Role does not have child fields"))
+}
+
 func (ec *executionContext) _Mutation_login(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3366,7 +3855,7 @@ func (ec *executionContext) _Mutation_login(ctx context.Context, field graphql.C
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().Login(ctx, fc.Args["email"].(string), fc.Args["password"].(string), fc.Args["workspaceId"].(*string))
+			return ec.Resolvers.Mutation().Login(ctx, fc.Args["email"].(string), fc.Args["password"].(string), fc.Args["workspaceId"].(*string), fc.Args["workspaceName"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Session) graphql.Marshaler {
@@ -4103,7 +4592,7 @@ func (ec *executionContext) _Query_apiKeyAuditLog(ctx context.Context, field gra
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().APIKeyAuditLog(ctx, fc.Args["workspaceId"].(*string), fc.Args["apiKeyId"].(*string), fc.Args["action"].(*APIKeyAuditAction), fc.Args["since"].(*time.Time), fc.Args["until"].(*time.Time), fc.Args["first"].(*int), fc.Args["after"].(*string))
+			return ec.Resolvers.Query().APIKeyAuditLog(ctx, fc.Args["workspaceId"].(*string), fc.Args["apiKeyId"].(*string), fc.Args["action"].(*APIKeyAuditAction), fc.Args["since"].(*time.Time), fc.Args["until"].(*time.Time), fc.Args["first"].(*int), fc.Args["after"].(*string), fc.Args["actorEmail"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *APIKeyAuditConnection) graphql.Marshaler {
@@ -4147,7 +4636,7 @@ func (ec *executionContext) _Query_auditEvents(ctx context.Context, field graphq
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().AuditEvents(ctx, fc.Args["since"].(*time.Time), fc.Args["until"].(*time.Time), fc.Args["first"].(*int), fc.Args["after"].(*string))
+			return ec.Resolvers.Query().AuditEvents(ctx, fc.Args["since"].(*time.Time), fc.Args["until"].(*time.Time), fc.Args["first"].(*int), fc.Args["after"].(*string), fc.Args["workspaceId"].(*string), fc.Args["serverWide"].(*bool), fc.Args["action"].(*string), fc.Args["actorEmail"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *AuditEventConnection) graphql.Marshaler {
@@ -4253,6 +4742,82 @@ func (ec *executionContext) fieldContext_Query_workspaces(_ context.Context, fie
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Tenant(ctx, field)
 		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_accounts(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_accounts(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().Accounts(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*Account) graphql.Marshaler {
+			return ec.marshalNAccount2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccountᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_accounts(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Account(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_members(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_members(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Members(ctx, fc.Args["workspaceId"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*Member) graphql.Marshaler {
+			return ec.marshalNMember2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMemberᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_members(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Member(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_members_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -6066,6 +6631,16 @@ func (ec *executionContext) _Account(ctx context.Context, sel ast.SelectionSet, 
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
+		case "memberships":
+			out.Values[i] = ec._Account_memberships(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "impersonating":
+			out.Values[i] = ec._Account_impersonating(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -6295,6 +6870,11 @@ func (ec *executionContext) _ApiKeyAuditEntry(ctx context.Context, sel ast.Selec
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
+		case "impersonatorEmail":
+			out.Values[i] = ec._ApiKeyAuditEntry_impersonatorEmail(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
 		case "ip":
 			out.Values[i] = ec._ApiKeyAuditEntry_ip(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -6413,6 +6993,11 @@ func (ec *executionContext) _AuditEvent(ctx context.Context, sel ast.SelectionSe
 			}
 		case "impersonatorId":
 			out.Values[i] = ec._AuditEvent_impersonatorId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "impersonatorEmail":
+			out.Values[i] = ec._AuditEvent_impersonatorEmail(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
@@ -6562,6 +7147,102 @@ func (ec *executionContext) _Elevation(ctx context.Context, sel ast.SelectionSet
 			}
 		case "expiresAt":
 			out.Values[i] = ec._Elevation_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var memberImplementors = []string{"Member"}
+
+func (ec *executionContext) _Member(ctx context.Context, sel ast.SelectionSet, obj *Member) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, memberImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Member")
+		case "accountId":
+			out.Values[i] = ec._Member_accountId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "email":
+			out.Values[i] = ec._Member_email(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "role":
+			out.Values[i] = ec._Member_role(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var membershipImplementors = []string{"Membership"}
+
+func (ec *executionContext) _Membership(ctx context.Context, sel ast.SelectionSet, obj *Membership) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, membershipImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Membership")
+		case "workspaceId":
+			out.Values[i] = ec._Membership_workspaceId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "workspaceName":
+			out.Values[i] = ec._Membership_workspaceName(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "role":
+			out.Values[i] = ec._Membership_role(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -6945,6 +7626,50 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 					}
 				}()
 				res = ec._Query_workspaces(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "accounts":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_accounts(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "members":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_members(ctx, field)
 				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
@@ -7639,6 +8364,22 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 // region    ***************************** type.gotpl *****************************
 
+func (ec *executionContext) marshalNAccount2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccountᚄ(ctx context.Context, sel ast.SelectionSet, v []*Account) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccount(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccount(ctx context.Context, sel ast.SelectionSet, v *Account) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
@@ -7860,6 +8601,58 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 	return res
 }
 
+func (ec *executionContext) marshalNMember2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMemberᚄ(ctx context.Context, sel ast.SelectionSet, v []*Member) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNMember2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMember(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNMember2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMember(ctx context.Context, sel ast.SelectionSet, v *Member) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._Member(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNMembership2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMembershipᚄ(ctx context.Context, sel ast.SelectionSet, v []*Membership) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNMembership2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMembership(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNMembership2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMembership(ctx context.Context, sel ast.SelectionSet, v *Membership) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._Membership(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPageInfo(ctx context.Context, sel ast.SelectionSet, v *PageInfo) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
@@ -7888,6 +8681,16 @@ func (ec *executionContext) marshalNRevokeAllApiKeysPayload2ᚖgithubᚗcomᚋbt
 		return graphql.Null
 	}
 	return ec._RevokeAllApiKeysPayload(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx context.Context, v any) (Role, error) {
+	var res Role
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx context.Context, sel ast.SelectionSet, v Role) graphql.Marshaler {
+	return v
 }
 
 func (ec *executionContext) marshalNRotateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRotateAPIKeyPayload(ctx context.Context, sel ast.SelectionSet, v *RotateAPIKeyPayload) graphql.Marshaler {

@@ -22,6 +22,10 @@ type Account struct {
 	PlatformAdmin bool `json:"platformAdmin"`
 	// Role in the session's workspace; null when the account has no membership there.
 	Role *Role `json:"role,omitempty"`
+	// The account's workspaces and its role in each (filled on me and login; empty elsewhere).
+	Memberships []*Membership `json:"memberships"`
+	// On me: whether the session is a platform admin's impersonation session.
+	Impersonating bool `json:"impersonating"`
 }
 
 // A workspace API key record. The plaintext key is never part of it.
@@ -86,6 +90,8 @@ type APIKeyAuditEntry struct {
 	ActorEmail string `json:"actorEmail"`
 	// Platform admin who acted by impersonating the workspace, if any.
 	ImpersonatorID *string `json:"impersonatorId,omitempty"`
+	// Email of that platform admin (now), if any.
+	ImpersonatorEmail *string `json:"impersonatorEmail,omitempty"`
 	// Client IP address of the request.
 	IP string `json:"ip"`
 	// User-Agent of the request.
@@ -106,9 +112,11 @@ type APIKeyConnection struct {
 type AuditEvent struct {
 	// Event UUID.
 	ID string `json:"id"`
-	// Workspace the event belongs to.
+	// Workspace the event belongs to; empty for a server-wide event (account.created, a login without a workspace).
 	WorkspaceID string `json:"workspaceId"`
-	// What happened: api_key.created, api_key.rotated, api_key.revoked or api_key.revoked_all.
+	// What happened: api_key.created, api_key.rotated, api_key.revoked, api_key.revoked_all,
+	// session.login, session.elevated, session.impersonated, membership.changed,
+	// workspace.plan_changed, workspace.limits_changed or account.created.
 	Action string `json:"action"`
 	// Account that acted.
 	ActorID string `json:"actorId"`
@@ -116,7 +124,9 @@ type AuditEvent struct {
 	ActorEmail string `json:"actorEmail"`
 	// Platform admin who acted by impersonating the workspace, if any.
 	ImpersonatorID *string `json:"impersonatorId,omitempty"`
-	// Kind of object acted on: api_key or workspace.
+	// Email of that platform admin (now), if any.
+	ImpersonatorEmail *string `json:"impersonatorEmail,omitempty"`
+	// Kind of object acted on: api_key, workspace, account or session.
 	TargetType string `json:"targetType"`
 	// Id of the object acted on.
 	TargetID string `json:"targetId"`
@@ -180,6 +190,26 @@ type Elevation struct {
 	Token string `json:"token"`
 	// When the token stops being accepted.
 	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// A member of a workspace.
+type Member struct {
+	// Account UUID.
+	AccountID string `json:"accountId"`
+	// Login email.
+	Email string `json:"email"`
+	// Role in the workspace.
+	Role Role `json:"role"`
+}
+
+// An account's membership of a workspace, as the account sees it.
+type Membership struct {
+	// Workspace UUID.
+	WorkspaceID string `json:"workspaceId"`
+	// Workspace display name.
+	WorkspaceName string `json:"workspaceName"`
+	// The account's role there.
+	Role Role `json:"role"`
 }
 
 type Mutation struct {

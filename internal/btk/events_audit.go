@@ -1,0 +1,273 @@
+package btk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// audit_events actions beyond the key actions (DESIGN §13). Each is written
+// in the transaction of the change it records, attributed to the acting
+// account and, in an impersonation session, to the impersonating platform
+// admin. Events that belong to no workspace (an account created, a login or
+// elevation of a session without a workspace) are stored with no workspace
+// and read by platform admins with auditEvents(serverWide: true).
+const (
+	EventSessionLogin           = "session.login"
+	EventSessionElevated        = "session.elevated"
+	EventSessionImpersonated    = "session.impersonated"
+	EventMembershipChanged      = "membership.changed"
+	EventWorkspacePlanChanged   = "workspace.plan_changed"
+	EventWorkspaceLimitsChanged = "workspace.limits_changed"
+	EventAccountCreated         = "account.created"
+)
+
+// Target types of audit_events.
+const (
+	targetAccount   = "account"
+	targetWorkspace = "workspace"
+	targetSession   = "session"
+)
+
+// recordEvent writes one audit_events row in tx for the actor's change.
+func (s *Service) recordEvent(ctx context.Context, tx Tx, a *Actor, workspaceID, action, targetType, targetID string, metadata map[string]any) error {
+	meta, err := json.Marshal(metadata)
+	if err != nil {
+		return err
+	}
+	ev := &AuditEvent{
+		ID: uuid.NewString(), WorkspaceID: workspaceID, Action: action,
+		ActorID: a.AccountID, ActorEmail: a.Email,
+		TargetType: targetType, TargetID: targetID, Metadata: string(meta), CreatedAt: s.now(),
+	}
+	if a.Impersonating {
+		ev.ImpersonatorID = a.AccountID
+	}
+	return tx.AddAuditEvent(ctx, ev)
+}
+
+// requestMeta is the request's address and client, kept in event metadata
+// (audit_events has no columns of its own for them).
+func requestMeta(a *Actor, m map[string]any) map[string]any {
+	if m == nil {
+		m = map[string]any{}
+	}
+	if a.IP != "" {
+		m["ip"] = a.IP
+	}
+	if a.UserAgent != "" {
+		m["userAgent"] = a.UserAgent
+	}
+	return m
+}
+
+// MembershipInfo is one of an account's memberships, with the workspace's name.
+type MembershipInfo struct {
+	WorkspaceID   string
+	WorkspaceName string
+	Role          Role
+}
+
+// memberships reads the account's memberships with their workspaces' names.
+func memberships(ctx context.Context, tx Tx, accountID string) ([]MembershipInfo, error) {
+	ms, err := tx.Memberships(ctx, accountID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]MembershipInfo, 0, len(ms))
+	for _, m := range ms {
+		w, err := tx.Workspace(ctx, m.WorkspaceID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, MembershipInfo{WorkspaceID: w.ID, WorkspaceName: w.Name, Role: m.Role})
+	}
+	return out, nil
+}
+
+// Memberships lists the actor's own memberships (me.memberships).
+func (s *Service) Memberships(ctx context.Context, a *Actor) ([]MembershipInfo, error) {
+	if err := authorize(a, permUser, ""); err != nil {
+		return nil, err
+	}
+	var out []MembershipInfo
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		out, err = memberships(ctx, tx, a.AccountID)
+		return err
+	})
+	return out, err
+}
+
+// WorkspaceChoiceError is the login failure of an account that belongs to
+// several workspaces and named none. It carries the choices so that a
+// client can offer them; it is returned only after the password was checked.
+type WorkspaceChoiceError struct {
+	Err        *Error
+	Workspaces []MembershipInfo
+}
+
+func (e *WorkspaceChoiceError) Error() string { return e.Err.Error() }
+func (e *WorkspaceChoiceError) Unwrap() error { return e.Err }
+
+// chooseWorkspace picks the membership a login names by id or by name ("" for
+// none): a name matches exactly, else case-insensitively when that is unique.
+func chooseWorkspace(ms []MembershipInfo, id, name string) (MembershipInfo, error) {
+	switch {
+	case id != "":
+		for _, m := range ms {
+			if m.WorkspaceID == id {
+				return m, nil
+			}
+		}
+		return MembershipInfo{}, ErrNotFound
+	case name != "":
+		var folded []MembershipInfo
+		for _, m := range ms {
+			if m.WorkspaceName == name {
+				return m, nil
+			}
+			if strings.EqualFold(m.WorkspaceName, name) {
+				folded = append(folded, m)
+			}
+		}
+		if len(folded) == 1 {
+			return folded[0], nil
+		}
+		if len(folded) > 1 {
+			return MembershipInfo{}, badInput("several of your workspaces are named %q: choose one by id", name)
+		}
+		return MembershipInfo{}, ErrNotFound
+	case len(ms) == 1:
+		return ms[0], nil
+	case len(ms) > 1:
+		names := make([]string, len(ms))
+		for i, m := range ms {
+			names[i] = m.WorkspaceName
+		}
+		return MembershipInfo{}, &WorkspaceChoiceError{
+			Err:        badInput("the account belongs to %d workspaces (%s); choose one with workspaceId or workspaceName", len(ms), strings.Join(names, ", ")),
+			Workspaces: ms,
+		}
+	}
+	return MembershipInfo{}, nil // no membership: a session without a workspace
+}
+
+// Member is one account's membership of a workspace.
+type Member struct {
+	AccountID string
+	Email     string
+	Role      Role
+}
+
+// Members lists a workspace's members: a platform admin, or an OWNER or
+// ADMIN of that workspace acting in it.
+func (s *Service) Members(ctx context.Context, a *Actor, workspaceID string) ([]Member, error) {
+	if !(a.IsUser() && a.PlatformAdmin) {
+		if err := authorize(a, permReadKeys, workspaceID); err != nil {
+			return nil, err
+		}
+	}
+	if uuid.Validate(workspaceID) != nil {
+		return nil, ErrNotFound
+	}
+	var out []Member
+	err := s.store.Read(ctx, func(tx Tx) error {
+		if _, err := tx.Workspace(ctx, workspaceID); err != nil {
+			return err
+		}
+		ms, err := tx.WorkspaceMembers(ctx, workspaceID)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			acct, err := tx.Account(ctx, m.AccountID)
+			if err != nil {
+				return err
+			}
+			out = append(out, Member{AccountID: acct.ID, Email: acct.Email, Role: m.Role})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Accounts lists every account; platform admin.
+func (s *Service) Accounts(ctx context.Context, a *Actor) ([]*Account, error) {
+	if err := authorize(a, permOperate, ""); err != nil {
+		return nil, err
+	}
+	var out []*Account
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		out, err = tx.Accounts(ctx)
+		return err
+	})
+	return out, err
+}
+
+// keyChain returns the ids of every key in id's rotation chain, both ways
+// (rotatedFromId back, replacedById forward), so that one logical key's
+// history shows whole. A key of another workspace is NOT_FOUND.
+func keyChain(ctx context.Context, tx Tx, workspaceID, id string) ([]string, error) {
+	if uuid.Validate(id) != nil {
+		return nil, ErrNotFound
+	}
+	k, err := tx.APIKey(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if k.WorkspaceID != workspaceID {
+		return nil, ErrNotFound
+	}
+	ids := []string{k.ID}
+	seen := map[string]bool{k.ID: true}
+	// Bounded, in case a chain were ever corrupted into a loop.
+	for _, dir := range []func(*APIKey) string{
+		func(k *APIKey) string { return k.RotatedFromID },
+		func(k *APIKey) string { return k.ReplacedByID },
+	} {
+		cur := k
+		for range 10_000 {
+			next := dir(cur)
+			if next == "" || seen[next] {
+				break
+			}
+			n, err := tx.APIKey(ctx, next)
+			if errors.Is(err, ErrNotFound) {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			seen[next] = true
+			ids = append(ids, next)
+			cur = n
+		}
+	}
+	return ids, nil
+}
+
+// impersonatorEmails fills in ImpersonatorEmail from the accounts table.
+func impersonatorEmails(ctx context.Context, tx Tx, ids []string, set func(i int, email string)) error {
+	emails := map[string]string{}
+	for i, id := range ids {
+		if id == "" {
+			continue
+		}
+		email, ok := emails[id]
+		if !ok {
+			acct, err := tx.Account(ctx, id)
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if acct != nil {
+				email = acct.Email
+			}
+			emails[id] = email
+		}
+		set(i, email)
+	}
+	return nil
+}
