@@ -10,10 +10,9 @@ func newAccountCmd(f *factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "account",
 		Short: "Manage accounts (platform admin)",
-		Args:  noArgs,
 	}
-	cmd.AddCommand(newAccountCreateCmd(f))
-	return cmd
+	cmd.AddCommand(newAccountCreateCmd(f), newAccountListCmd(f))
+	return group(cmd)
 }
 
 type accountCreateOptions struct {

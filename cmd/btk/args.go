@@ -92,13 +92,14 @@ func parseExpiry(in, at string, now time.Time) (*time.Time, error) {
 }
 
 // parseSince turns "24h", "7d" (that long ago) or an RFC 3339 time into a time.
-func parseSince(s string, now time.Time) (time.Time, error) {
+// flag names the flag (--since, --until) in the error.
+func parseSince(flag, s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
 		return t, nil
 	}
 	d, err := parseDuration(s)
 	if err != nil || d <= 0 {
-		return time.Time{}, usageErrorf("--since: want a duration such as 24h or 7d, or an RFC 3339 time, got %q", s)
+		return time.Time{}, usageErrorf("%s: want a duration such as 24h or 7d, or an RFC 3339 time, got %q", flag, s)
 	}
 	return now.Add(-d).UTC(), nil
 }
@@ -133,4 +134,13 @@ func parseRole(s string) (*client.Role, error) {
 		return nil, err
 	}
 	return &r, nil
+}
+
+// enumNames are a GraphQL enum's values as the command line writes them.
+func enumNames[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = strings.ToLower(string(v))
+	}
+	return out
 }

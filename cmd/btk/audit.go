@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
@@ -11,7 +13,9 @@ type auditOptions struct {
 	workspace string
 	key       string
 	action    string
+	actor     string
 	since     string
+	until     string
 	limit     int
 }
 
@@ -20,14 +24,22 @@ func newAuditCmd(f *factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Show the API key audit log, newest first",
-		Long: `Show who created, rotated and revoked keys, when, and from where: the
-key-specific audit log, newest first. Owners see their workspace; a platform
-admin may read any workspace with --workspace (an id or a name).
+		Long: `Show who created, rotated and revoked keys, when, from where and with which
+client: the key-specific audit log, newest first. Owners see their workspace; a
+platform admin may read any workspace with --workspace (a name or an id).
 
---key takes a key id, or the name of an active key; use the id for a key
-that was revoked.`,
+--key takes a key id, or the name of a key that is not revoked (active or
+expired); use the id for a revoked key. It shows the key's whole history
+across rotations: the entries of every key it replaced and of the keys that
+replaced it. Each row shows the key's name at the time, so after
+'rotate --name' older rows keep the old name; the KEY ID column tells the keys
+of a chain apart.
+
+Logins, elevations, impersonations and changes to memberships, plans, limits
+and accounts are in 'btk events'.`,
 		Example: `  btk audit --since 24h
-  btk audit --key payments-backend --action rotated
+  btk audit --key payments-backend              # one key's history, across rotations
+  btk audit --actor ops@example.com --since 7d --until 1d
   btk audit --workspace Acme --since 2026-11-01T00:00:00Z --limit 500 -o json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -35,12 +47,36 @@ that was revoked.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.workspace, "workspace", "", "`workspace` (id or name) to read; platform admin")
-	fl.StringVar(&opts.key, "key", "", "only entries about this `KEY` (id or name of an active key)")
+	fl.StringVar(&opts.workspace, "workspace", "", "`workspace` (name or id) to read; your own by default")
+	fl.StringVar(&opts.key, "key", "", "only entries about this `KEY` and its rotations (id, or name of a key not revoked)")
 	fl.StringVar(&opts.action, "action", "", "only this `action`: created, rotated, revoked or revoked_all")
+	fl.StringVar(&opts.actor, "actor", "", "only entries by the account with this `email`")
 	fl.StringVar(&opts.since, "since", "", "only entries since this `time`: a duration ago (24h, 7d) or an RFC 3339 time")
+	fl.StringVar(&opts.until, "until", "", "only entries before this `time`: a duration ago (1h, 2d) or an RFC 3339 time")
 	fl.IntVar(&opts.limit, "limit", 50, "show at most this many entries")
+	cmd.RegisterFlagCompletionFunc("action", fixedCompletion(enumNames(client.AllApiKeyAuditAction)...))
+	cmd.RegisterFlagCompletionFunc("key", f.completeKeys)
+	cmd.RegisterFlagCompletionFunc("workspace", f.completeWorkspaces)
 	return cmd
+}
+
+// timeRange parses --since and --until.
+func timeRange(f *factory, since, until string, filter *client.AuditFilter) error {
+	if since != "" {
+		t, err := parseSince("--since", since, f.now())
+		if err != nil {
+			return err
+		}
+		filter.Since = &t
+	}
+	if until != "" {
+		t, err := parseSince("--until", until, f.now())
+		if err != nil {
+			return err
+		}
+		filter.Until = &t
+	}
+	return nil
 }
 
 func runAudit(cmd *cobra.Command, opts *auditOptions) error {
@@ -56,13 +92,10 @@ func runAudit(cmd *cobra.Command, opts *auditOptions) error {
 		}
 		filter.Action = &a
 	}
-	if opts.since != "" {
-		t, err := parseSince(opts.since, f.now())
-		if err != nil {
-			return err
-		}
-		filter.Since = &t
+	if err := timeRange(f, opts.since, opts.until, &filter); err != nil {
+		return err
 	}
+	filter.ActorEmail = optional(opts.actor)
 	p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
@@ -90,17 +123,25 @@ func runAudit(cmd *cobra.Command, opts *auditOptions) error {
 		}
 		filter.ApiKeyID = &id
 	}
-	entries, err := client.AuditLog(ctx, c, filter, opts.limit)
+	entries, more, err := client.AuditLog(ctx, c, filter, opts.limit)
 	if err != nil {
 		return err
 	}
 	switch {
 	case p.format == formatJSON:
-		return p.JSON(entries)
+		err = p.JSON(entries)
 	case len(entries) == 0:
 		p.Notice("No audit entries match")
 	default:
 		p.auditTable(entries)
 	}
-	return nil
+	if more {
+		limitNote(f, opts.limit, "entries")
+	}
+	return err
+}
+
+// limitNote tells, on stderr whatever the format, that --limit cut a list.
+func limitNote(f *factory, limit int, what string) {
+	fmt.Fprintf(f.io.ErrOut, "btk: showing the newest %d %s; more match: raise --limit or narrow with --since/--until\n", limit, what)
 }

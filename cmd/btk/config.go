@@ -7,10 +7,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/btk-project/btk/internal/client"
 )
 
 // Settings of the client commands. Each is a flag, a BTK_* variable and a key
@@ -20,6 +23,7 @@ const (
 	keyToken     = "token"
 	keyOutput    = "output"
 	keyElevation = "elevation" // rotate --elevation-token, BTK_ELEVATION
+	keyTimeout   = "timeout"
 
 	defaultServer = "http://127.0.0.1:8080"
 )
@@ -36,6 +40,9 @@ func bindGlobalFlags(root *cobra.Command, v *viper.Viper) {
 	bind(v, keyServer, pf.Lookup("server"))
 	bind(v, keyToken, pf.Lookup("token"))
 	bind(v, keyOutput, pf.Lookup("output"))
+	pf.String("timeout", "30s", "give up on a request after this `duration` (env BTK_TIMEOUT)")
+	bind(v, keyTimeout, pf.Lookup("timeout"))
+	root.RegisterFlagCompletionFunc("output", fixedCompletion(formatTable, formatJSON, formatPlain))
 }
 
 // configPath is where the config file is: --config, BTK_CONFIG, or
@@ -126,11 +133,15 @@ func updateConfig(path string, set map[string]string, unset ...string) error {
 	return nil
 }
 
-// validServer checks that s is an http(s) base address.
+// validServer checks that s is an http(s) base address. A trailing /graphql
+// (the endpoint, as in the README's curl session) is accepted and dropped.
 func validServer(s string) error {
-	u, err := url.Parse(s)
+	u, err := url.Parse(client.BaseURL(s))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usageErrorf("invalid server address %q: want http://host:port or https://host", s)
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		return usageErrorf("invalid server address %q: want the server's base address (such as https://btk.example.com), not a path under it", s)
 	}
 	return nil
 }

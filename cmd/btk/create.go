@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -24,7 +26,7 @@ func newCreateCmd(f *factory) *cobra.Command {
 		Use:   "create NAME",
 		Short: "Create an API key and show its plaintext once",
 		Long: `Create a workspace API key named NAME (unique among the workspace's active
-keys). The plaintext key is shown this once and cannot be recovered: store it
+keys; an expired key keeps its name until it is revoked). The plaintext key is shown this once and cannot be recovered: store it
 in a secrets manager. -o plain prints the key alone, for piping.
 
 Rate limits left out inherit the workspace defaults; a key without an expiry
@@ -66,10 +68,32 @@ func runCreate(cmd *cobra.Command, opts *createOptions) error {
 		Scopes:             opts.scopes,
 	})
 	if err != nil {
-		return err
+		return nameTaken(cmd.Context(), c, opts.name, err)
 	}
 	payload := resp.CreateApiKey
+	p.readDefaults(cmd.Context(), c)
 	return p.newKey(payload, payload.ApiKey, payload.PlaintextKey, fmt.Sprintf("Created key %q", payload.ApiKey.Name))
+}
+
+// nameTaken explains a NAME_TAKEN refusal for name: when the key holding it
+// has expired, it must be revoked before its name is free.
+func nameTaken(ctx context.Context, c *client.Client, name string, err error) error {
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != "NAME_TAKEN" {
+		return err
+	}
+	k, rerr := client.ResolveKey(ctx, c, name)
+	if rerr != nil {
+		return err
+	}
+	out := *ce
+	if k.Status == client.ApiKeyStatusExpired {
+		out.Message = fmt.Sprintf("the name %q belongs to an expired key (%s), which keeps its name until it is revoked: run 'btk revoke %s' first, or rotate it with 'btk rotate %s --expires-in 90d'",
+			name, k.Id, k.Id, k.Id)
+	} else {
+		out.Message = fmt.Sprintf("the name %q is already used by an active key (%s)", name, k.Id)
+	}
+	return &out
 }
 
 // newKey shows a key just issued by create or rotate: the mutation's payload

@@ -22,6 +22,8 @@ const (
 	exitConflict    = 6 // NAME_TAKEN, KEY_REVOKED
 	exitRateLimited = 7 // RATE_LIMITED
 	exitUnreachable = 8 // no answer from the server
+	// exitInterrupted: Ctrl-C (SIGINT) or SIGTERM, 128+2 as shells report it.
+	exitInterrupted = 130
 )
 
 // usageError is a mistake in how btk was called.
@@ -41,6 +43,9 @@ func exitCode(err error) int {
 	var ue *usageError
 	if errors.As(err, &ue) {
 		return exitUsage
+	}
+	if errors.Is(err, errInterrupted) {
+		return exitInterrupted
 	}
 	var ce *client.Error
 	if !errors.As(err, &ce) {

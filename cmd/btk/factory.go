@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -50,7 +51,20 @@ func (f *factory) server(cmd *cobra.Command) (string, error) {
 	if err := validServer(s); err != nil {
 		return "", err
 	}
-	return s, nil
+	return client.BaseURL(s), nil
+}
+
+// timeout is the --timeout of one request (BTK_TIMEOUT).
+func (f *factory) timeout() (time.Duration, error) {
+	s := f.v.GetString(keyTimeout)
+	if s == "" {
+		return 30 * time.Second, nil
+	}
+	d, err := parseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, usageErrorf("--timeout: want a positive duration such as 30s or 2m, got %q", s)
+	}
+	return d, nil
 }
 
 // printer returns the renderer of the chosen --output format.
@@ -89,10 +103,12 @@ func (f *factory) client(cmd *cobra.Command) (*client.Client, error) {
 	}
 	token := f.v.GetString(keyToken)
 	if token == "" {
-		return nil, &client.Error{Code: "UNAUTHENTICATED", Message: "not logged in: run 'btk login' or set BTK_TOKEN"}
+		return nil, errNotLoggedIn
 	}
-	return f.newClient(server, token), nil
+	return f.newClient(server, token)
 }
+
+var errNotLoggedIn = &client.Error{Code: "UNAUTHENTICATED", Message: "not logged in: run 'btk login' or set BTK_TOKEN"}
 
 // anonClient returns a client that sends no credential, for login.
 func (f *factory) anonClient(cmd *cobra.Command) (*client.Client, string, error) {
@@ -100,11 +116,19 @@ func (f *factory) anonClient(cmd *cobra.Command) (*client.Client, string, error)
 	if err != nil {
 		return nil, "", err
 	}
-	return f.newClient(server, ""), server, nil
+	c, err := f.newClient(server, "")
+	return c, server, err
 }
 
-func (f *factory) newClient(server, token string) *client.Client {
-	return client.New(client.Options{Server: server, Token: token, UserAgent: "btk/" + f.version})
+func (f *factory) newClient(server, token string) (*client.Client, error) {
+	timeout, err := f.timeout()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(client.Options{
+		Server: server, Token: token, UserAgent: "btk/" + f.version,
+		HTTPClient: &http.Client{Timeout: timeout},
+	}), nil
 }
 
 // saveSession stores server and token in the config file, as login and

@@ -16,10 +16,13 @@ Everything done in it is recorded with you as the impersonator.
 By default the new session token replaces the one in the config file, like
 'btk login' (log in again to return to your own session). With -o json the
 session, token included, is printed instead and the config file is left as it
-is, for use as BTK_TOKEN in a script.`,
+is, for use as BTK_TOKEN in a script. With -o plain the session is saved as
+by default and what it acts as is printed (workspace, its id, expiry), never
+the token. 'btk whoami' says when the session is an impersonation.`,
 		Example: `  btk impersonate Acme
   BTK_TOKEN=$(btk impersonate Acme -o json | jq -r .accessToken) btk revoke-all --yes`,
-		Args: exactArgs(1),
+		Args:              exactArgs(1),
+		ValidArgsFunction: positional(f.completeWorkspaces),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, c, err := f.connect(cmd)
 			if err != nil {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/term"
@@ -24,9 +26,23 @@ type iostreams struct {
 
 	// readSecret reads one line from the terminal without echoing it.
 	readSecret func() (string, error)
+	// saveTerm saves the terminal's state and returns what restores it
+	// (nil: nothing to restore).
+	saveTerm func() (restore func())
+	// width is the terminal's width in columns when stdout is a terminal,
+	// 0 otherwise (no truncation).
+	width func() int
+
+	// done is closed on Ctrl-C (SIGINT) or SIGTERM: a prompt gives up at
+	// once rather than wait for Enter. nil never closes.
+	done <-chan struct{}
 
 	lines *bufio.Reader // In, read line by line for prompts
 }
+
+// errInterrupted is a prompt given up on Ctrl-C: exit status 130, as a
+// shell reports a process killed by SIGINT.
+var errInterrupted = errors.New("interrupted")
 
 // systemStreams describes the streams btk was started with.
 func systemStreams(stdin io.Reader, stdout, stderr io.Writer) *iostreams {
@@ -39,12 +55,62 @@ func systemStreams(stdin io.Reader, stdout, stderr io.Writer) *iostreams {
 	}
 	s.color = colorEnabled(s.outTTY, os.Getenv)
 	if f, ok := stdin.(*os.File); ok && s.inTTY {
+		fd := int(f.Fd())
 		s.readSecret = func() (string, error) {
-			b, err := term.ReadPassword(int(f.Fd()))
+			b, err := term.ReadPassword(fd)
 			return string(b), err
 		}
+		s.saveTerm = func() func() {
+			st, err := term.GetState(fd)
+			if err != nil {
+				return nil
+			}
+			return func() { term.Restore(fd, st) }
+		}
+	}
+	if f, ok := stdout.(*os.File); ok && s.outTTY {
+		s.width = func() int { return terminalWidth(int(f.Fd()), os.Getenv) }
 	}
 	return s
+}
+
+// terminalWidth is the width of the terminal fd, else $COLUMNS, else 80.
+func terminalWidth(fd int, getenv func(string) string) int {
+	if w, _, err := term.GetSize(fd); err == nil && w > 0 {
+		return w
+	}
+	if n, err := strconv.Atoi(getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	return 80
+}
+
+// outWidth is the width tables must fit in: 0 (any) unless stdout is a terminal.
+func (s *iostreams) outWidth() int {
+	if s.width == nil || !s.outTTY {
+		return 0
+	}
+	return s.width()
+}
+
+// wait returns read's result, or errInterrupted as soon as done closes;
+// read then goes on in the background, and the process exits.
+func (s *iostreams) wait(read func() (string, error)) (string, error) {
+	type result struct {
+		v   string
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := read()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-s.done:
+		return "", errInterrupted
+	}
 }
 
 func isTerminal(v any) bool {
@@ -67,7 +133,11 @@ func (s *iostreams) prompt(label string) (string, error) {
 	if s.lines == nil {
 		s.lines = bufio.NewReader(s.In)
 	}
-	line, err := s.lines.ReadString('\n')
+	line, err := s.wait(func() (string, error) { return s.lines.ReadString('\n') })
+	if errors.Is(err, errInterrupted) {
+		fmt.Fprintln(s.ErrOut)
+		return "", err
+	}
 	if err != nil && (err != io.EOF || line == "") {
 		return "", fmt.Errorf("reading answer: %w", err)
 	}
@@ -80,8 +150,18 @@ func (s *iostreams) promptSecret(label string) (string, error) {
 		return "", usageErrorf("cannot read a password without a terminal")
 	}
 	fmt.Fprint(s.ErrOut, label)
-	secret, err := s.readSecret()
+	var restore func()
+	if s.saveTerm != nil {
+		restore = s.saveTerm()
+	}
+	secret, err := s.wait(s.readSecret)
+	if errors.Is(err, errInterrupted) && restore != nil {
+		restore() // echo back on: ReadPassword, still waiting, never returns
+	}
 	fmt.Fprintln(s.ErrOut)
+	if errors.Is(err, errInterrupted) {
+		return "", err
+	}
 	if err != nil {
 		return "", fmt.Errorf("reading password: %w", err)
 	}

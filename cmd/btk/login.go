@@ -1,6 +1,11 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
@@ -22,15 +27,18 @@ func newLoginCmd(f *factory) *cobra.Command {
 (valid 12 hours) are saved to the config file, readable by you alone (mode 0600).
 
 The password is asked for without echo on a terminal; elsewhere pass it on
-standard input with --password-stdin. It is never accepted as a flag.`,
+standard input with --password-stdin. It is never accepted as a flag.
+
+An account in several workspaces chooses one with --workspace (a name or an
+id); without it, btk lists them and asks on a terminal.`,
 		Example: `  # Interactive
   btk login --server https://btk.example.com
 
   # In a CI job
   printf '%s' "$BTK_PASSWORD" | btk login --email ci@example.com --password-stdin
 
-  # Into one workspace of several
-  btk login --email me@example.com --workspace 0b6f6a4e-8d52-4f6e-9e07-3c1f4d2a9b10`,
+  # Into one workspace of several (a name or an id); on a terminal btk asks
+  btk login --email me@example.com --workspace Acme`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runLogin(cmd, opts)
@@ -38,7 +46,7 @@ standard input with --password-stdin. It is never accepted as a flag.`,
 	}
 	cmd.Flags().StringVar(&opts.email, "email", "", "account email (asked for on a terminal)")
 	cmd.Flags().BoolVar(&opts.passwordStdin, "password-stdin", false, "read the password from standard input")
-	cmd.Flags().StringVar(&opts.workspace, "workspace", "", "`ID` of the workspace to act in (default: your only workspace)")
+	cmd.Flags().StringVar(&opts.workspace, "workspace", "", "`workspace` (name or id) to act in (default: your only workspace; asked on a terminal when you have several)")
 	return cmd
 }
 
@@ -47,9 +55,6 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 	p, err := f.printer(cmd)
 	if err != nil {
 		return err
-	}
-	if opts.workspace != "" && !client.IsID(opts.workspace) {
-		return usageErrorf("--workspace takes a workspace id, got %q", opts.workspace)
 	}
 	if opts.email == "" {
 		if !f.io.canPrompt() {
@@ -67,12 +72,91 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 	if err != nil {
 		return err
 	}
-	resp, err := client.Login(cmd.Context(), c, opts.email, password, optional(opts.workspace))
-	if err != nil {
+	// --workspace is an id or a name; the server resolves a name among the
+	// account's memberships.
+	var id, name *string
+	if client.IsID(opts.workspace) {
+		id = optional(opts.workspace)
+	} else {
+		name = optional(opts.workspace)
+	}
+	ctx := cmd.Context()
+	resp, err := client.Login(ctx, c, opts.email, password, id, name)
+	if choices := workspaceChoices(err); choices != nil {
+		// Several workspaces and none named: ask on a terminal, else say how
+		// to choose.
+		if !f.io.canPrompt() || opts.passwordStdin {
+			return &client.Error{Code: "BAD_USER_INPUT", Message: fmt.Sprintf(
+				"the account belongs to several workspaces: choose one with --workspace NAME (%s)", choiceNames(choices))}
+		}
+		chosen, err := chooseWorkspace(f.io, choices)
+		if err != nil {
+			return err
+		}
+		resp, err = client.Login(ctx, c, opts.email, password, &chosen, nil)
+		if err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 	if err := f.saveSession(server, resp.Login.AccessToken); err != nil {
 		return err
 	}
 	return p.session(resp.Login, server, f.cfgPath)
+}
+
+// choice is one workspace a login may choose, from the server's
+// "several workspaces" error (extensions.workspaces).
+type choice struct{ id, name, role string }
+
+func workspaceChoices(err error) []choice {
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != "BAD_USER_INPUT" {
+		return nil
+	}
+	list, _ := ce.Extensions["workspaces"].([]any)
+	var out []choice
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		id, _ := m["workspaceId"].(string)
+		name, _ := m["workspaceName"].(string)
+		role, _ := m["role"].(string)
+		if id != "" {
+			out = append(out, choice{id, name, role})
+		}
+	}
+	return out
+}
+
+func choiceNames(cs []choice) string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// chooseWorkspace asks which workspace to log in to, by number or name.
+func chooseWorkspace(io *iostreams, cs []choice) (string, error) {
+	fmt.Fprintln(io.ErrOut, "The account belongs to several workspaces:")
+	for i, c := range cs {
+		fmt.Fprintf(io.ErrOut, "  %d) %s (%s)\n", i+1, c.name, c.role)
+	}
+	for range 3 {
+		answer, err := io.prompt(fmt.Sprintf("Workspace [1-%d]: ", len(cs)))
+		if err != nil {
+			return "", err
+		}
+		if n, err := strconv.Atoi(answer); err == nil && n >= 1 && n <= len(cs) {
+			return cs[n-1].id, nil
+		}
+		for _, c := range cs {
+			if c.name == answer || c.id == answer {
+				return c.id, nil
+			}
+		}
+		fmt.Fprintf(io.ErrOut, "Answer with a number from 1 to %d, or a workspace name.\n", len(cs))
+	}
+	return "", usageErrorf("no workspace chosen")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -21,6 +22,11 @@ func newLogoutCmd(f *factory) *cobra.Command {
 
 func runLogout(cmd *cobra.Command, f *factory) error {
 	p, c, err := f.connect(cmd)
+	if errors.Is(err, errNotLoggedIn) {
+		// Nothing to end: the goal of logout is already met (as docker logout).
+		fmt.Fprintln(f.io.ErrOut, "Not logged in; nothing to do")
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -12,23 +12,23 @@ func newMemberCmd(f *factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "member",
 		Short: "Manage workspace memberships",
-		Args:  noArgs,
 	}
-	cmd.AddCommand(newMemberSetCmd(f))
-	return cmd
+	cmd.AddCommand(newMemberSetCmd(f), newMemberListCmd(f))
+	return group(cmd)
 }
 
 func newMemberSetCmd(f *factory) *cobra.Command {
 	return &cobra.Command{
 		Use:   "set WORKSPACE ACCOUNT ROLE|none",
 		Short: "Give an account a role in a workspace, or remove it",
-		Long: `Give ACCOUNT (an account id) the role ROLE in WORKSPACE (an id or a name):
+		Long: `Give ACCOUNT (an account id or email) the role ROLE in WORKSPACE (an id or a name):
 owner manages the workspace's API keys, admin reads them, member has no access
 to them; none removes the membership. Platform admin, or an owner of the
 workspace.`,
 		Example: `  btk member set Acme 3d4f1c2b-5a6e-4f70-8c9d-0e1f2a3b4c5d owner
   btk member set Acme 3d4f1c2b-5a6e-4f70-8c9d-0e1f2a3b4c5d none`,
-		Args: exactArgs(3),
+		Args:              exactArgs(3),
+		ValidArgsFunction: positional(f.completeWorkspaces, nil, completeRoles),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			role, err := parseRole(args[2])
 			if err != nil {
@@ -42,7 +42,11 @@ workspace.`,
 			if err != nil {
 				return err
 			}
-			resp, err := client.SetMembership(cmd.Context(), c, ws, args[1], role)
+			account, err := resolveAccount(cmd.Context(), c, args[1])
+			if err != nil {
+				return err
+			}
+			resp, err := client.SetMembership(cmd.Context(), c, ws, account, role)
 			if err != nil {
 				return err
 			}

@@ -8,7 +8,10 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
+	"github.com/charmbracelet/x/ansi"
 	"github.com/muesli/termenv"
+
+	"github.com/btk-project/btk/internal/client"
 )
 
 // Output formats (--output).
@@ -27,6 +30,9 @@ type printer struct {
 	format string
 	now    func() time.Time
 	r      *lipgloss.Renderer
+	// defaults, when set, are the workspace's default limits, shown for
+	// keys without limits of their own.
+	defaults *client.Tenant
 }
 
 func newPrinter(io *iostreams, format string, now func() time.Time) *printer {
@@ -58,6 +64,9 @@ func (p *printer) Table(headers []string, rows [][]string) {
 			fmt.Fprintln(p.io.Out, strings.Join(row, "\t"))
 		}
 		return
+	}
+	if w := p.io.outWidth(); w > 0 {
+		headers, rows = fitColumns(headers, rows, w)
 	}
 	last := len(headers) - 1
 	t := table.New().
@@ -190,4 +199,72 @@ func relativeTime(now, t time.Time) string {
 		return fmt.Sprintf("in %d %s", n, unit)
 	}
 	return fmt.Sprintf("%d %s ago", n, unit)
+}
+
+// Column layout of Table: two blanks between columns, and a column is never
+// cut below minColumn cells (or its own width, when narrower).
+const (
+	columnGap = 2
+	minColumn = 6
+)
+
+// fitColumns truncates cells, with an ellipsis, so that the table fits in
+// width columns: the widest column gives way first, as gh does, until all
+// fit or every column is at its minimum. Only for a terminal: piped output
+// keeps every character.
+func fitColumns(headers []string, rows [][]string, width int) ([]string, [][]string) {
+	widths := make([]int, len(headers))
+	for i, h := range headers {
+		widths[i] = ansi.StringWidth(h)
+	}
+	for _, row := range rows {
+		for i, cell := range row {
+			if i < len(widths) {
+				widths[i] = max(widths[i], ansi.StringWidth(cell))
+			}
+		}
+	}
+	total := columnGap * (len(widths) - 1)
+	for _, w := range widths {
+		total += w
+	}
+	cut := false
+	for total > width {
+		widest := 0
+		for i, w := range widths {
+			if w > widths[widest] {
+				widest = i
+			}
+		}
+		if widths[widest] <= minColumn {
+			break
+		}
+		widths[widest]--
+		total--
+		cut = true
+	}
+	if !cut {
+		return headers, rows
+	}
+	trunc := func(s string, w int) string {
+		if ansi.StringWidth(s) <= w {
+			return s
+		}
+		return ansi.Truncate(s, w, "…")
+	}
+	outHeaders := make([]string, len(headers))
+	for i, h := range headers {
+		outHeaders[i] = trunc(h, widths[i])
+	}
+	outRows := make([][]string, len(rows))
+	for r, row := range rows {
+		outRows[r] = make([]string, len(row))
+		for i, cell := range row {
+			if i < len(widths) {
+				cell = trunc(cell, widths[i])
+			}
+			outRows[r][i] = cell
+		}
+	}
+	return outHeaders, outRows
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -41,7 +44,7 @@ func (p *printer) apiKeyFields(k client.ApiKey) []field {
 		{"ID", k.Id},
 		{"Key", keyDisplay(k)},
 		{"Status", p.Status(string(k.Status))},
-		{"Rate limit", fmt.Sprintf("%s/min, %s/day", limit(k.RateLimitPerMinute, "default"), limit(k.RateLimitPerDay, "default"))},
+		{"Rate limit", p.keyLimits(k)},
 		{"Expires", p.Time(k.ExpiresAt, "never")},
 		{"Scopes", scopes(k.Scopes)},
 		{"Created", p.Time(&k.CreatedAt, "")},
@@ -57,6 +60,36 @@ func (p *printer) apiKeyFields(k client.ApiKey) []field {
 		fields = append(fields, field{"Replaced by", *k.ReplacedById})
 	}
 	return fields
+}
+
+// keyLimits shows the limits that apply to k: its own, else the workspace's
+// (p.defaults, when the command read them), saying which is which.
+func (p *printer) keyLimits(k client.ApiKey) string {
+	window := func(own *int, def *int, unit string) string {
+		switch {
+		case own != nil:
+			return fmt.Sprintf("%d/%s", *own, unit)
+		case def != nil:
+			return fmt.Sprintf("%d/%s (workspace default)", *def, unit)
+		}
+		return "workspace default/" + unit
+	}
+	var defMin, defDay *int
+	if p.defaults != nil {
+		defMin, defDay = &p.defaults.DefaultRateLimitPerMinute, &p.defaults.DefaultRateLimitPerDay
+	}
+	return window(k.RateLimitPerMinute, defMin, "min") + ", " + window(k.RateLimitPerDay, defDay, "day")
+}
+
+// readDefaults reads the workspace's default limits for keyLimits; without
+// them (an error), keyLimits says "workspace default".
+func (p *printer) readDefaults(ctx context.Context, c *client.Client) {
+	if p.format == formatJSON {
+		return
+	}
+	if resp, err := client.TenantInfo(ctx, c); err == nil {
+		p.defaults = &resp.TenantInfo
+	}
 }
 
 func (p *printer) apiKeyTable(keys []client.ApiKey) {
@@ -100,10 +133,20 @@ func (p *printer) accountFields(a client.Account) []field {
 	}
 }
 
+// impersonator names the impersonating platform admin by email, else id.
+func impersonator(email, id *string) string {
+	if email != nil && *email != "" {
+		return "impersonated by " + *email
+	}
+	if id != nil {
+		return "impersonated by " + *id
+	}
+	return ""
+}
+
 func (p *printer) auditTable(entries []client.AuditEntry) {
 	rows := make([][]string, len(entries))
 	for i, e := range entries {
-		key := deref(e.ApiKeyName, deref(e.ApiKeyId, "-"))
 		var detail []string
 		if e.NewApiKeyId != nil {
 			detail = append(detail, "new key "+*e.NewApiKeyId)
@@ -111,12 +154,52 @@ func (p *printer) auditTable(entries []client.AuditEntry) {
 		if e.RevokedCount != nil {
 			detail = append(detail, fmt.Sprintf("%d keys revoked", *e.RevokedCount))
 		}
-		if e.ImpersonatorId != nil {
-			detail = append(detail, "impersonated by "+*e.ImpersonatorId)
+		if s := impersonator(e.ImpersonatorEmail, e.ImpersonatorId); s != "" {
+			detail = append(detail, s)
 		}
-		rows[i] = []string{p.Time(&e.CreatedAt, ""), string(e.Action), key, e.ActorEmail, e.Ip, strings.Join(detail, "; ")}
+		rows[i] = []string{p.Time(&e.CreatedAt, ""), string(e.Action), deref(e.ApiKeyName, "-"), deref(e.ApiKeyId, "-"),
+			e.ActorEmail, e.Ip, e.UserAgent, strings.Join(detail, "; ")}
 	}
-	p.Table([]string{"TIME", "ACTION", "KEY", "ACTOR", "IP", "DETAIL"}, rows)
+	p.Table([]string{"TIME", "ACTION", "KEY", "KEY ID", "ACTOR", "IP", "USER AGENT", "DETAIL"}, rows)
+}
+
+func (p *printer) eventTable(events []client.AuditEvent) {
+	rows := make([][]string, len(events))
+	for i, e := range events {
+		detail := metadataText(e.Metadata)
+		if s := impersonator(e.ImpersonatorEmail, e.ImpersonatorId); s != "" {
+			detail = strings.TrimPrefix(detail+"; "+s, "; ")
+		}
+		ws := e.WorkspaceId
+		if ws == "" {
+			ws = "-"
+		}
+		rows[i] = []string{p.Time(&e.CreatedAt, ""), e.Action, e.ActorEmail, e.TargetType + " " + e.TargetId, ws, detail}
+	}
+	p.Table([]string{"TIME", "ACTION", "ACTOR", "TARGET", "WORKSPACE", "DETAIL"}, rows)
+}
+
+// metadataText shows an event's metadata (a JSON object) as key=value pairs
+// in key order; null values are shown as "none".
+func metadataText(meta string) string {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(meta), &m); err != nil {
+		return meta
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		v := m[k]
+		if v == nil {
+			v = "none"
+		}
+		parts[i] = fmt.Sprintf("%s=%v", k, v)
+	}
+	return strings.Join(parts, " ")
 }
 
 // session shows a session that was saved to the config file; never its token.
@@ -125,6 +208,8 @@ func (p *printer) session(s client.Session, server, cfgPath string) error {
 	case formatJSON:
 		return p.JSON(sessionView{ExpiresAt: s.ExpiresAt, Account: s.Account, Workspace: s.Workspace})
 	case formatPlain:
+		// What the session acts as, never its token (it went to the config).
+		p.Fields(p.sessionFields(s))
 	default:
 		ws := "none"
 		if s.Workspace != nil {
@@ -133,6 +218,16 @@ func (p *printer) session(s client.Session, server, cfgPath string) error {
 		p.Notice("Logged in to %s as %s, workspace %s; session saved to %s", server, s.Account.Email, ws, cfgPath)
 	}
 	return nil
+}
+
+func (p *printer) sessionFields(s client.Session) []field {
+	fields := []field{{"Email", s.Account.Email}}
+	if s.Workspace != nil {
+		fields = append(fields, field{"Workspace", s.Workspace.Name}, field{"Workspace ID", s.Workspace.Id})
+	} else {
+		fields = append(fields, field{"Workspace", "none"})
+	}
+	return append(fields, field{"Expires", s.ExpiresAt.Format(time.RFC3339)})
 }
 
 // sessionView is a Session without its token, for showing after login.

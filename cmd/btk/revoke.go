@@ -20,7 +20,7 @@ func newRevokeCmd(f *factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "revoke KEY",
 		Short: "Revoke an API key at once",
-		Long: `Revoke KEY (a key id or the name of an active key). Every later request with
+		Long: `Revoke KEY (a key id, or the name of a key that is not revoked: active or expired). Every later request with
 it is rejected. There is no undo: create a new key instead. Revoking works on
 every plan.
 
@@ -28,7 +28,8 @@ On a terminal btk asks for confirmation; elsewhere --yes is required.`,
 		Example: `  btk revoke payments-backend
   btk revoke 6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21 --yes
   btk revoke leaked-key --yes -o json`,
-		Args: exactArgs(1),
+		Args:              exactArgs(1),
+		ValidArgsFunction: positional(f.completeKeys),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.key = args[0]
 			return runRevoke(cmd, opts)
@@ -66,6 +67,7 @@ func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
 		return err
 	}
 	revoked := resp.RevokeApiKey
+	p.readDefaults(ctx, c)
 	p.Notice("Revoked key %q", revoked.Name)
 	return p.Object(revoked, p.apiKeyFields(revoked))
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -18,6 +19,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // runWith is run with given streams, so tests can pose as a terminal.
 func runWith(ctx context.Context, args []string, streams *iostreams) int {
 	v := viper.New()
+	streams.done = ctx.Done()
 	f := &factory{io: streams, v: v, version: buildVersion(), getenv: os.Getenv, now: time.Now}
 	root := newRootCmd(f)
 	root.SetArgs(args)
@@ -28,9 +30,14 @@ func runWith(ctx context.Context, args []string, streams *iostreams) int {
 	serve.GroupID = "server"
 	root.AddCommand(serve)
 	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && ctx.Err() != nil {
+		// Ctrl-C (or SIGTERM) at a prompt or during a request.
+		fmt.Fprintln(streams.ErrOut, "btk: interrupted")
+		return exitInterrupted
+	}
 	if err != nil {
 		err = asUsage(err)
-		printError(streams.ErrOut, cmd, err)
+		printError(streams.ErrOut, cmd, hint(err))
 	}
 	return exitCode(err)
 }
@@ -45,7 +52,7 @@ Log in once with 'btk login'; the server address and session token are kept in
 the config file. Data goes to standard output, messages and errors to standard
 error. Exit codes: 0 ok, 1 other failure, 2 usage, 3 not authenticated,
 4 forbidden (role, elevation or plan), 5 not found, 6 conflict (name taken,
-key revoked), 7 rate limited, 8 server unreachable.`,
+key revoked), 7 rate limited, 8 server unreachable, 130 interrupted (Ctrl-C).`,
 		Version:       f.version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -60,7 +67,7 @@ key revoked), 7 rate limited, 8 server unreachable.`,
 		&cobra.Group{ID: "operator", Title: "Operator commands:"},
 		&cobra.Group{ID: "server", Title: "Server commands:"},
 	)
-	for _, c := range []*cobra.Command{newCreateCmd(f), newListCmd(f), newRotateCmd(f), newRevokeCmd(f), newRevokeAllCmd(f), newAuditCmd(f)} {
+	for _, c := range []*cobra.Command{newCreateCmd(f), newListCmd(f), newShowCmd(f), newRotateCmd(f), newRevokeCmd(f), newRevokeAllCmd(f), newAuditCmd(f), newEventsCmd(f)} {
 		c.GroupID = "keys"
 		root.AddCommand(c)
 	}

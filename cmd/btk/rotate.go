@@ -23,7 +23,7 @@ func newRotateCmd(f *factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rotate KEY",
 		Short: "Replace an API key with a new one and revoke the old",
-		Long: `Rotate KEY (a key id or the name of an active key): in one step the old key is
+		Long: `Rotate KEY (a key id, or the name of a key that is not revoked): in one step the old key is
 revoked and a new one issued with the same name, expiry, scopes and rate
 limits, unless overridden. The new plaintext is shown once; -o plain prints it
 alone, for piping into a secrets manager.
@@ -41,7 +41,8 @@ Without a terminal and without these, rotate fails at once (exit 2).`,
 
   # New name and expiry for the new key
   btk rotate 6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21 --name payments-2027 --expires-in 365d`,
-		Args: exactArgs(1),
+		Args:              exactArgs(1),
+		ValidArgsFunction: positional(f.completeKeys),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.key = args[0]
 			return runRotate(cmd, opts)
@@ -108,16 +109,17 @@ func runRotate(cmd *cobra.Command, opts *rotateOptions) error {
 	if opts.noExpiry {
 		resp, err := client.RotateApiKeyNoExpiry(ctx, c, old.Id, optional(opts.name))
 		if err != nil {
-			return err
+			return nameTaken(ctx, c, opts.name, err)
 		}
 		rotated = resp.RotateApiKey
 	} else {
 		resp, err := client.RotateApiKey(ctx, c, old.Id, client.RotateApiKeyInput{Name: optional(opts.name), ExpiresAt: expiresAt})
 		if err != nil {
-			return err
+			return nameTaken(ctx, c, opts.name, err)
 		}
 		rotated = resp.RotateApiKey
 	}
+	p.readDefaults(ctx, c)
 	return p.newKey(rotated, rotated.ApiKey, rotated.PlaintextKey,
 		fmt.Sprintf("Rotated key %q: the old key %s is revoked", old.Name, old.Id))
 }

@@ -94,6 +94,13 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		// authenticated request by about a fifth for some 16 MiB more heap.
 		debug.SetGCPercent(400)
 	}
+	// Listen first: a port in use fails before the database is touched, so
+	// no bootstrap happens (and no one-time password is printed) for nothing.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	db, err := store.Open(ctx, cfg.DB)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
@@ -118,10 +125,6 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		}
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return err
-	}
 	srv := &http.Server{
 		Handler:           server.New(svc, db, log),
 		ReadHeaderTimeout: 10 * time.Second,

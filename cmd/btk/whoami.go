@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -62,6 +64,18 @@ func runWhoami(cmd *cobra.Command, f *factory) error {
 		fields = append(fields, field{"Workspace", w.Name}, field{"Workspace ID", w.Id}, field{"Plan", string(w.Plan)})
 	} else {
 		fields = append(fields, field{"Workspace", "none"})
+	}
+	if a := out.Account; a != nil {
+		if a.Impersonating {
+			fields = append(fields, field{"Impersonating", "yes: acting as owner tier in this workspace; 'btk login' returns to your own session"})
+		}
+		if len(a.Memberships) > 1 {
+			var ws []string
+			for _, m := range a.Memberships {
+				ws = append(ws, fmt.Sprintf("%s (%s)", m.WorkspaceName, m.Role))
+			}
+			fields = append(fields, field{"Workspaces", strings.Join(ws, ", ")})
+		}
 	}
 	fields = append(fields, field{"Server", f.v.GetString(keyServer)})
 	p.Fields(fields)

@@ -8,9 +8,10 @@ func newWorkspaceCmd(f *factory) *cobra.Command {
 		Short: "Provision and configure workspaces (platform admin)",
 		Long: `Provision and configure workspaces. WORKSPACE arguments take an id or a name.
 Creating and listing workspaces and changing plans needs a platform admin;
-rate limits may also be set by the workspace's owner.`,
-		Args: noArgs,
+rate limits may also be set by the workspace's owner. Names are looked up among
+your own workspaces first, then (platform admin) among all. Workspaces cannot
+be deleted.`,
 	}
-	cmd.AddCommand(newWorkspaceCreateCmd(f), newWorkspaceListCmd(f), newWorkspaceSetPlanCmd(f), newWorkspaceSetLimitsCmd(f))
-	return cmd
+	cmd.AddCommand(newWorkspaceCreateCmd(f), newWorkspaceListCmd(f), newWorkspaceShowCmd(f), newWorkspaceSetPlanCmd(f), newWorkspaceSetLimitsCmd(f))
+	return group(cmd)
 }

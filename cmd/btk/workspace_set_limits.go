@@ -17,7 +17,8 @@ puts that window back to the server's default (600/min and 100000/day unless
 the server is configured otherwise). Platform admin or the workspace's owner.`,
 		Example: `  btk workspace set-limits Acme --per-minute 1200 --per-day 500000
   btk workspace set-limits Acme    # both back to the server defaults`,
-		Args: exactArgs(1),
+		Args:              exactArgs(1),
+		ValidArgsFunction: positional(f.completeWorkspaces),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, c, err := f.connect(cmd)
 			if err != nil {

@@ -14,7 +14,8 @@ func newWorkspaceSetPlanCmd(f *factory) *cobra.Command {
 cloud_enterprise or self_hosted. On cloud_starter no key can be created or
 rotated; keys already issued keep working and can still be revoked.`,
 		Example: `  btk workspace set-plan Acme cloud_enterprise`,
-		Args:    exactArgs(2),
+		Args:              exactArgs(2),
+		ValidArgsFunction: positional(f.completeWorkspaces, completePlans),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			plan, err := parsePlan(args[1])
 			if err != nil {

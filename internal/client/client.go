@@ -51,12 +51,19 @@ func New(opts Options) *Client {
 		UserAgent: opts.UserAgent,
 		Base:      base.Transport,
 	}
-	server := strings.TrimRight(opts.Server, "/")
+	server := BaseURL(opts.Server)
 	return &Client{
 		server: server,
 		http:   &hc,
 		gql:    graphql.NewClient(server+"/graphql", &hc),
 	}
+}
+
+// BaseURL is the server's base address as given, less a trailing slash and
+// a trailing /graphql (the endpoint's address is a common thing to paste).
+func BaseURL(server string) string {
+	server = strings.TrimRight(server, "/")
+	return strings.TrimRight(strings.TrimSuffix(server, "/graphql"), "/")
 }
 
 // WithElevation returns a copy of c that sends token as X-Elevation, as
@@ -71,8 +78,16 @@ func (c *Client) WithElevation(token string) *Client {
 
 // MakeRequest implements graphql.Client; a failure is returned as an *Error.
 func (c *Client) MakeRequest(ctx context.Context, req *graphql.Request, resp *graphql.Response) error {
-	return toError(c.gql.MakeRequest(ctx, req, resp), c.server)
+	last := &lastResponse{}
+	ctx = context.WithValue(ctx, lastResponseKey{}, last)
+	return toError(c.gql.MakeRequest(ctx, req, resp), c.server, last)
 }
+
+// lastResponse keeps what the error of a request needs from its HTTP
+// response and genqlient does not pass on: the Retry-After header.
+type lastResponse struct{ retryAfter string }
+
+type lastResponseKey struct{}
 
 // Transport adds btk's credentials and User-Agent to every request.
 type Transport struct {
@@ -106,5 +121,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return base.RoundTrip(r)
+	resp, err := base.RoundTrip(r)
+	if last, ok := req.Context().Value(lastResponseKey{}).(*lastResponse); ok && resp != nil {
+		last.retryAfter = resp.Header.Get("Retry-After")
+	}
+	return resp, err
 }

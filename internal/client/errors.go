@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/Khan/genqlient/graphql"
 	"github.com/vektah/gqlparser/v2/gqlerror"
@@ -34,6 +37,10 @@ type Error struct {
 	Status int
 	// Err is the underlying error, if any.
 	Err error
+	// Extensions are the GraphQL error's extensions (code included), if any.
+	Extensions map[string]any
+	// RetryAfter is the server's Retry-After of a 429, 0 when none.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -44,10 +51,24 @@ func (e *Error) Unwrap() error { return e.Err }
 // with a GraphQL-shaped body (request-level failure: 401, 429, ...), or a
 // transport failure (server unreachable). It is the only place that knows
 // these shapes.
-func toError(err error, server string) error {
+func toError(err error, server string, last *lastResponse) error {
 	if err == nil {
 		return nil
 	}
+	e, ok := toError1(err, server).(*Error)
+	if !ok || last == nil {
+		return e
+	}
+	if e.Status == http.StatusTooManyRequests || e.Code == "RATE_LIMITED" {
+		if secs, err := strconv.Atoi(last.retryAfter); err == nil && secs >= 0 {
+			e.RetryAfter = time.Duration(secs) * time.Second
+			e.Message = fmt.Sprintf("%s: retry in %s", strings.TrimSuffix(e.Message, "."), e.RetryAfter)
+		}
+	}
+	return e
+}
+
+func toError1(err error, server string) error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
@@ -69,6 +90,10 @@ func toError(err error, server string) error {
 		}
 		if e.Message == "" {
 			e.Message = fmt.Sprintf("server answered HTTP %d", httpErr.StatusCode)
+			if httpErr.StatusCode == http.StatusNotFound || httpErr.StatusCode == http.StatusMethodNotAllowed {
+				e.Message = fmt.Sprintf("%s answered HTTP %d to %s/graphql: is it a btk server, and is --server its base address (such as http://127.0.0.1:8080)?",
+					server, httpErr.StatusCode, server)
+			}
 		}
 		return e
 	}
@@ -99,7 +124,7 @@ func fromList(list gqlerror.List) *Error {
 	if len(list) == 0 || list[0] == nil {
 		return &Error{}
 	}
-	e := &Error{Message: list[0].Message}
+	e := &Error{Message: list[0].Message, Extensions: list[0].Extensions}
 	if code, ok := list[0].Extensions["code"].(string); ok {
 		e.Code = code
 	}

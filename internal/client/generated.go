@@ -22,6 +22,10 @@ type Account struct {
 	PlatformAdmin bool `json:"platformAdmin"`
 	// Role in the session's workspace; null when the account has no membership there.
 	Role *Role `json:"role"`
+	// The account's workspaces and its role in each (filled on me and login; empty elsewhere).
+	Memberships []AccountMembershipsMembership `json:"memberships"`
+	// On me: whether the session is a platform admin's impersonation session.
+	Impersonating bool `json:"impersonating"`
 }
 
 // GetId returns Account.Id, and is useful for accessing the field via an interface.
@@ -35,6 +39,43 @@ func (v *Account) GetPlatformAdmin() bool { return v.PlatformAdmin }
 
 // GetRole returns Account.Role, and is useful for accessing the field via an interface.
 func (v *Account) GetRole() *Role { return v.Role }
+
+// GetMemberships returns Account.Memberships, and is useful for accessing the field via an interface.
+func (v *Account) GetMemberships() []AccountMembershipsMembership { return v.Memberships }
+
+// GetImpersonating returns Account.Impersonating, and is useful for accessing the field via an interface.
+func (v *Account) GetImpersonating() bool { return v.Impersonating }
+
+// AccountMembershipsMembership includes the requested fields of the GraphQL type Membership.
+// The GraphQL type's documentation follows.
+//
+// An account's membership of a workspace, as the account sees it.
+type AccountMembershipsMembership struct {
+	// Workspace UUID.
+	WorkspaceId string `json:"workspaceId"`
+	// Workspace display name.
+	WorkspaceName string `json:"workspaceName"`
+	// The account's role there.
+	Role Role `json:"role"`
+}
+
+// GetWorkspaceId returns AccountMembershipsMembership.WorkspaceId, and is useful for accessing the field via an interface.
+func (v *AccountMembershipsMembership) GetWorkspaceId() string { return v.WorkspaceId }
+
+// GetWorkspaceName returns AccountMembershipsMembership.WorkspaceName, and is useful for accessing the field via an interface.
+func (v *AccountMembershipsMembership) GetWorkspaceName() string { return v.WorkspaceName }
+
+// GetRole returns AccountMembershipsMembership.Role, and is useful for accessing the field via an interface.
+func (v *AccountMembershipsMembership) GetRole() Role { return v.Role }
+
+// AccountsResponse is returned by Accounts on success.
+type AccountsResponse struct {
+	// Every account. Platform admin.
+	Accounts []Account `json:"accounts"`
+}
+
+// GetAccounts returns AccountsResponse.Accounts, and is useful for accessing the field via an interface.
+func (v *AccountsResponse) GetAccounts() []Account { return v.Accounts }
 
 // ApiKey includes the GraphQL fields of ApiKey requested by the fragment ApiKey.
 // The GraphQL type's documentation follows.
@@ -233,6 +274,8 @@ type AuditEntry struct {
 	ActorEmail string `json:"actorEmail"`
 	// Platform admin who acted by impersonating the workspace, if any.
 	ImpersonatorId *string `json:"impersonatorId"`
+	// Email of that platform admin (now), if any.
+	ImpersonatorEmail *string `json:"impersonatorEmail"`
 	// Client IP address of the request.
 	Ip string `json:"ip"`
 	// User-Agent of the request.
@@ -271,6 +314,9 @@ func (v *AuditEntry) GetActorEmail() string { return v.ActorEmail }
 // GetImpersonatorId returns AuditEntry.ImpersonatorId, and is useful for accessing the field via an interface.
 func (v *AuditEntry) GetImpersonatorId() *string { return v.ImpersonatorId }
 
+// GetImpersonatorEmail returns AuditEntry.ImpersonatorEmail, and is useful for accessing the field via an interface.
+func (v *AuditEntry) GetImpersonatorEmail() *string { return v.ImpersonatorEmail }
+
 // GetIp returns AuditEntry.Ip, and is useful for accessing the field via an interface.
 func (v *AuditEntry) GetIp() string { return v.Ip }
 
@@ -279,6 +325,99 @@ func (v *AuditEntry) GetUserAgent() string { return v.UserAgent }
 
 // GetCreatedAt returns AuditEntry.CreatedAt, and is useful for accessing the field via an interface.
 func (v *AuditEntry) GetCreatedAt() time.Time { return v.CreatedAt }
+
+// AuditEvent includes the GraphQL fields of AuditEvent requested by the fragment AuditEvent.
+// The GraphQL type's documentation follows.
+//
+// One row of the workspace audit log (the Audit Log page), attributed to the actor.
+type AuditEvent struct {
+	// Event UUID.
+	Id string `json:"id"`
+	// Workspace the event belongs to; empty for a server-wide event (account.created, a login without a workspace).
+	WorkspaceId string `json:"workspaceId"`
+	// What happened: api_key.created, api_key.rotated, api_key.revoked, api_key.revoked_all,
+	// session.login, session.elevated, session.impersonated, membership.changed,
+	// workspace.plan_changed, workspace.limits_changed or account.created.
+	Action string `json:"action"`
+	// Account that acted.
+	ActorId string `json:"actorId"`
+	// Email of that account at the time.
+	ActorEmail string `json:"actorEmail"`
+	// Platform admin who acted by impersonating the workspace, if any.
+	ImpersonatorId *string `json:"impersonatorId"`
+	// Email of that platform admin (now), if any.
+	ImpersonatorEmail *string `json:"impersonatorEmail"`
+	// Kind of object acted on: api_key, workspace, account or session.
+	TargetType string `json:"targetType"`
+	// Id of the object acted on.
+	TargetId string `json:"targetId"`
+	// Details of the event as a JSON object.
+	Metadata string `json:"metadata"`
+	// When it happened.
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// GetId returns AuditEvent.Id, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetId() string { return v.Id }
+
+// GetWorkspaceId returns AuditEvent.WorkspaceId, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetWorkspaceId() string { return v.WorkspaceId }
+
+// GetAction returns AuditEvent.Action, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetAction() string { return v.Action }
+
+// GetActorId returns AuditEvent.ActorId, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetActorId() string { return v.ActorId }
+
+// GetActorEmail returns AuditEvent.ActorEmail, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetActorEmail() string { return v.ActorEmail }
+
+// GetImpersonatorId returns AuditEvent.ImpersonatorId, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetImpersonatorId() *string { return v.ImpersonatorId }
+
+// GetImpersonatorEmail returns AuditEvent.ImpersonatorEmail, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetImpersonatorEmail() *string { return v.ImpersonatorEmail }
+
+// GetTargetType returns AuditEvent.TargetType, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetTargetType() string { return v.TargetType }
+
+// GetTargetId returns AuditEvent.TargetId, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetTargetId() string { return v.TargetId }
+
+// GetMetadata returns AuditEvent.Metadata, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetMetadata() string { return v.Metadata }
+
+// GetCreatedAt returns AuditEvent.CreatedAt, and is useful for accessing the field via an interface.
+func (v *AuditEvent) GetCreatedAt() time.Time { return v.CreatedAt }
+
+// AuditEventsAuditEventsAuditEventConnection includes the requested fields of the GraphQL type AuditEventConnection.
+// The GraphQL type's documentation follows.
+//
+// A page of audit events, newest first.
+type AuditEventsAuditEventsAuditEventConnection struct {
+	// The events of this page.
+	Nodes []AuditEvent `json:"nodes"`
+	// Where this page ends.
+	PageInfo PageInfo `json:"pageInfo"`
+}
+
+// GetNodes returns AuditEventsAuditEventsAuditEventConnection.Nodes, and is useful for accessing the field via an interface.
+func (v *AuditEventsAuditEventsAuditEventConnection) GetNodes() []AuditEvent { return v.Nodes }
+
+// GetPageInfo returns AuditEventsAuditEventsAuditEventConnection.PageInfo, and is useful for accessing the field via an interface.
+func (v *AuditEventsAuditEventsAuditEventConnection) GetPageInfo() PageInfo { return v.PageInfo }
+
+// AuditEventsResponse is returned by AuditEvents on success.
+type AuditEventsResponse struct {
+	// The workspace audit log (audit_events), newest first. Owner tier for its own workspace; a platform
+	// admin for any workspaceId, or with serverWide the events that belong to no workspace.
+	AuditEvents AuditEventsAuditEventsAuditEventConnection `json:"auditEvents"`
+}
+
+// GetAuditEvents returns AuditEventsResponse.AuditEvents, and is useful for accessing the field via an interface.
+func (v *AuditEventsResponse) GetAuditEvents() AuditEventsAuditEventsAuditEventConnection {
+	return v.AuditEvents
+}
 
 // CreateAccountResponse is returned by CreateAccount on success.
 type CreateAccountResponse struct {
@@ -427,6 +566,37 @@ type MeResponse struct {
 
 // GetMe returns MeResponse.Me, and is useful for accessing the field via an interface.
 func (v *MeResponse) GetMe() Account { return v.Me }
+
+// MembersMembersMember includes the requested fields of the GraphQL type Member.
+// The GraphQL type's documentation follows.
+//
+// A member of a workspace.
+type MembersMembersMember struct {
+	// Account UUID.
+	AccountId string `json:"accountId"`
+	// Login email.
+	Email string `json:"email"`
+	// Role in the workspace.
+	Role Role `json:"role"`
+}
+
+// GetAccountId returns MembersMembersMember.AccountId, and is useful for accessing the field via an interface.
+func (v *MembersMembersMember) GetAccountId() string { return v.AccountId }
+
+// GetEmail returns MembersMembersMember.Email, and is useful for accessing the field via an interface.
+func (v *MembersMembersMember) GetEmail() string { return v.Email }
+
+// GetRole returns MembersMembersMember.Role, and is useful for accessing the field via an interface.
+func (v *MembersMembersMember) GetRole() Role { return v.Role }
+
+// MembersResponse is returned by Members on success.
+type MembersResponse struct {
+	// The members of a workspace. Platform admin, or an OWNER or ADMIN of that workspace.
+	Members []MembersMembersMember `json:"members"`
+}
+
+// GetMembers returns MembersResponse.Members, and is useful for accessing the field via an interface.
+func (v *MembersResponse) GetMembers() []MembersMembersMember { return v.Members }
 
 // PageInfo includes the GraphQL fields of PageInfo requested by the fragment PageInfo.
 // The GraphQL type's documentation follows.
@@ -700,6 +870,8 @@ type __ApiKeyAuditLogInput struct {
 	ApiKeyId    *string            `json:"apiKeyId,omitempty"`
 	Action      *ApiKeyAuditAction `json:"action,omitempty"`
 	Since       *time.Time         `json:"since,omitempty"`
+	Until       *time.Time         `json:"until,omitempty"`
+	ActorEmail  *string            `json:"actorEmail,omitempty"`
 	First       int                `json:"first"`
 	After       *string            `json:"after,omitempty"`
 }
@@ -715,6 +887,12 @@ func (v *__ApiKeyAuditLogInput) GetAction() *ApiKeyAuditAction { return v.Action
 
 // GetSince returns __ApiKeyAuditLogInput.Since, and is useful for accessing the field via an interface.
 func (v *__ApiKeyAuditLogInput) GetSince() *time.Time { return v.Since }
+
+// GetUntil returns __ApiKeyAuditLogInput.Until, and is useful for accessing the field via an interface.
+func (v *__ApiKeyAuditLogInput) GetUntil() *time.Time { return v.Until }
+
+// GetActorEmail returns __ApiKeyAuditLogInput.ActorEmail, and is useful for accessing the field via an interface.
+func (v *__ApiKeyAuditLogInput) GetActorEmail() *string { return v.ActorEmail }
 
 // GetFirst returns __ApiKeyAuditLogInput.First, and is useful for accessing the field via an interface.
 func (v *__ApiKeyAuditLogInput) GetFirst() int { return v.First }
@@ -737,6 +915,42 @@ func (v *__ApiKeysInput) GetFirst() int { return v.First }
 
 // GetAfter returns __ApiKeysInput.After, and is useful for accessing the field via an interface.
 func (v *__ApiKeysInput) GetAfter() *string { return v.After }
+
+// __AuditEventsInput is used internally by genqlient
+type __AuditEventsInput struct {
+	WorkspaceId *string    `json:"workspaceId,omitempty"`
+	ServerWide  bool       `json:"serverWide"`
+	Action      *string    `json:"action,omitempty"`
+	ActorEmail  *string    `json:"actorEmail,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`
+	Until       *time.Time `json:"until,omitempty"`
+	First       int        `json:"first"`
+	After       *string    `json:"after,omitempty"`
+}
+
+// GetWorkspaceId returns __AuditEventsInput.WorkspaceId, and is useful for accessing the field via an interface.
+func (v *__AuditEventsInput) GetWorkspaceId() *string { return v.WorkspaceId }
+
+// GetServerWide returns __AuditEventsInput.ServerWide, and is useful for accessing the field via an interface.
+func (v *__AuditEventsInput) GetServerWide() bool { return v.ServerWide }
+
+// GetAction returns __AuditEventsInput.Action, and is useful for accessing the field via an interface.
+func (v *__AuditEventsInput) GetAction() *string { return v.Action }
+
+// GetActorEmail returns __AuditEventsInput.ActorEmail, and is useful for accessing the field via an interface.
+func (v *__AuditEventsInput) GetActorEmail() *string { return v.ActorEmail }
+
+// GetSince returns __AuditEventsInput.Since, and is useful for accessing the field via an interface.
+func (v *__AuditEventsInput) GetSince() *time.Time { return v.Since }
+
+// GetUntil returns __AuditEventsInput.Until, and is useful for accessing the field via an interface.
+func (v *__AuditEventsInput) GetUntil() *time.Time { return v.Until }
+
+// GetFirst returns __AuditEventsInput.First, and is useful for accessing the field via an interface.
+func (v *__AuditEventsInput) GetFirst() int { return v.First }
+
+// GetAfter returns __AuditEventsInput.After, and is useful for accessing the field via an interface.
+func (v *__AuditEventsInput) GetAfter() *string { return v.After }
 
 // __CreateAccountInput is used internally by genqlient
 type __CreateAccountInput struct {
@@ -800,9 +1014,10 @@ func (v *__ImpersonateInput) GetWorkspaceId() string { return v.WorkspaceId }
 
 // __LoginInput is used internally by genqlient
 type __LoginInput struct {
-	Email       string  `json:"email"`
-	Password    string  `json:"password"`
-	WorkspaceId *string `json:"workspaceId,omitempty"`
+	Email         string  `json:"email"`
+	Password      string  `json:"password"`
+	WorkspaceId   *string `json:"workspaceId,omitempty"`
+	WorkspaceName *string `json:"workspaceName,omitempty"`
 }
 
 // GetEmail returns __LoginInput.Email, and is useful for accessing the field via an interface.
@@ -813,6 +1028,17 @@ func (v *__LoginInput) GetPassword() string { return v.Password }
 
 // GetWorkspaceId returns __LoginInput.WorkspaceId, and is useful for accessing the field via an interface.
 func (v *__LoginInput) GetWorkspaceId() *string { return v.WorkspaceId }
+
+// GetWorkspaceName returns __LoginInput.WorkspaceName, and is useful for accessing the field via an interface.
+func (v *__LoginInput) GetWorkspaceName() *string { return v.WorkspaceName }
+
+// __MembersInput is used internally by genqlient
+type __MembersInput struct {
+	WorkspaceId string `json:"workspaceId"`
+}
+
+// GetWorkspaceId returns __MembersInput.WorkspaceId, and is useful for accessing the field via an interface.
+func (v *__MembersInput) GetWorkspaceId() string { return v.WorkspaceId }
 
 // __RevokeApiKeyInput is used internally by genqlient
 type __RevokeApiKeyInput struct {
@@ -890,10 +1116,52 @@ func (v *__SetWorkspaceRateLimitsInput) GetPerMinute() *int { return v.PerMinute
 // GetPerDay returns __SetWorkspaceRateLimitsInput.PerDay, and is useful for accessing the field via an interface.
 func (v *__SetWorkspaceRateLimitsInput) GetPerDay() *int { return v.PerDay }
 
+// The query executed by Accounts.
+const Accounts_Operation = `
+query Accounts {
+	accounts {
+		... Account
+	}
+}
+fragment Account on Account {
+	id
+	email
+	platformAdmin
+	role
+	memberships {
+		workspaceId
+		workspaceName
+		role
+	}
+	impersonating
+}
+`
+
+func Accounts(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *AccountsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "Accounts",
+		Query:  Accounts_Operation,
+	}
+
+	data_ = &AccountsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by ApiKeyAuditLog.
 const ApiKeyAuditLog_Operation = `
-query ApiKeyAuditLog ($workspaceId: ID, $apiKeyId: ID, $action: ApiKeyAuditAction, $since: Time, $first: Int!, $after: String) {
-	apiKeyAuditLog(workspaceId: $workspaceId, apiKeyId: $apiKeyId, action: $action, since: $since, first: $first, after: $after) {
+query ApiKeyAuditLog ($workspaceId: ID, $apiKeyId: ID, $action: ApiKeyAuditAction, $since: Time, $until: Time, $actorEmail: String, $first: Int!, $after: String) {
+	apiKeyAuditLog(workspaceId: $workspaceId, apiKeyId: $apiKeyId, action: $action, since: $since, until: $until, actorEmail: $actorEmail, first: $first, after: $after) {
 		nodes {
 			... AuditEntry
 		}
@@ -913,6 +1181,7 @@ fragment AuditEntry on ApiKeyAuditEntry {
 	actorId
 	actorEmail
 	impersonatorId
+	impersonatorEmail
 	ip
 	userAgent
 	createdAt
@@ -930,6 +1199,8 @@ func ApiKeyAuditLog(
 	apiKeyId *string,
 	action *ApiKeyAuditAction,
 	since *time.Time,
+	until *time.Time,
+	actorEmail *string,
 	first int,
 	after *string,
 ) (data_ *ApiKeyAuditLogResponse, err_ error) {
@@ -941,6 +1212,8 @@ func ApiKeyAuditLog(
 			ApiKeyId:    apiKeyId,
 			Action:      action,
 			Since:       since,
+			Until:       until,
+			ActorEmail:  actorEmail,
 			First:       first,
 			After:       after,
 		},
@@ -1021,6 +1294,76 @@ func ApiKeys(
 	return data_, err_
 }
 
+// The query executed by AuditEvents.
+const AuditEvents_Operation = `
+query AuditEvents ($workspaceId: ID, $serverWide: Boolean!, $action: String, $actorEmail: String, $since: Time, $until: Time, $first: Int!, $after: String) {
+	auditEvents(workspaceId: $workspaceId, serverWide: $serverWide, action: $action, actorEmail: $actorEmail, since: $since, until: $until, first: $first, after: $after) {
+		nodes {
+			... AuditEvent
+		}
+		pageInfo {
+			... PageInfo
+		}
+	}
+}
+fragment AuditEvent on AuditEvent {
+	id
+	workspaceId
+	action
+	actorId
+	actorEmail
+	impersonatorId
+	impersonatorEmail
+	targetType
+	targetId
+	metadata
+	createdAt
+}
+fragment PageInfo on PageInfo {
+	hasNextPage
+	endCursor
+}
+`
+
+func AuditEvents(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	workspaceId *string,
+	serverWide bool,
+	action *string,
+	actorEmail *string,
+	since *time.Time,
+	until *time.Time,
+	first int,
+	after *string,
+) (data_ *AuditEventsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "AuditEvents",
+		Query:  AuditEvents_Operation,
+		Variables: &__AuditEventsInput{
+			WorkspaceId: workspaceId,
+			ServerWide:  serverWide,
+			Action:      action,
+			ActorEmail:  actorEmail,
+			Since:       since,
+			Until:       until,
+			First:       first,
+			After:       after,
+		},
+	}
+
+	data_ = &AuditEventsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by CreateAccount.
 const CreateAccount_Operation = `
 mutation CreateAccount ($email: String!, $password: String!, $platformAdmin: Boolean!) {
@@ -1033,6 +1376,12 @@ fragment Account on Account {
 	email
 	platformAdmin
 	role
+	memberships {
+		workspaceId
+		workspaceName
+		role
+	}
+	impersonating
 }
 `
 
@@ -1271,6 +1620,12 @@ fragment Account on Account {
 	email
 	platformAdmin
 	role
+	memberships {
+		workspaceId
+		workspaceName
+		role
+	}
+	impersonating
 }
 fragment Tenant on Tenant {
 	id
@@ -1311,8 +1666,8 @@ func Impersonate(
 
 // The mutation executed by Login.
 const Login_Operation = `
-mutation Login ($email: String!, $password: String!, $workspaceId: ID) {
-	login(email: $email, password: $password, workspaceId: $workspaceId) {
+mutation Login ($email: String!, $password: String!, $workspaceId: ID, $workspaceName: String) {
+	login(email: $email, password: $password, workspaceId: $workspaceId, workspaceName: $workspaceName) {
 		... Session
 	}
 }
@@ -1331,6 +1686,12 @@ fragment Account on Account {
 	email
 	platformAdmin
 	role
+	memberships {
+		workspaceId
+		workspaceName
+		role
+	}
+	impersonating
 }
 fragment Tenant on Tenant {
 	id
@@ -1350,14 +1711,16 @@ func Login(
 	email string,
 	password string,
 	workspaceId *string,
+	workspaceName *string,
 ) (data_ *LoginResponse, err_ error) {
 	req_ := &graphql.Request{
 		OpName: "Login",
 		Query:  Login_Operation,
 		Variables: &__LoginInput{
-			Email:       email,
-			Password:    password,
-			WorkspaceId: workspaceId,
+			Email:         email,
+			Password:      password,
+			WorkspaceId:   workspaceId,
+			WorkspaceName: workspaceName,
 		},
 	}
 
@@ -1413,6 +1776,12 @@ fragment Account on Account {
 	email
 	platformAdmin
 	role
+	memberships {
+		workspaceId
+		workspaceName
+		role
+	}
+	impersonating
 }
 `
 
@@ -1426,6 +1795,42 @@ func Me(
 	}
 
 	data_ = &MeResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by Members.
+const Members_Operation = `
+query Members ($workspaceId: ID!) {
+	members(workspaceId: $workspaceId) {
+		accountId
+		email
+		role
+	}
+}
+`
+
+func Members(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	workspaceId string,
+) (data_ *MembersResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "Members",
+		Query:  Members_Operation,
+		Variables: &__MembersInput{
+			WorkspaceId: workspaceId,
+		},
+	}
+
+	data_ = &MembersResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/Khan/genqlient/graphql"
@@ -19,8 +20,9 @@ var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[
 func IsID(s string) bool { return uuidRE.MatchString(s) }
 
 // ResolveKey finds the key a command-line KEY argument means: a key id (a
-// UUID), or otherwise the name of an active key. A key that does not exist
-// or is not visible is a NOT_FOUND *Error.
+// UUID), or otherwise the name of a key that is not revoked (active or
+// expired: an expired key keeps its name until it is revoked). A key that
+// does not exist or is not visible is a NOT_FOUND *Error.
 func ResolveKey(ctx context.Context, c graphql.Client, ref string) (ApiKey, error) {
 	if IsID(ref) {
 		resp, err := GetApiKey(ctx, c, ref)
@@ -37,11 +39,11 @@ func ResolveKey(ctx context.Context, c graphql.Client, ref string) (ApiKey, erro
 		return ApiKey{}, err
 	}
 	for _, k := range keys {
-		if k.Name == ref && k.Status == ApiKeyStatusActive {
+		if k.Name == ref { // names are unique among keys not revoked
 			return k, nil
 		}
 	}
-	return ApiKey{}, &Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no active API key named %q", ref)}
+	return ApiKey{}, &Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no API key named %q (a revoked key is known by its id only: see 'btk list --all')", ref)}
 }
 
 // AllApiKeys returns every key of the caller's workspace, following pages:
@@ -63,60 +65,116 @@ func AllApiKeys(ctx context.Context, c graphql.Client, includeRevoked bool) ([]A
 	}
 }
 
-// AuditFilter narrows the key audit log; nil fields do not filter.
+// AuditFilter narrows the key audit log and the audit events; nil fields
+// do not filter.
 type AuditFilter struct {
 	WorkspaceID *string
 	ApiKeyID    *string
 	Action      *ApiKeyAuditAction
+	EventAction *string // AuditEvents only
+	ServerWide  bool    // AuditEvents only
+	ActorEmail  *string
 	Since       *time.Time
+	Until       *time.Time
 }
 
 // AuditLog returns up to limit entries of the key audit log, newest first,
-// following pages.
-func AuditLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) ([]AuditEntry, error) {
-	entries := []AuditEntry{}
+// following pages; more reports whether entries beyond the limit exist.
+func AuditLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) (entries []AuditEntry, more bool, err error) {
+	entries = []AuditEntry{}
 	var after *string
-	for len(entries) < limit {
-		resp, err := ApiKeyAuditLog(ctx, c, f.WorkspaceID, f.ApiKeyID, f.Action, f.Since, min(limit-len(entries), pageSize), after)
+	for {
+		// One more than the limit, to tell whether the limit cut the list.
+		resp, err := ApiKeyAuditLog(ctx, c, f.WorkspaceID, f.ApiKeyID, f.Action, f.Since, f.Until, f.ActorEmail,
+			min(limit+1-len(entries), pageSize), after)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		log := resp.ApiKeyAuditLog
 		entries = append(entries, log.Nodes...)
+		if len(entries) > limit {
+			return entries[:limit], true, nil
+		}
 		if !log.PageInfo.HasNextPage || log.PageInfo.EndCursor == nil {
-			break
+			return entries, false, nil
 		}
 		after = log.PageInfo.EndCursor
 	}
-	if len(entries) > limit {
-		entries = entries[:limit]
+}
+
+// EventLog returns up to limit audit events, newest first, following pages;
+// more reports whether events beyond the limit exist.
+func EventLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) (events []AuditEvent, more bool, err error) {
+	events = []AuditEvent{}
+	var after *string
+	for {
+		resp, err := AuditEvents(ctx, c, f.WorkspaceID, f.ServerWide, f.EventAction, f.ActorEmail, f.Since, f.Until,
+			min(limit+1-len(events), pageSize), after)
+		if err != nil {
+			return nil, false, err
+		}
+		log := resp.AuditEvents
+		events = append(events, log.Nodes...)
+		if len(events) > limit {
+			return events[:limit], true, nil
+		}
+		if !log.PageInfo.HasNextPage || log.PageInfo.EndCursor == nil {
+			return events, false, nil
+		}
+		after = log.PageInfo.EndCursor
 	}
-	return entries, nil
 }
 
 // ResolveWorkspaceID finds the workspace a command-line WORKSPACE argument
 // means: an id (a UUID) as it is, or otherwise a workspace name, looked up
-// with the workspaces query (platform admin).
+// first among the caller's memberships (me), then, for a platform admin,
+// among every workspace.
 func ResolveWorkspaceID(ctx context.Context, c graphql.Client, ref string) (string, error) {
 	if IsID(ref) {
 		return ref, nil
+	}
+	me, err := Me(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	var names []named
+	for _, m := range me.Me.Memberships {
+		names = append(names, named{m.WorkspaceId, m.WorkspaceName})
+	}
+	if id, err := pickName(names, ref); err == nil || !me.Me.PlatformAdmin {
+		return id, err
 	}
 	resp, err := Workspaces(ctx, c)
 	if err != nil {
 		return "", err
 	}
-	var id string
+	names = names[:0]
 	for _, w := range resp.Workspaces {
-		if w.Name != ref {
-			continue
-		}
-		if id != "" {
-			return "", &Error{Code: "BAD_USER_INPUT", Message: fmt.Sprintf("several workspaces are named %q: use the id", ref)}
-		}
-		id = w.Id
+		names = append(names, named{w.Id, w.Name})
 	}
-	if id == "" {
-		return "", &Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no workspace named %q", ref)}
+	return pickName(names, ref)
+}
+
+type named struct{ id, name string }
+
+// pickName matches a name exactly, else case-insensitively when that is unique.
+func pickName(list []named, ref string) (string, error) {
+	var exact, folded []string
+	for _, n := range list {
+		if n.name == ref {
+			exact = append(exact, n.id)
+		} else if strings.EqualFold(n.name, ref) {
+			folded = append(folded, n.id)
+		}
 	}
-	return id, nil
+	if len(exact) == 0 {
+		exact = folded
+	}
+	switch len(exact) {
+	case 0:
+		return "", &Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no workspace named %q among yours", ref)}
+	case 1:
+		return exact[0], nil
+	}
+	return "", &Error{Code: "BAD_USER_INPUT", Message: fmt.Sprintf("several workspaces are named %q: use the id", ref)}
 }

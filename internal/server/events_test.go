@@ -281,7 +281,9 @@ func TestAuditEventsInTheChangesTransaction(t *testing.T) {
 
 	t.Run("server-wide events are a platform admin's to read", func(t *testing.T) {
 		var out struct {
-			AuditEvents struct{ Nodes []struct{ Action, WorkspaceID string } }
+			AuditEvents struct {
+				Nodes []struct{ Action, WorkspaceID string }
+			}
 		}
 		e.must(admin, `{auditEvents(serverWide:true){nodes{action workspaceId}}}`, nil, &out)
 		if n := out.AuditEvents.Nodes; len(n) == 0 || n[0].Action != btk.EventAccountCreated || n[0].WorkspaceID != "" {
@@ -367,7 +369,9 @@ func TestKeyHistoryAcrossRotations(t *testing.T) {
 
 	for _, id := range []string{k1.ID, k2, k3} {
 		var out struct {
-			ApiKeyAuditLog struct{ Nodes []struct{ Action, ApiKeyName string } }
+			ApiKeyAuditLog struct {
+				Nodes []struct{ Action, ApiKeyName string }
+			}
 		}
 		e.must(admin, `query($id:ID!){apiKeyAuditLog(apiKeyId:$id){nodes{action apiKeyName}}}`, map[string]any{"id": id}, &out)
 		var got []string

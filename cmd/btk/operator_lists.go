@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+func newAccountListCmd(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Short:   "List every account (platform admin)",
+		Aliases: []string{"ls"},
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, c, err := f.connect(cmd)
+			if err != nil {
+				return err
+			}
+			resp, err := client.Accounts(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			if p.format == formatJSON {
+				return p.JSON(resp.Accounts)
+			}
+			rows := make([][]string, len(resp.Accounts))
+			for i, a := range resp.Accounts {
+				rows[i] = []string{a.Email, a.Id, strconv.FormatBool(a.PlatformAdmin)}
+			}
+			p.Table([]string{"EMAIL", "ID", "PLATFORM ADMIN"}, rows)
+			return nil
+		},
+	}
+}
+
+func newMemberListCmd(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list [WORKSPACE]",
+		Short: "List the members of a workspace",
+		Long: `List the accounts with a role in WORKSPACE (a name or an id; default: the
+session's workspace). A platform admin, or an owner or admin of the workspace.`,
+		Example:           "  btk member list\n  btk member list Acme -o json",
+		Aliases:           []string{"ls"},
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: positional(f.completeWorkspaces),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, c, err := f.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ws, err := workspaceArg(cmd.Context(), c, args)
+			if err != nil {
+				return err
+			}
+			resp, err := client.Members(cmd.Context(), c, ws.Id)
+			if err != nil {
+				return err
+			}
+			if p.format == formatJSON {
+				return p.JSON(resp.Members)
+			}
+			rows := make([][]string, len(resp.Members))
+			for i, m := range resp.Members {
+				rows[i] = []string{m.Email, m.AccountId, string(m.Role)}
+			}
+			p.Table([]string{"EMAIL", "ACCOUNT ID", "ROLE"}, rows)
+			return nil
+		},
+	}
+}
+
+func newWorkspaceShowCmd(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show [WORKSPACE]",
+		Short: "Show a workspace",
+		Long: `Show WORKSPACE (a name or an id; default: the session's workspace): its plan,
+public client key and the default rate limits of its keys. Your own workspace
+with any role; any workspace for a platform admin.`,
+		Example:           "  btk workspace show\n  btk workspace show Acme -o json",
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: positional(f.completeWorkspaces),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, c, err := f.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ws, err := workspaceArg(cmd.Context(), c, args)
+			if err != nil {
+				return err
+			}
+			return p.Object(ws, p.tenantFields(ws))
+		},
+	}
+}
+
+// workspaceArg reads the workspace an optional WORKSPACE argument names: the
+// session's own (tenantInfo) when absent or when it names that one, else
+// from the workspaces list (platform admin).
+func workspaceArg(ctx context.Context, c *client.Client, args []string) (client.Tenant, error) {
+	own, ownErr := client.TenantInfo(ctx, c)
+	if len(args) == 0 {
+		if ownErr != nil {
+			return client.Tenant{}, ownErr
+		}
+		return own.TenantInfo, nil
+	}
+	id, err := client.ResolveWorkspaceID(ctx, c, args[0])
+	if err != nil {
+		return client.Tenant{}, err
+	}
+	if ownErr == nil && own.TenantInfo.Id == id {
+		return own.TenantInfo, nil
+	}
+	resp, err := client.Workspaces(ctx, c)
+	if err != nil {
+		var ce *client.Error
+		if asClientError(err, &ce) && ce.Code == "FORBIDDEN" {
+			// Not a platform admin: only the session's workspace can be read.
+			return client.Tenant{}, &client.Error{Code: "FORBIDDEN", Message: fmt.Sprintf(
+				"only your session's workspace can be shown: log in to %s with 'btk login --workspace %s'", args[0], args[0])}
+		}
+		return client.Tenant{}, err
+	}
+	for _, w := range resp.Workspaces {
+		if w.Id == id {
+			return w, nil
+		}
+	}
+	return client.Tenant{}, &client.Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no workspace %q", args[0])}
+}
+
+// resolveAccount takes an account id, or an email looked up with the
+// accounts query (platform admin).
+func resolveAccount(ctx context.Context, c *client.Client, ref string) (string, error) {
+	if client.IsID(ref) {
+		return ref, nil
+	}
+	if !strings.Contains(ref, "@") {
+		return "", usageErrorf("ACCOUNT takes an account id or an email, got %q", ref)
+	}
+	resp, err := client.Accounts(ctx, c)
+	if err != nil {
+		var ce *client.Error
+		if asClientError(err, &ce) && ce.Code == "FORBIDDEN" {
+			return "", &client.Error{Code: "FORBIDDEN", Message: "only a platform admin can look accounts up by email: pass the account id"}
+		}
+		return "", err
+	}
+	for _, a := range resp.Accounts {
+		if strings.EqualFold(a.Email, ref) {
+			return a.Id, nil
+		}
+	}
+	return "", &client.Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no account with email %q", ref)}
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+func newShowCmd(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show KEY",
+		Short: "Show one API key",
+		Long: `Show KEY (a key id, or the name of a key that is not revoked): its status,
+the rate limits that apply to it (its own, or the workspace's defaults),
+expiry, scopes, last use and rotation links. The plaintext is never shown
+again.`,
+		Example: `  btk show payments-backend
+  btk show 6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21 -o json | jq -r .status`,
+		Args:              exactArgs(1),
+		ValidArgsFunction: positional(f.completeKeys),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, c, err := f.connect(cmd)
+			if err != nil {
+				return err
+			}
+			k, err := client.ResolveKey(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			p.readDefaults(cmd.Context(), c)
+			return p.Object(k, p.apiKeyFields(k))
+		},
+	}
+}
