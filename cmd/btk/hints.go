@@ -19,7 +19,7 @@ var hints = []struct {
 	{"ELEVATION_REQUIRED", "elevate mutation",
 		"rotating needs a fresh proof of your password: let 'btk rotate' ask for it, pass it with --password-stdin, or pass a token from 'btk elevate' with --elevation-token"},
 	{"UNAUTHENTICATED", "invalid or expired session",
-		"your session is invalid or has expired (sessions last 12 hours): run 'btk login'"},
+		"invalid or expired session: run 'btk login' (sessions last 12 hours)"},
 	{"UNAUTHENTICATED", "needs a user session",
 		"this command needs a user session, not an API key: unset BTK_TOKEN (or --token) and run 'btk login'"},
 	{"NOT_FOUND", "the session has no workspace",

@@ -86,8 +86,7 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 		// Several workspaces and none named: ask on a terminal, else say how
 		// to choose.
 		if !f.io.canPrompt() || opts.passwordStdin {
-			return &client.Error{Code: "BAD_USER_INPUT", Message: fmt.Sprintf(
-				"the account belongs to several workspaces: choose one with --workspace NAME (%s)", choiceNames(choices))}
+			return usageErrorf("the account belongs to several workspaces: choose one with --workspace NAME (%s)", choiceNames(choices))
 		}
 		chosen, err := chooseWorkspace(f.io, choices)
 		if err != nil {

@@ -39,13 +39,17 @@ func TestScript(t *testing.T) {
 			env.Setenv("ADMIN_PASSWORD", scriptAdminPassword)
 			return nil
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"serve":    cmdServe,
-			"exitcode": cmdExitcode,
-			"apicall":  cmdAPICall,
-			"envset":   cmdEnvset,
-		},
+		Cmds: scriptCmds,
 	})
+}
+
+// scriptCmds are the commands the scripts add to testscript's own.
+var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []string){
+	"serve":    cmdServe,
+	"exitcode": cmdExitcode,
+	"apicall":  cmdAPICall,
+	"envset":   cmdEnvset,
+	"hang":     cmdHang,
 }
 
 // serve [flags]: start `btk serve` on a free port with a database in $WORK,
@@ -110,6 +114,37 @@ func cmdServe(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Setenv("BTK_SERVER", url)
+	ts.Setenv("SERVE_ADDR", addr)
+}
+
+// hang: listen on a free port, accept connections and never answer; set
+// HANG_SERVER to its address (for --timeout).
+func cmdHang(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: hang")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	ts.Defer(func() {
+		ln.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	ts.Setenv("HANG_SERVER", "http://"+ln.Addr().String())
 }
 
 // exitcode N prog [args...]: run prog like exec and check that it exits

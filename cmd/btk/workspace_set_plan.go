@@ -13,7 +13,7 @@ func newWorkspaceSetPlanCmd(f *factory) *cobra.Command {
 		Long: `Change the plan of WORKSPACE to PLAN: cloud_starter, cloud_pro,
 cloud_enterprise or self_hosted. On cloud_starter no key can be created or
 rotated; keys already issued keep working and can still be revoked.`,
-		Example: `  btk workspace set-plan Acme cloud_enterprise`,
+		Example:           `  btk workspace set-plan Acme cloud_enterprise`,
 		Args:              exactArgs(2),
 		ValidArgsFunction: positional(f.completeWorkspaces, completePlans),
 		RunE: func(cmd *cobra.Command, args []string) error {
