@@ -71,7 +71,9 @@ func runCreate(cmd *cobra.Command, opts *createOptions) error {
 		return nameTaken(cmd.Context(), c, opts.name, err)
 	}
 	payload := resp.CreateApiKey
-	p.readDefaults(cmd.Context(), c)
+	if p.human() { // -o plain prints the plaintext alone
+		p.readDefaults(cmd.Context(), c)
+	}
 	return p.newKey(payload, payload.ApiKey, payload.PlaintextKey, fmt.Sprintf("Created key %q", payload.ApiKey.Name))
 }
 

@@ -28,7 +28,7 @@ var hints = []struct {
 		"--since must be before --until"},
 	{"PLAN_UPGRADE_REQUIRED", "upgrade to Cloud Pro",
 		"the workspace's plan (CLOUD_STARTER) does not allow issuing API keys: a platform admin can change it with 'btk workspace set-plan WORKSPACE cloud_pro'"},
-	{client.CodeUnreachable, "Client.Timeout exceeded",
+	{client.CodeUnreachable, "within the timeout",
 		"no answer from the btk server in time: try again, or allow longer with --timeout (BTK_TIMEOUT)"},
 	{"BAD_USER_INPUT", "choose one with workspaceId",
 		"the account belongs to several workspaces: choose one with --workspace NAME or ID"},

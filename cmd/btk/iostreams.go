@@ -26,9 +26,6 @@ type iostreams struct {
 
 	// readSecret reads one line from the terminal without echoing it.
 	readSecret func() (string, error)
-	// saveTerm saves the terminal's state and returns what restores it
-	// (nil: nothing to restore).
-	saveTerm func() (restore func())
 	// width is the terminal's width in columns when stdout is a terminal,
 	// 0 otherwise (no truncation).
 	width func() int
@@ -55,18 +52,7 @@ func systemStreams(stdin io.Reader, stdout, stderr io.Writer) *iostreams {
 	}
 	s.color = colorEnabled(s.outTTY, os.Getenv)
 	if f, ok := stdin.(*os.File); ok && s.inTTY {
-		fd := int(f.Fd())
-		s.readSecret = func() (string, error) {
-			b, err := term.ReadPassword(fd)
-			return string(b), err
-		}
-		s.saveTerm = func() func() {
-			st, err := term.GetState(fd)
-			if err != nil {
-				return nil
-			}
-			return func() { term.Restore(fd, st) }
-		}
+		s.readSecret = func() (string, error) { return s.readRawSecret(f) }
 	}
 	if f, ok := stdout.(*os.File); ok && s.outTTY {
 		s.width = func() int { return terminalWidth(int(f.Fd()), os.Getenv) }
@@ -150,14 +136,7 @@ func (s *iostreams) promptSecret(label string) (string, error) {
 		return "", usageErrorf("cannot read a password without a terminal")
 	}
 	fmt.Fprint(s.ErrOut, label)
-	var restore func()
-	if s.saveTerm != nil {
-		restore = s.saveTerm()
-	}
-	secret, err := s.wait(s.readSecret)
-	if errors.Is(err, errInterrupted) && restore != nil {
-		restore() // echo back on: ReadPassword, still waiting, never returns
-	}
+	secret, err := s.readSecret()
 	fmt.Fprintln(s.ErrOut)
 	if errors.Is(err, errInterrupted) {
 		return "", err
@@ -197,5 +176,55 @@ func (s *iostreams) password(fromStdin bool, label string) (string, error) {
 		return pw, err
 	default:
 		return "", usageErrorf("no terminal to ask for the password: pass it on standard input with --password-stdin")
+	}
+}
+
+// readRawSecret reads a line from the terminal f in raw mode, so that
+// nothing is echoed and Ctrl-C arrives as a byte, not a signal: it answers
+// errInterrupted at once, with the terminal restored first. The terminal
+// goes raw before the reading goroutine starts, so a SIGTERM (done) can
+// restore it without racing a change of mode still to come.
+func (s *iostreams) readRawSecret(f *os.File) (string, error) {
+	fd := int(f.Fd())
+	st, err := term.MakeRaw(fd)
+	if err != nil {
+		return "", err
+	}
+	defer term.Restore(fd, st)
+	return s.wait(func() (string, error) { return readRawLine(f) })
+}
+
+// readRawLine reads bytes up to Enter, with backspace and Ctrl-U editing;
+// Ctrl-C is errInterrupted, Ctrl-D on an empty line io.EOF.
+func readRawLine(r io.Reader) (string, error) {
+	var line []byte
+	var b [1]byte
+	for {
+		if _, err := r.Read(b[:]); err != nil {
+			return "", err
+		}
+		switch c := b[0]; c {
+		case '\r', '\n':
+			return string(line), nil
+		case 3: // Ctrl-C
+			return "", errInterrupted
+		case 4: // Ctrl-D
+			if len(line) == 0 {
+				return "", io.EOF
+			}
+		case 21: // Ctrl-U
+			line = line[:0]
+		case 8, 127: // backspace
+			if len(line) > 0 {
+				// Drop a whole UTF-8 sequence.
+				i := len(line) - 1
+				for i > 0 && line[i]&0xC0 == 0x80 {
+					i--
+				}
+				line = line[:i]
+			}
+		default:
+			line = append(line, c)
+		}
 	}
 }

@@ -119,7 +119,9 @@ func runRotate(cmd *cobra.Command, opts *rotateOptions) error {
 		}
 		rotated = resp.RotateApiKey
 	}
-	p.readDefaults(ctx, c)
+	if p.human() { // -o plain prints the plaintext alone
+		p.readDefaults(ctx, c)
+	}
 	return p.newKey(rotated, rotated.ApiKey, rotated.PlaintextKey,
 		fmt.Sprintf("Rotated key %q: the old key %s is revoked", old.Name, old.Id))
 }

@@ -50,6 +50,17 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 	"apicall":  cmdAPICall,
 	"envset":   cmdEnvset,
 	"hang":     cmdHang,
+	"sleep":    cmdSleep,
+}
+
+// sleep DURATION: wait, as for a key's expiry.
+func cmdSleep(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sleep DURATION")
+	}
+	d, err := time.ParseDuration(args[0])
+	ts.Check(err)
+	time.Sleep(d)
 }
 
 // serve [flags]: start `btk serve` on a free port with a database in $WORK,

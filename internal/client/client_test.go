@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // serve answers every request with handler and returns a client for it.
@@ -77,6 +78,8 @@ func TestErrors(t *testing.T) {
 		{"429", reply(429, `not json`), "RATE_LIMITED", "not json", 429},
 		{"500 empty", reply(500, ``), CodeBadResponse, "server answered HTTP 500", 500},
 		{"not graphql", reply(200, `<html>`), CodeBadResponse, "unexpected answer", 0},
+		// Not a btk server, or --server with a path: said plainly, on one line.
+		{"404", reply(404, "404 page not found\n"), CodeBadResponse, "is it a btk server, and is --server its base address", 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Logout(context.Background(), serve(t, "tok", tc.handler))
@@ -84,10 +87,38 @@ func TestErrors(t *testing.T) {
 			if !errors.As(err, &e) {
 				t.Fatalf("not an *Error: %T %v", err, err)
 			}
-			if e.Code != tc.code || !strings.Contains(e.Message, tc.msg) || e.Status != tc.status {
+			if e.Code != tc.code || !strings.Contains(e.Message, tc.msg) || e.Status != tc.status || strings.Contains(e.Message, "\n") {
 				t.Errorf("got code %q message %q status %d", e.Code, e.Message, e.Status)
 			}
 		})
+	}
+}
+
+// A 429 says when to retry, from Retry-After.
+func TestRetryAfter(t *testing.T) {
+	h := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "42")
+		reply(429, `{"errors":[{"message":"rate limit exceeded","extensions":{"code":"RATE_LIMITED"}}]}`)(w, r)
+	}
+	_, err := Logout(context.Background(), serve(t, "tok", h))
+	var e *Error
+	if !errors.As(err, &e) || e.RetryAfter != 42*time.Second || e.Message != "rate limit exceeded: retry in 42s" {
+		t.Fatalf("%#v", err)
+	}
+}
+
+// BaseURL drops a trailing /graphql and slashes.
+func TestBaseURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://h:1":           "http://h:1",
+		"http://h:1/":          "http://h:1",
+		"http://h:1/graphql":   "http://h:1",
+		"http://h:1/graphql/":  "http://h:1",
+		"https://h/x/graphql/": "https://h/x",
+	} {
+		if got := BaseURL(in); got != want {
+			t.Errorf("BaseURL(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
@@ -155,20 +186,22 @@ func TestResolveKey(t *testing.T) {
 		ApiKey{Id: id5, Name: "e", Status: ApiKeyStatusActive, Scopes: []string{}},
 	)
 	ctx := context.Background()
-	for ref, want := range map[string]string{"a": id1, "e": id5, id4: id4, id2: id2} {
+	// A name finds a key that is not revoked: active, or expired (which
+	// keeps its name until revoked).
+	for ref, want := range map[string]string{"a": id1, "e": id5, "b": id2, id4: id4, id2: id2} {
 		k, err := ResolveKey(ctx, c, ref)
 		if err != nil || k.Id != want {
 			t.Errorf("ResolveKey(%q) = %q, %v; want %q", ref, k.Id, err, want)
 		}
 	}
-	if *requests != 3+3+1+1 {
+	if *requests != 3+3+3+1+1 {
 		t.Errorf("%d requests: a name must follow every page, an id needs one lookup", *requests)
 	}
-	for _, ref := range []string{"b", "d", "nope", "66666666-6666-4666-8666-666666666666"} {
+	for _, ref := range []string{"d", "nope", "66666666-6666-4666-8666-666666666666"} {
 		_, err := ResolveKey(ctx, c, ref)
 		var e *Error
 		if !errors.As(err, &e) || e.Code != "NOT_FOUND" {
-			t.Errorf("ResolveKey(%q): %v, want NOT_FOUND (only ids and active names resolve)", ref, err)
+			t.Errorf("ResolveKey(%q): %v, want NOT_FOUND (only ids and names of keys not revoked resolve)", ref, err)
 		}
 	}
 }

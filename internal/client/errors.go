@@ -62,7 +62,7 @@ func toError(err error, server string, last *lastResponse) error {
 	if e.Status == http.StatusTooManyRequests || e.Code == "RATE_LIMITED" {
 		if secs, err := strconv.Atoi(last.retryAfter); err == nil && secs >= 0 {
 			e.RetryAfter = time.Duration(secs) * time.Second
-			e.Message = fmt.Sprintf("%s: retry in %s", strings.TrimSuffix(e.Message, "."), e.RetryAfter)
+			e.Message = fmt.Sprintf("%s: retry in %ds", strings.TrimSuffix(e.Message, "."), secs)
 		}
 	}
 	return e
@@ -76,6 +76,11 @@ func toError1(err error, server string) error {
 	var httpErr *graphql.HTTPError
 	if errors.As(err, &httpErr) {
 		e = fromList(httpErr.Response.Errors)
+		if e.Code == "" && httpErr.StatusCode != http.StatusTooManyRequests && httpErr.StatusCode != http.StatusUnauthorized {
+			// Not a GraphQL body (genqlient passes the raw body on as the
+			// message): not btk talking. Say so on one line.
+			e.Message = ""
+		}
 		e.Status = httpErr.StatusCode
 		e.Err = err
 		if e.Code == "" {
@@ -107,6 +112,9 @@ func toError1(err error, server string) error {
 		return &Error{Code: "CANCELED", Message: "interrupted", Err: err}
 	}
 	var urlErr *url.Error
+	if errors.As(err, &urlErr) && urlErr.Timeout() {
+		return &Error{Code: CodeUnreachable, Message: fmt.Sprintf("no answer from the btk server at %s within the timeout", server), Err: err}
+	}
 	if errors.As(err, &urlErr) {
 		return &Error{Code: CodeUnreachable, Message: fmt.Sprintf("cannot reach the btk server at %s: %v", server, urlErr.Err), Err: err}
 	}

@@ -39,7 +39,7 @@ func ResolveKey(ctx context.Context, c graphql.Client, ref string) (ApiKey, erro
 		return ApiKey{}, err
 	}
 	for _, k := range keys {
-		if k.Name == ref { // names are unique among keys not revoked
+		if k.Name == ref && k.Status != ApiKeyStatusRevoked { // names are unique among keys not revoked
 			return k, nil
 		}
 	}
