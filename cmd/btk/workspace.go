@@ -5,7 +5,7 @@ import "github.com/spf13/cobra"
 func newWorkspaceCmd(f *factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "workspace",
-		Short: "Provision and configure workspaces (platform admin)",
+		Short: "Show, provision and configure workspaces",
 		Long: `Provision and configure workspaces. WORKSPACE arguments take an id or a name.
 Creating and listing workspaces and changing plans needs a platform admin;
 rate limits may also be set by the workspace's owner. Names are looked up among
