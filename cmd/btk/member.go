@@ -42,7 +42,7 @@ workspace.`,
 			if err != nil {
 				return err
 			}
-			account, err := resolveAccount(cmd.Context(), c, args[1])
+			account, err := resolveAccount(cmd.Context(), c, args[1], ws)
 			if err != nil {
 				return err
 			}

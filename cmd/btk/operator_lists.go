@@ -136,8 +136,9 @@ func workspaceArg(ctx context.Context, c *client.Client, args []string) (client.
 }
 
 // resolveAccount takes an account id, or an email looked up with the
-// accounts query (platform admin).
-func resolveAccount(ctx context.Context, c *client.Client, ref string) (string, error) {
+// accounts query (platform admin), else among the workspace's members (so
+// that an owner can change a member's role by email).
+func resolveAccount(ctx context.Context, c *client.Client, ref, workspaceID string) (string, error) {
 	if client.IsID(ref) {
 		return ref, nil
 	}
@@ -147,10 +148,18 @@ func resolveAccount(ctx context.Context, c *client.Client, ref string) (string, 
 	resp, err := client.Accounts(ctx, c)
 	if err != nil {
 		var ce *client.Error
-		if asClientError(err, &ce) && ce.Code == "FORBIDDEN" {
-			return "", &client.Error{Code: "FORBIDDEN", Message: "only a platform admin can look accounts up by email: pass the account id"}
+		if !asClientError(err, &ce) || ce.Code != "FORBIDDEN" {
+			return "", err
 		}
-		return "", err
+		members, merr := client.Members(ctx, c, workspaceID)
+		if merr == nil {
+			for _, m := range members.Members {
+				if strings.EqualFold(m.Email, ref) {
+					return m.AccountId, nil
+				}
+			}
+		}
+		return "", usageErrorf("%s is not a member of the workspace, and only a platform admin can look other accounts up by email: pass the account id", ref)
 	}
 	for _, a := range resp.Accounts {
 		if strings.EqualFold(a.Email, ref) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -141,5 +142,32 @@ func TestRelativeTime(t *testing.T) {
 		if got := relativeTime(testNow, testNow.Add(-tc.d)); got != tc.want {
 			t.Errorf("relativeTime(now-%v) = %q, want %q", tc.d, got, tc.want)
 		}
+	}
+}
+
+// fitColumns cuts the widest columns first, with an ellipsis, until the
+// table fits; a table that fits is left alone.
+func TestFitColumns(t *testing.T) {
+	headers := []string{"NAME", "ID", "STATUS"}
+	rows := [][]string{{"a-rather-long-name", "6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21", "ACTIVE"}}
+	h, r := fitColumns(headers, rows, 200)
+	if !reflect.DeepEqual(h, headers) || !reflect.DeepEqual(r, rows) {
+		t.Fatalf("a table that fits was changed: %v %v", h, r)
+	}
+	_, r = fitColumns(headers, rows, 40)
+	width := 2 * 2
+	for _, cell := range r[0] {
+		width += len([]rune(cell))
+	}
+	if width > 40 {
+		t.Errorf("%v is %d wide, want at most 40", r[0], width)
+	}
+	if r[0][2] != "ACTIVE" || !strings.HasSuffix(r[0][1], "…") || !strings.HasSuffix(r[0][0], "…") {
+		t.Errorf("want the two wide columns cut, STATUS kept: %q", r[0])
+	}
+	// Never below the minimum: too narrow a terminal gets a wider table.
+	_, r = fitColumns(headers, rows, 5)
+	if got := len([]rune(r[0][1])); got != minColumn {
+		t.Errorf("ID cut to %d cells, want %d", got, minColumn)
 	}
 }
