@@ -204,7 +204,12 @@ func readRawLine(r io.Reader) (string, error) {
 			return "", err
 		}
 		switch c := b[0]; c {
-		case '\r', '\n':
+		case '\n':
+			if len(line) == 0 {
+				continue // the rest of a CRLF that ended the previous line
+			}
+			return string(line), nil
+		case '\r':
 			return string(line), nil
 		case 3: // Ctrl-C
 			return "", errInterrupted
