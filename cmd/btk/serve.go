@@ -17,6 +17,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store"
+	"github.com/btk-project/btk/internal/web"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -35,6 +36,7 @@ type serveConfig struct {
 	LogLevel          string
 	BootstrapEmail    string
 	BootstrapPassword string
+	Dashboard         bool
 }
 
 func newServeCmd(v *viper.Viper) *cobra.Command {
@@ -63,6 +65,7 @@ requests and flushing last_used_at.`,
 				LogFormat: v.GetString("log-format"), LogLevel: v.GetString("log-level"),
 				BootstrapEmail: v.GetString("bootstrap-email"), BootstrapPassword: v.GetString("bootstrap-password"),
 			}
+			cfg.Dashboard = v.GetBool("dashboard")
 			return serve(cmd.Context(), cfg, cmd.ErrOrStderr())
 		},
 	}
@@ -73,7 +76,8 @@ requests and flushing last_used_at.`,
 	f.Int("rate-per-day", btk.DefaultPerDay, "server-wide default requests per day per key (BTK_RATE_PER_DAY)")
 	f.String("log-format", "text", "log format: text or json (BTK_LOG_FORMAT)")
 	f.String("log-level", "info", "log level: debug, info, warn or error (BTK_LOG_LEVEL)")
-	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level"} {
+	f.Bool("dashboard", true, "serve the owner dashboard at / (BTK_DASHBOARD)")
+	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level", "dashboard"} {
 		bind(v, name, f.Lookup(name))
 	}
 	// Secrets come from the environment or the config file only, never a flag.
@@ -125,8 +129,12 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		}
 	}
 
+	handler := server.New(svc, db, log)
+	if cfg.Dashboard {
+		handler.Mount(web.New(svc, log, server.ClientIP), web.Patterns...)
+	}
 	srv := &http.Server{
-		Handler:           server.New(svc, db, log),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

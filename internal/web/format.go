@@ -1,0 +1,155 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+var funcs = template.FuncMap{
+	"num":   num,
+	"short": short,
+	"lower": func(s btk.KeyStatus) string { return strings.ToLower(string(s)) },
+}
+
+// num writes n with thousands separators: 100,000.
+func num(n int) string {
+	s := strconv.Itoa(n)
+	if n < 0 {
+		return "-" + num(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// short is the first block of a UUID, enough to tell rows apart.
+func short(id string) string {
+	if i := strings.IndexByte(id, '-'); i > 0 {
+		return id[:i]
+	}
+	return id
+}
+
+// timeValue is a time as the pages show it: exact (UTC) and relative.
+type timeValue struct {
+	ISO, Exact, Date, Ago string
+}
+
+func newTime(t, now time.Time) timeValue {
+	t = t.UTC()
+	return timeValue{
+		ISO:   t.Format(time.RFC3339),
+		Exact: t.Format("Jan 2, 2006, 15:04:05 UTC"),
+		Date:  t.Format("Jan 2, 2006"),
+		Ago:   ago(t, now),
+	}
+}
+
+func optTime(t *time.Time, now time.Time) *timeValue {
+	if t == nil {
+		return nil
+	}
+	v := newTime(*t, now)
+	return &v
+}
+
+// ago says how long before now t was (or how long after, for expiries).
+func ago(t, now time.Time) string {
+	d := now.Sub(t)
+	suffix := " ago"
+	if d < 0 {
+		d, suffix = -d, ""
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		if suffix == "" {
+			return "in less than a minute"
+		}
+		return "just now"
+	case d < time.Hour:
+		s = plural(int(d/time.Minute), "minute")
+	case d < 48*time.Hour:
+		s = plural(int(d/time.Hour), "hour")
+	case d < 60*24*time.Hour:
+		s = plural(int(d/(24*time.Hour)), "day")
+	default:
+		return t.Format("Jan 2, 2006")
+	}
+	if suffix == "" {
+		return "in " + s
+	}
+	return s + suffix
+}
+
+func plural(n int, unit string) string {
+	if n == 1 {
+		return "1 " + unit
+	}
+	return fmt.Sprintf("%d %ss", n, unit)
+}
+
+// auditRow is one audit_events row as the Audit Log shows it.
+type auditRow struct {
+	Time         timeValue
+	Actor        string
+	Impersonated bool
+	Action       string // in words
+	Code         string // as stored: api_key.created
+	Target       string
+	TargetID     string
+	Detail       string
+}
+
+var actionWords = map[string]string{
+	"api_key.created":     "Created key",
+	"api_key.rotated":     "Rotated key",
+	"api_key.revoked":     "Revoked key",
+	"api_key.revoked_all": "Revoked all keys",
+}
+
+func newAuditRow(ev *btk.AuditEvent, now time.Time) auditRow {
+	row := auditRow{
+		Time: newTime(ev.CreatedAt, now), Actor: ev.ActorEmail, Impersonated: ev.ImpersonatorID != "",
+		Action: actionWords[ev.Action], Code: ev.Action, TargetID: short(ev.TargetID),
+	}
+	if row.Action == "" {
+		row.Action = ev.Action
+	}
+	if row.Actor == "" {
+		row.Actor = short(ev.ActorID)
+	}
+	var meta map[string]any
+	json.Unmarshal([]byte(ev.Metadata), &meta) // shown as far as it is understood
+	name, _ := meta["name"].(string)
+	switch {
+	case ev.TargetType == "workspace":
+		row.Target = "Workspace"
+	case name != "":
+		row.Target = name
+	default:
+		row.Target = ev.TargetType
+	}
+	if n, ok := meta["revokedCount"].(float64); ok {
+		row.Detail = plural(int(n), "key") + " revoked"
+	}
+	if id, ok := meta["newApiKeyId"].(string); ok {
+		row.Detail = "replaced by " + short(id)
+		if nn, _ := meta["newName"].(string); nn != "" && nn != name {
+			row.Detail += " (“" + nn + "”)"
+		}
+	}
+	if p, ok := meta["displayPrefix"].(string); ok {
+		if h, _ := meta["hint"].(string); h != "" {
+			row.Detail = p + "…" + h
+		}
+	}
+	return row
+}

@@ -1,0 +1,442 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+// layout is what every page's frame shows: who is logged in, where, and the
+// active navigation entry.
+type layout struct {
+	Title     string
+	Nav       string
+	Actor     *btk.Actor
+	Workspace *btk.Workspace
+}
+
+type messagePage struct {
+	layout
+	Heading, Text string
+}
+
+// frame reads the layout of an authenticated page. A session without a
+// workspace (a platform admin who belongs to none) is sent to the picker.
+func (h *Handler) frame(w http.ResponseWriter, r *http.Request, a *btk.Actor, title, nav string) (*layout, bool) {
+	l := &layout{Title: title, Nav: nav, Actor: a}
+	if a.WorkspaceID == "" {
+		if a.PlatformAdmin {
+			http.Redirect(w, r, "/workspaces", http.StatusSeeOther)
+		} else {
+			h.message(w, r, l, http.StatusOK, "No workspace yet", "Your account is not a member of any workspace. Ask a workspace owner to add you, then log in again.")
+		}
+		return nil, false
+	}
+	ws, err := h.svc.Workspace(r.Context(), a)
+	if err != nil {
+		h.fail(w, r, l, err)
+		return nil, false
+	}
+	l.Workspace = ws
+	return l, true
+}
+
+func (h *Handler) root(w http.ResponseWriter, r *http.Request) {
+	if _, err := h.actor(r); err != nil {
+		http.Redirect(w, r, "/login", http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, "/keys", http.StatusSeeOther)
+}
+
+// ---- login and logout ----
+
+type loginPage struct {
+	layout
+	Email     string
+	Error     string
+	Choices   []btk.WorkspaceChoice
+	Workspace string // the chosen workspace id
+}
+
+func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
+	if _, err := h.actor(r); err == nil {
+		http.Redirect(w, r, "/keys", http.StatusSeeOther)
+		return
+	}
+	h.render(w, r, "login", http.StatusOK, loginPage{layout: layout{Title: "Log in"}})
+}
+
+// login calls the same domain Login as the GraphQL mutation, with the client
+// address in the context: the same password throttles apply.
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		h.message(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+		return
+	}
+	email, workspace := strings.TrimSpace(r.PostForm.Get("email")), r.PostForm.Get("workspace")
+	ctx := btk.WithClientIP(r.Context(), h.clientIP(r))
+	info, err := h.svc.Login(ctx, email, r.PostForm.Get("password"), workspace)
+	if err != nil {
+		p := loginPage{layout: layout{Title: "Log in"}, Email: email, Workspace: workspace, Error: sentence(btk.ErrorMessage(err))}
+		var choice *btk.WorkspaceChoiceError
+		if errors.As(err, &choice) {
+			// The password was right: it is asked again with the choice
+			// rather than echoed back into the page.
+			p.Choices = choice.Choices
+			p.Error = "Your account belongs to several workspaces. Choose one and enter your password again."
+			h.render(w, r, "login", http.StatusOK, p)
+			return
+		}
+		status := statusOf(err)
+		if status == http.StatusInternalServerError {
+			h.log.ErrorContext(r.Context(), "dashboard login failed", "err", err)
+		}
+		h.render(w, r, "login", status, p)
+		return
+	}
+	setCookie(w, r, info.Token, info.ExpiresAt)
+	http.Redirect(w, r, "/keys", http.StatusSeeOther)
+}
+
+// logout ends the server-side session, not just the cookie.
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	if a, err := h.actor(r); err == nil {
+		if err := h.svc.Logout(r.Context(), a); err != nil {
+			h.fail(w, r, nil, err)
+			return
+		}
+	}
+	clearCookie(w, r)
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// ---- API keys ----
+
+type keysPage struct {
+	layout
+	// Forbidden: the role may not see keys (MEMBER).
+	Forbidden bool
+	// CanManage: owner tier — create, rotate and revoke controls are shown.
+	CanManage bool
+	// CanIssue: the plan allows creating and rotating keys.
+	CanIssue bool
+	Keys     []keyRow
+	ShowAll  bool
+	Next     string
+	First    bool // on the first page
+	// NewKey is the plaintext of a key just created or rotated: shown in the
+	// answer to that form only.
+	NewKey *newKey
+	Notice string
+	Form   createForm
+	// The workspace defaults a key without its own limits gets.
+	DefaultPerMinute, DefaultPerDay int
+}
+
+type newKey struct {
+	Name      string
+	Plaintext string
+	Rotated   bool
+}
+
+type createForm struct {
+	Name, PerMinute, PerDay string
+	Error                   string
+}
+
+type keyRow struct {
+	ID, Name, Prefix, Hint string
+	Status                 btk.KeyStatus
+	PerMinute, PerDay      int
+	OwnLimits              bool
+	Expires, LastUsed      *timeValue
+	Created                timeValue
+}
+
+func (h *Handler) keys(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
+	p, ok := h.keysPage(w, r, a)
+	if !ok {
+		return
+	}
+	if id := r.URL.Query().Get("revoked"); id != "" {
+		if k, err := h.svc.Key(r.Context(), a, id); err == nil && k != nil && k.RevokedAt != nil {
+			p.Notice = "“" + k.Name + "” was revoked. Requests using it are refused from now on."
+		}
+	}
+	h.render(w, r, "keys", http.StatusOK, p)
+}
+
+// keysPage reads everything the API Keys page shows.
+func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, a *btk.Actor) (*keysPage, bool) {
+	l, ok := h.frame(w, r, a, "API keys", "keys")
+	if !ok {
+		return nil, false
+	}
+	q := r.URL.Query()
+	p := &keysPage{
+		layout: *l, CanManage: a.OwnerTier(), CanIssue: l.Workspace.Plan.AllowsIssuing(),
+		ShowAll: q.Get("status") == "all", First: q.Get("after") == "",
+	}
+	p.DefaultPerMinute, p.DefaultPerDay = h.svc.WorkspaceLimits(l.Workspace)
+	keys, next, err := h.svc.ListKeys(r.Context(), a, p.ShowAll, btk.Page{First: keysPageSize, After: q.Get("after")})
+	if btk.ErrorCode(err) == btk.CodeForbidden {
+		p.Forbidden = true
+		return p, true
+	}
+	if err != nil {
+		h.fail(w, r, l, err)
+		return nil, false
+	}
+	p.Next = next
+	now := h.svc.Now()
+	for _, k := range keys {
+		lim := h.svc.EffectiveLimits(k, l.Workspace)
+		row := keyRow{
+			ID: k.ID, Name: k.Name, Prefix: k.DisplayPrefix, Hint: k.Hint, Status: k.Status(now),
+			PerMinute: lim.PerMinute, PerDay: lim.PerDay,
+			OwnLimits: k.RateLimitPerMinute != nil || k.RateLimitPerDay != nil,
+			Expires:   optTime(k.ExpiresAt, now), LastUsed: optTime(k.LastUsedAt, now), Created: newTime(k.CreatedAt, now),
+		}
+		p.Keys = append(p.Keys, row)
+	}
+	return p, true
+}
+
+func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
+	if err := r.ParseForm(); err != nil {
+		h.message(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+		return
+	}
+	f := createForm{Name: r.PostForm.Get("name"), PerMinute: r.PostForm.Get("per_minute"), PerDay: r.PostForm.Get("per_day")}
+	in := btk.CreateKeyInput{Name: f.Name}
+	var err error
+	if in.RateLimitPerMinute, err = optInt(f.PerMinute, "Requests per minute"); err == nil {
+		in.RateLimitPerDay, err = optInt(f.PerDay, "Requests per day")
+	}
+	var res *btk.NewKeyResult
+	if err == nil {
+		res, err = h.svc.CreateKey(r.Context(), a, in)
+	}
+	status := http.StatusOK
+	if err != nil {
+		status = statusOf(err)
+		if status == http.StatusInternalServerError {
+			h.fail(w, r, nil, err)
+			return
+		}
+		f.Error = sentence(btk.ErrorMessage(err))
+	}
+	// The page is read after the change so the list includes the new key.
+	p, ok := h.keysPage(w, r, a)
+	if !ok {
+		return
+	}
+	if res != nil {
+		p.NewKey = &newKey{Name: res.Key.Name, Plaintext: res.Plaintext}
+	} else {
+		p.Form = f
+	}
+	h.render(w, r, "keys", status, p)
+}
+
+type keyPage struct {
+	layout
+	Key      keyRow
+	CanIssue bool
+	Error    string
+}
+
+// keyPage reads the key a rotate or revoke page is about; only owner tier
+// gets this far (the service decides; its answer is shown).
+func (h *Handler) keyPage(w http.ResponseWriter, r *http.Request, a *btk.Actor, title string) (*keyPage, bool) {
+	l, ok := h.frame(w, r, a, title, "keys")
+	if !ok {
+		return nil, false
+	}
+	k, err := h.svc.Key(r.Context(), a, r.PathValue("id"))
+	if err == nil && k == nil {
+		err = btk.ErrNotFound
+	}
+	if err == nil && !a.OwnerTier() {
+		err = btk.ErrForbidden
+	}
+	if err != nil {
+		h.fail(w, r, l, err)
+		return nil, false
+	}
+	now := h.svc.Now()
+	return &keyPage{
+		layout:   *l,
+		Key:      keyRow{ID: k.ID, Name: k.Name, Prefix: k.DisplayPrefix, Hint: k.Hint, Status: k.Status(now), Created: newTime(k.CreatedAt, now)},
+		CanIssue: l.Workspace.Plan.AllowsIssuing(),
+	}, true
+}
+
+func (h *Handler) rotateForm(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
+	if p, ok := h.keyPage(w, r, a, "Rotate key"); ok {
+		h.render(w, r, "rotate", http.StatusOK, p)
+	}
+}
+
+// rotateKey checks the password again (the domain's 5-minute elevation) and
+// rotates with that elevation in the same request.
+func (h *Handler) rotateKey(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
+	if err := r.ParseForm(); err != nil {
+		h.message(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+		return
+	}
+	kp, ok := h.keyPage(w, r, a, "Rotate key")
+	if !ok {
+		return
+	}
+	token, _, err := h.svc.Elevate(r.Context(), a, r.PostForm.Get("password"))
+	var res *btk.NewKeyResult
+	if err == nil {
+		h.svc.CheckElevation(a, token)
+		res, err = h.svc.RotateKey(r.Context(), a, kp.Key.ID, btk.RotateKeyInput{})
+	}
+	if err != nil {
+		status := statusOf(err)
+		if status == http.StatusInternalServerError {
+			h.fail(w, r, nil, err)
+			return
+		}
+		kp.Error = sentence(btk.ErrorMessage(err))
+		if errors.Is(err, btk.ErrWrongPassword) {
+			kp.Error = "That password is not correct."
+		}
+		h.render(w, r, "rotate", status, kp)
+		return
+	}
+	p, ok := h.keysPage(w, r, a)
+	if !ok {
+		return
+	}
+	p.NewKey = &newKey{Name: res.Key.Name, Plaintext: res.Plaintext, Rotated: true}
+	h.render(w, r, "keys", http.StatusOK, p)
+}
+
+func (h *Handler) revokeForm(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
+	if p, ok := h.keyPage(w, r, a, "Revoke key"); ok {
+		h.render(w, r, "revoke", http.StatusOK, p)
+	}
+}
+
+func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
+	k, err := h.svc.RevokeKey(r.Context(), a, r.PathValue("id"))
+	if err != nil {
+		l, ok := h.frame(w, r, a, "Revoke key", "keys")
+		if ok {
+			h.fail(w, r, l, err)
+		}
+		return
+	}
+	http.Redirect(w, r, "/keys?revoked="+k.ID, http.StatusSeeOther)
+}
+
+// ---- audit log ----
+
+type auditPage struct {
+	layout
+	Forbidden bool
+	Events    []auditRow
+	Next      string
+	First     bool
+}
+
+func (h *Handler) audit(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
+	l, ok := h.frame(w, r, a, "Audit log", "audit")
+	if !ok {
+		return
+	}
+	after := r.URL.Query().Get("after")
+	p := auditPage{layout: *l, First: after == ""}
+	events, next, err := h.svc.AuditEvents(r.Context(), a, btk.AuditFilter{Page: btk.Page{First: auditPageSize, After: after}})
+	switch {
+	case btk.ErrorCode(err) == btk.CodeForbidden:
+		p.Forbidden = true
+	case err != nil:
+		h.fail(w, r, l, err)
+		return
+	}
+	now := h.svc.Now()
+	for _, ev := range events {
+		p.Events = append(p.Events, newAuditRow(ev, now))
+	}
+	p.Next = next
+	h.render(w, r, "audit", http.StatusOK, p)
+}
+
+// ---- workspaces (platform admin) ----
+
+type workspacesPage struct {
+	layout
+	Forbidden  bool
+	Workspaces []*btk.Workspace
+}
+
+func (h *Handler) workspaces(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
+	l := &layout{Title: "Workspaces", Nav: "workspaces", Actor: a}
+	if a.WorkspaceID != "" {
+		if ws, err := h.svc.Workspace(r.Context(), a); err == nil {
+			l.Workspace = ws
+		}
+	}
+	p := workspacesPage{layout: *l}
+	ws, err := h.svc.Workspaces(r.Context(), a)
+	switch {
+	case btk.ErrorCode(err) == btk.CodeForbidden:
+		p.Forbidden = true
+	case err != nil:
+		h.fail(w, r, l, err)
+		return
+	}
+	p.Workspaces = ws
+	h.render(w, r, "workspaces", http.StatusOK, p)
+}
+
+// impersonate opens an owner-tier session of the platform admin in the
+// workspace, as `btk impersonate` does, and ends the session it replaces.
+func (h *Handler) impersonate(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
+	info, err := h.svc.Impersonate(r.Context(), a, r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, &layout{Actor: a}, err)
+		return
+	}
+	if err := h.svc.Logout(r.Context(), a); err != nil {
+		h.log.WarnContext(r.Context(), "could not end the session impersonation replaced", "err", err)
+	}
+	setCookie(w, r, info.Token, info.ExpiresAt)
+	http.Redirect(w, r, "/keys", http.StatusSeeOther)
+}
+
+// ---- helpers ----
+
+// optInt reads an optional whole number from a form field.
+func optInt(s, label string) (*int, error) {
+	s = strings.TrimSpace(strings.ReplaceAll(s, ",", ""))
+	if s == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return nil, btk.Errorf(btk.CodeBadUserInput, "%s must be a whole number", label)
+	}
+	return &n, nil
+}
+
+// sentence turns a domain message into a sentence for a page.
+func sentence(msg string) string {
+	if msg == "" {
+		return msg
+	}
+	msg = strings.ToUpper(msg[:1]) + msg[1:]
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
+}
