@@ -15,6 +15,21 @@ var funcs = template.FuncMap{
 	"num":   num,
 	"short": short,
 	"lower": func(s btk.KeyStatus) string { return strings.ToLower(string(s)) },
+	"plan":  planName,
+}
+
+// planName is a plan as people write it: CLOUD_PRO is "Cloud Pro".
+func planName(p btk.Plan) string {
+	if p == btk.PlanSelfHosted {
+		return "Self-hosted"
+	}
+	words := strings.Split(strings.ToLower(string(p)), "_")
+	for i, w := range words {
+		if w != "" {
+			words[i] = strings.ToUpper(w[:1]) + w[1:]
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // num writes n with thousands separators: 100,000.
@@ -106,6 +121,8 @@ type auditRow struct {
 	Target       string
 	TargetID     string
 	Detail       string
+	// KeyRef is the key as the keys page shows it (btk_1a2b3c4d_…wxyz).
+	KeyRef string
 }
 
 var actionWords = map[string]string{
@@ -148,7 +165,7 @@ func newAuditRow(ev *btk.AuditEvent, now time.Time) auditRow {
 	}
 	if p, ok := meta["displayPrefix"].(string); ok {
 		if h, _ := meta["hint"].(string); h != "" {
-			row.Detail = p + "…" + h
+			row.KeyRef = p + "_…" + h
 		}
 	}
 	return row

@@ -37,6 +37,7 @@ type env struct {
 	t     testing.TB
 	svc   *btk.Service
 	srv   *httptest.Server
+	h     http.Handler
 	ws    *btk.Workspace // "Default", owned by ownerEmail (also platform admin)
 	logMu sync.Mutex
 	logs  bytes.Buffer
@@ -61,6 +62,7 @@ func newEnv(t testing.TB) *env {
 	log := slog.New(slog.NewTextHandler(logWriter{e}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := server.New(svc, db, log)
 	h.Mount(web.New(svc, log, server.ClientIP), web.Patterns...)
+	e.h = h
 	e.srv = httptest.NewServer(h)
 	t.Cleanup(func() {
 		e.srv.Close()

@@ -1,0 +1,532 @@
+package web_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/web"
+)
+
+// htmlChecks are what no dashboard page may contain: inline script, inline
+// event handlers or style attributes (the CSP would block them anyway).
+var htmlChecks = []*regexp.Regexp{
+	regexp.MustCompile(`<script(?:\s[^>]*)?>[^<]`),
+	regexp.MustCompile(`<script(?:(?:\s+[a-z-]+(?:="[^"]*")?)*)>`), // matched below for src
+	regexp.MustCompile(`\son[a-z]+=`),
+	regexp.MustCompile(`\sstyle=`),
+	regexp.MustCompile(`<style`),
+}
+
+func checkPage(t *testing.T, r *resp) {
+	t.Helper()
+	h := r.Header
+	if got := h.Get("Content-Security-Policy"); got != "default-src 'self'; frame-ancestors 'none'" {
+		t.Errorf("%s %s: Content-Security-Policy %q", r.Method, r.Path, got)
+	}
+	for k, want := range map[string]string{"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"} {
+		if got := h.Get(k); got != want {
+			t.Errorf("%s %s: %s %q, want %q", r.Method, r.Path, k, got, want)
+		}
+	}
+	if !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
+		return
+	}
+	for i, re := range htmlChecks {
+		for _, m := range re.FindAllString(r.Body, -1) {
+			if i == 1 && strings.Contains(m, ` src="/assets/`) {
+				continue
+			}
+			t.Errorf("%s %s: inline code or style %q", r.Method, r.Path, m)
+		}
+	}
+}
+
+func keyID(t *testing.T, e *env, name string) string {
+	t.Helper()
+	keys, _, err := e.svc.ListKeys(context.Background(), e.owner(), true, btk.Page{First: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k.Name == name && k.RevokedAt == nil {
+			return k.ID
+		}
+	}
+	t.Fatalf("no active key %q", name)
+	return ""
+}
+
+// TestSecurityHeaders visits every page, as anonymous and logged in, and
+// checks the headers and that no page carries inline script or style.
+func TestSecurityHeaders(t *testing.T) {
+	e := newEnv(t)
+	id := e.createKey(e.owner(), "web").Key.ID
+	b := e.browser()
+	for _, p := range []string{"/", "/login", "/keys", "/audit", "/workspaces", "/keys/nope"} {
+		b.get(p)
+	}
+	b.login(ownerEmail, ownerPassword)
+	for _, p := range []string{"/", "/login", "/keys", "/keys?status=all", "/audit", "/workspaces", "/keys/" + id + "/rotate", "/keys/" + id + "/revoke", "/keys/nope", "/keys/not-a-key/rotate"} {
+		b.get(p)
+	}
+	b.post("/keys", url.Values{"name": {"second"}})
+	b.post("/keys", url.Values{"name": {""}})
+	b.post("/keys/"+id+"/rotate", url.Values{"password": {"wrong"}})
+	b.post("/keys/"+id+"/rotate", url.Values{"password": {ownerPassword}})
+	b.post("/logout", nil)
+	if len(b.seen) < 20 {
+		t.Fatalf("only %d pages visited", len(b.seen))
+	}
+	for _, r := range b.seen {
+		checkPage(t, r)
+	}
+	// Assets are public and cacheable, but framed by the same policy.
+	css := b.get("/assets/style.css")
+	if css.Status != 200 || !strings.HasPrefix(css.Header.Get("Content-Type"), "text/css") || css.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("style.css: %d %v", css.Status, css.Header)
+	}
+	if js := b.get("/assets/copy.js"); js.Status != 200 || !strings.Contains(js.Header.Get("Content-Type"), "javascript") {
+		t.Errorf("copy.js: %d %v", js.Status, js.Header)
+	}
+	// The server's own endpoints are unchanged beside the dashboard.
+	if r := b.get("/healthz"); r.Status != 200 {
+		t.Errorf("/healthz: %d", r.Status)
+	}
+	if r := b.get("/graphql"); r.Status != http.StatusMethodNotAllowed {
+		t.Errorf("GET /graphql: %d, want 405", r.Status)
+	}
+}
+
+func sessionCookie(t *testing.T, r *resp) *http.Cookie {
+	t.Helper()
+	for _, c := range (&http.Response{Header: r.Header}).Cookies() {
+		if c.Name == web.CookieName {
+			return c
+		}
+	}
+	t.Fatalf("%s %s set no %s cookie", r.Method, r.Path, web.CookieName)
+	return nil
+}
+
+// TestCookieFlags checks the session cookie over plain HTTP and over TLS,
+// and that logout ends the server-side session, not just the cookie.
+func TestCookieFlags(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	r := b.post("/login", url.Values{"email": {ownerEmail}, "password": {ownerPassword}})
+	c := sessionCookie(t, r)
+	if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.Secure {
+		t.Errorf("cookie over HTTP: %s", r.Header.Get("Set-Cookie"))
+	}
+	if _, err := e.svc.ResolveSession(context.Background(), c.Value); err != nil {
+		t.Fatalf("the cookie is not a session: %v", err)
+	}
+
+	tlsSrv := httptest.NewTLSServer(e.h)
+	defer tlsSrv.Close()
+	jar, _ := cookiejar.New(nil)
+	tb := &browser{e: e, origin: tlsSrv.URL, c: tlsSrv.Client()}
+	tb.c.Jar = jar
+	tb.c.Timeout = 10 * time.Second
+	tb.c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	tb.c.Transport.(*http.Transport).TLSClientConfig.MinVersion = tls.VersionTLS12
+	req, _ := http.NewRequest(http.MethodPost, tlsSrv.URL+"/login", strings.NewReader(url.Values{"email": {ownerEmail}, "password": {ownerPassword}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	tr := tb.do(req)
+	if tc := sessionCookie(t, tr); !tc.Secure || !tc.HttpOnly || tc.SameSite != http.SameSiteStrictMode {
+		t.Errorf("cookie over TLS: %s", tr.Header.Get("Set-Cookie"))
+	}
+
+	out := b.post("/logout", nil)
+	if out.Status != http.StatusSeeOther || out.Header.Get("Location") != "/login" {
+		t.Errorf("logout: %d %s", out.Status, out.Header.Get("Location"))
+	}
+	if cleared := sessionCookie(t, out); cleared.MaxAge >= 0 || cleared.Value != "" {
+		t.Errorf("logout did not clear the cookie: %s", out.Header.Get("Set-Cookie"))
+	}
+	if _, err := e.svc.ResolveSession(context.Background(), c.Value); btk.ErrorCode(err) != btk.CodeUnauthenticated {
+		t.Errorf("the session still works after logout: %v", err)
+	}
+	// A stale cookie sends the browser back to the login page.
+	stale := e.browser()
+	u, _ := url.Parse(e.srv.URL)
+	stale.c.Jar.SetCookies(u, []*http.Cookie{{Name: web.CookieName, Value: c.Value}})
+	if r := stale.get("/keys"); r.Status != http.StatusSeeOther || r.Header.Get("Location") != "/login" {
+		t.Errorf("stale cookie on /keys: %d %s", r.Status, r.Header.Get("Location"))
+	}
+}
+
+// TestCrossOriginPostRefused sends the dashboard's forms from another site,
+// with a valid session cookie: every one is refused and nothing changes.
+func TestCrossOriginPostRefused(t *testing.T) {
+	e := newEnv(t)
+	k := e.createKey(e.owner(), "target")
+	b := e.browser()
+	b.login(ownerEmail, ownerPassword)
+	posts := []struct {
+		path string
+		form url.Values
+	}{
+		{"/keys", url.Values{"name": {"planted"}}},
+		{"/keys/" + k.Key.ID + "/revoke", nil},
+		{"/keys/" + k.Key.ID + "/rotate", url.Values{"password": {ownerPassword}}},
+		{"/logout", nil},
+		{"/login", url.Values{"email": {ownerEmail}, "password": {ownerPassword}}},
+	}
+	for _, p := range posts {
+		for _, hdr := range []map[string]string{
+			{"Sec-Fetch-Site": "cross-site"},
+			{"Origin": "https://evil.example"}, // an older browser: no Sec-Fetch-Site
+		} {
+			req, _ := http.NewRequest(http.MethodPost, e.srv.URL+p.path, strings.NewReader(p.form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
+			r := b.do(req)
+			if r.Status != http.StatusForbidden {
+				t.Errorf("cross-origin POST %s (%v): %d, want 403", p.path, hdr, r.Status)
+			}
+			if len(r.Header.Values("Set-Cookie")) > 0 {
+				t.Errorf("cross-origin POST %s set a cookie", p.path)
+			}
+		}
+	}
+	if got := e.tenantInfo(k.Plaintext); got != 200 {
+		t.Errorf("the key after cross-origin posts: HTTP %d, want 200", got)
+	}
+	keys, _, _ := e.svc.ListKeys(context.Background(), e.owner(), true, btk.Page{First: 10})
+	if len(keys) != 1 {
+		t.Errorf("%d keys after cross-origin posts, want 1", len(keys))
+	}
+	if r := b.get("/keys"); r.Status != 200 {
+		t.Errorf("the session ended by a cross-origin logout: %d", r.Status)
+	}
+}
+
+// TestPlaintextShownOnceInBody runs create, rotate and revoke and looks at
+// every response and log line: the plaintext is in the body of the answer to
+// the create or rotate form only, that answer is no-store, and nothing else
+// (a Location, a cookie, a later page, the log) ever carries it.
+func TestPlaintextShownOnceInBody(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	b.login(ownerEmail, ownerPassword)
+	b.get("/keys")
+	created := b.post("/keys", url.Values{"name": {"ci"}, "per_minute": {"60"}, "per_day": {"1,000"}})
+	first := newKey(created.Body)
+	if created.Status != 200 || !btk.WellFormedKey(first) {
+		t.Fatalf("create: %d, key %q\n%s", created.Status, first, created.Body)
+	}
+	if !strings.Contains(created.Body, "only time it is shown") {
+		t.Error("the create page does not warn that the key is shown once")
+	}
+	if e.tenantInfo(first) != 200 {
+		t.Fatal("the created key does not work")
+	}
+	id := keyID(t, e, "ci")
+	k, _ := e.svc.Key(context.Background(), e.owner(), id)
+	if *k.RateLimitPerMinute != 60 || *k.RateLimitPerDay != 1000 {
+		t.Errorf("limits %d/%d, want 60/1000", *k.RateLimitPerMinute, *k.RateLimitPerDay)
+	}
+	after := b.get("/keys")
+	if strings.Contains(after.Body, first) || newKey(after.Body) != "" {
+		t.Fatal("the keys page shows the plaintext again")
+	}
+	b.get("/keys/" + id + "/rotate")
+	rotated := b.post("/keys/"+id+"/rotate", url.Values{"password": {ownerPassword}})
+	second := newKey(rotated.Body)
+	if rotated.Status != 200 || !btk.WellFormedKey(second) || second == first {
+		t.Fatalf("rotate: %d, key %q", rotated.Status, second)
+	}
+	if e.tenantInfo(first) != 401 || e.tenantInfo(second) != 200 {
+		t.Fatal("rotation did not replace the key")
+	}
+	newID := keyID(t, e, "ci")
+	b.get("/keys/" + newID + "/revoke")
+	revoked := b.post("/keys/"+newID+"/revoke", nil)
+	if revoked.Status != http.StatusSeeOther || e.tenantInfo(second) != 401 {
+		t.Fatalf("revoke: %d %s", revoked.Status, revoked.Header.Get("Location"))
+	}
+	b.get(revoked.Header.Get("Location"))
+	b.get("/audit")
+	b.post("/logout", nil)
+
+	for _, r := range b.seen {
+		checkPage(t, r)
+		for _, key := range []string{first, second} {
+			for name, vals := range r.Header {
+				for _, v := range vals {
+					if strings.Contains(v, key) || strings.Contains(v, url.QueryEscape(key)) {
+						t.Errorf("%s %s: the plaintext is in the %s header", r.Method, r.Path, name)
+					}
+				}
+			}
+			if strings.Contains(r.Path, key) {
+				t.Errorf("the plaintext is in a URL: %s", r.Path)
+			}
+			if strings.Contains(r.Body, key) && r != created && r != rotated {
+				t.Errorf("%s %s: the plaintext is in the body", r.Method, r.Path)
+			}
+		}
+	}
+	logs := e.logText()
+	if !strings.Contains(logs, "path=/keys") {
+		t.Errorf("the request log is not on; the check below would prove nothing:\n%s", logs)
+	}
+	for _, secret := range []string{first, second, first[len(first)-20:], second[len(second)-20:], ownerPassword} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("a secret is in the log:\n%s", logs)
+		}
+	}
+}
+
+// TestRoleGating: an ADMIN reads the keys without controls and cannot
+// change them by posting the forms anyway; a MEMBER sees no keys.
+func TestRoleGating(t *testing.T) {
+	e := newEnv(t)
+	k := e.createKey(e.owner(), "prod-backend")
+	e.addUser(adminEmail, e.ws.ID, btk.RoleAdmin)
+	e.addUser(memberEmail, e.ws.ID, btk.RoleMember)
+
+	admin := e.browser()
+	admin.login(adminEmail, userPassword)
+	page := admin.get("/keys")
+	if page.Status != 200 || !strings.Contains(page.Body, "prod-backend") {
+		t.Fatalf("ADMIN /keys: %d\n%s", page.Status, page.Body)
+	}
+	for _, control := range []string{`action="/keys"`, "/rotate", "/revoke", "Create key"} {
+		if strings.Contains(page.Body, control) {
+			t.Errorf("ADMIN sees the control %q", control)
+		}
+	}
+	if r := admin.post("/keys", url.Values{"name": {"sneaky"}}); r.Status != http.StatusForbidden || newKey(r.Body) != "" {
+		t.Errorf("ADMIN create: %d", r.Status)
+	}
+	if r := admin.get("/keys/" + k.Key.ID + "/revoke"); r.Status != http.StatusForbidden {
+		t.Errorf("ADMIN revoke page: %d", r.Status)
+	}
+	if r := admin.post("/keys/"+k.Key.ID+"/revoke", nil); r.Status != http.StatusForbidden {
+		t.Errorf("ADMIN revoke: %d", r.Status)
+	}
+	if r := admin.post("/keys/"+k.Key.ID+"/rotate", url.Values{"password": {userPassword}}); r.Status != http.StatusForbidden || newKey(r.Body) != "" {
+		t.Errorf("ADMIN rotate: %d", r.Status)
+	}
+	if e.tenantInfo(k.Plaintext) != 200 {
+		t.Error("the ADMIN changed the key")
+	}
+	if r := admin.get("/audit"); r.Status != 200 || !strings.Contains(r.Body, "for workspace owners") || strings.Contains(r.Body, "api_key.created") {
+		t.Errorf("ADMIN /audit: %d", r.Status)
+	}
+	if r := admin.get("/workspaces"); !strings.Contains(r.Body, "Only platform admins") {
+		t.Errorf("ADMIN /workspaces: %d", r.Status)
+	}
+
+	member := e.browser()
+	member.login(memberEmail, userPassword)
+	page = member.get("/keys")
+	if page.Status != 200 || strings.Contains(page.Body, "prod-backend") || !strings.Contains(page.Body, "managed by workspace owners") {
+		t.Errorf("MEMBER /keys: %d\n%s", page.Status, page.Body)
+	}
+	if r := member.post("/keys", url.Values{"name": {"sneaky"}}); r.Status != http.StatusForbidden {
+		t.Errorf("MEMBER create: %d", r.Status)
+	}
+	for _, b := range []*browser{admin, member} {
+		for _, r := range b.seen {
+			checkPage(t, r)
+		}
+	}
+}
+
+// TestPlanGating: on CLOUD_STARTER the owner is told why keys cannot be
+// created or rotated, the forms are refused, and revoking still works.
+func TestPlanGating(t *testing.T) {
+	e := newEnv(t)
+	starter := e.workspace("Starter Co", btk.PlanCloudPro)
+	e.addUser("starter@example.com", starter.ID, btk.RoleOwner)
+	so := e.actor("starter@example.com", userPassword, "")
+	k := e.createKey(so, "legacy")
+	if _, err := e.svc.SetWorkspacePlan(context.Background(), e.owner(), starter.ID, btk.PlanCloudStarter); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.login("starter@example.com", userPassword)
+	page := b.get("/keys")
+	if !strings.Contains(page.Body, `id="plan-note"`) || strings.Contains(page.Body, `action="/keys"`) || !strings.Contains(page.Body, "Cloud Starter") {
+		t.Errorf("CLOUD_STARTER /keys lacks the plan note or shows the form:\n%s", page.Body)
+	}
+	if !strings.Contains(page.Body, "legacy") {
+		t.Error("the existing key is not listed")
+	}
+	rot := b.get("/keys/" + k.Key.ID + "/rotate")
+	if !strings.Contains(rot.Body, `id="plan-note"`) || strings.Contains(rot.Body, `name="password"`) {
+		t.Errorf("CLOUD_STARTER rotate page:\n%s", rot.Body)
+	}
+	if r := b.post("/keys", url.Values{"name": {"new"}}); r.Status != http.StatusForbidden || newKey(r.Body) != "" {
+		t.Errorf("CLOUD_STARTER create: %d", r.Status)
+	}
+	if r := b.post("/keys/"+k.Key.ID+"/rotate", url.Values{"password": {userPassword}}); r.Status != http.StatusForbidden || !strings.Contains(r.Body, "plan") || newKey(r.Body) != "" {
+		t.Errorf("CLOUD_STARTER rotate: %d", r.Status)
+	}
+	if e.tenantInfo(k.Plaintext) != 200 {
+		t.Fatal("an issued key stopped working on CLOUD_STARTER")
+	}
+	if r := b.post("/keys/"+k.Key.ID+"/revoke", nil); r.Status != http.StatusSeeOther {
+		t.Fatalf("CLOUD_STARTER revoke: %d", r.Status)
+	}
+	if e.tenantInfo(k.Plaintext) != 401 {
+		t.Error("revoke on CLOUD_STARTER did not take")
+	}
+}
+
+// TestLoginThrottledLikeGraphQL: the form's password attempts are counted by
+// the same domain gate as GraphQL login, per account and per address.
+func TestLoginThrottledLikeGraphQL(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	var last *resp
+	for range 11 {
+		last = b.post("/login", url.Values{"email": {ownerEmail}, "password": {"wrong-password"}})
+	}
+	if last.Status != http.StatusTooManyRequests || !strings.Contains(last.Body, "Too many password attempts") {
+		t.Fatalf("11th wrong password: %d\n%s", last.Status, last.Body)
+	}
+	if len(last.Header.Values("Set-Cookie")) > 0 {
+		t.Error("a refused login set a cookie")
+	}
+	// The same budget: GraphQL login is refused too, even with the right password.
+	body, _ := json.Marshal(map[string]any{
+		"query":     `mutation($e: String!, $p: String!) { login(email: $e, password: $p) { accessToken } }`,
+		"variables": map[string]string{"e": ownerEmail, "p": ownerPassword},
+	})
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/graphql", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	r := b.do(req)
+	if !strings.Contains(r.Body, "RATE_LIMITED") {
+		t.Errorf("GraphQL login after the dashboard's attempts: %s", r.Body)
+	}
+	wrong := e.browser().post("/login", url.Values{"email": {"nobody@example.com"}, "password": {"x"}})
+	if wrong.Status != http.StatusUnauthorized || !strings.Contains(wrong.Body, "Invalid email or password") {
+		t.Errorf("unknown email: %d", wrong.Status)
+	}
+}
+
+// TestLoginChoosesWorkspace: an account in several workspaces picks one.
+func TestLoginChoosesWorkspace(t *testing.T) {
+	e := newEnv(t)
+	acme := e.workspace("Acme", btk.PlanCloudPro)
+	globex := e.workspace("Globex", btk.PlanCloudPro)
+	e.addUser("two@example.com", acme.ID, btk.RoleOwner)
+	if err := e.svc.SetMembership(context.Background(), e.owner(), globex.ID, e.actor("two@example.com", userPassword, acme.ID).AccountID, btk.RoleAdmin); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	r := b.post("/login", url.Values{"email": {"two@example.com"}, "password": {userPassword}})
+	if r.Status != 200 || len(r.Header.Values("Set-Cookie")) > 0 {
+		t.Fatalf("login without a workspace: %d", r.Status)
+	}
+	for _, want := range []string{`<select id="workspace" name="workspace"`, acme.ID, "Acme (OWNER)", "Globex (ADMIN)"} {
+		if !strings.Contains(r.Body, want) {
+			t.Errorf("the choice page lacks %q", want)
+		}
+	}
+	if strings.Contains(r.Body, userPassword) {
+		t.Error("the password is echoed into the page")
+	}
+	r = b.post("/login", url.Values{"email": {"two@example.com"}, "password": {userPassword}, "workspace": {globex.ID}})
+	if r.Status != http.StatusSeeOther {
+		t.Fatalf("login with a workspace: %d", r.Status)
+	}
+	if page := b.get("/keys"); !strings.Contains(page.Body, `<span class="ws-name">Globex</span>`) {
+		t.Error("the session is not in the chosen workspace")
+	}
+	// The bootstrap owner has one membership: no choice.
+	e.browser().login(ownerEmail, ownerPassword)
+}
+
+// TestImpersonate: a platform admin picks a workspace and acts as its owner;
+// everyone else is told the page is not for them.
+func TestImpersonate(t *testing.T) {
+	e := newEnv(t)
+	acme := e.workspace("Acme", btk.PlanCloudPro)
+	b := e.browser()
+	b.login(ownerEmail, ownerPassword) // platform admin and OWNER of Default
+	before := sessionCookie(t, b.seen[0]).Value
+	list := b.get("/workspaces")
+	if !strings.Contains(list.Body, "Acme") || !strings.Contains(list.Body, `action="/workspaces/`+acme.ID+`/impersonate"`) {
+		t.Fatalf("/workspaces:\n%s", list.Body)
+	}
+	r := b.post("/workspaces/"+acme.ID+"/impersonate", nil)
+	if r.Status != http.StatusSeeOther || r.Header.Get("Location") != "/keys" {
+		t.Fatalf("impersonate: %d %s", r.Status, r.Header.Get("Location"))
+	}
+	sessionCookie(t, r)
+	page := b.get("/keys")
+	if !strings.Contains(page.Body, `<span class="ws-name">Acme</span>`) || !strings.Contains(page.Body, "as a platform admin") {
+		t.Fatalf("after impersonation:\n%s", page.Body)
+	}
+	created := b.post("/keys", url.Values{"name": {"support-fix"}})
+	if !btk.WellFormedKey(newKey(created.Body)) {
+		t.Fatalf("impersonating owner could not create a key: %d", created.Status)
+	}
+	if _, err := e.svc.ResolveSession(context.Background(), before); err == nil {
+		t.Error("the session impersonation replaced is still alive")
+	}
+	audit := b.get("/audit")
+	if !strings.Contains(audit.Body, "impersonating") {
+		t.Error("the audit log does not mark the impersonated change")
+	}
+
+	e.addUser(memberEmail, acme.ID, btk.RoleOwner)
+	other := e.browser()
+	other.login(memberEmail, userPassword)
+	if r := other.post("/workspaces/"+e.ws.ID+"/impersonate", nil); r.Status != http.StatusForbidden {
+		t.Errorf("a non-admin impersonating: %d", r.Status)
+	}
+}
+
+// TestAuditPaging: newest first, 25 a page, cursor links to older events.
+func TestAuditPaging(t *testing.T) {
+	e := newEnv(t)
+	owner := e.owner()
+	for i := range 30 {
+		e.createKey(owner, fmt.Sprintf("key-%02d", i))
+	}
+	b := e.browser()
+	b.login(ownerEmail, ownerPassword)
+	first := b.get("/audit")
+	rows := strings.Count(first.Body, "api_key.created</code>")
+	if rows != 25 {
+		t.Fatalf("first page: %d rows, want 25", rows)
+	}
+	if i29, i05 := strings.Index(first.Body, "key-29"), strings.Index(first.Body, "key-05"); i29 < 0 || i05 < 0 || i29 > i05 {
+		t.Error("the first page is not newest first")
+	}
+	m := regexp.MustCompile(`href="/audit\?after=([^"]+)"`).FindStringSubmatch(first.Body)
+	if m == nil {
+		t.Fatal("no link to older events")
+	}
+	older := b.get("/audit?after=" + m[1])
+	if n := strings.Count(older.Body, "api_key.created</code>"); n != 5 || !strings.Contains(older.Body, "key-00") || strings.Contains(older.Body, "after=") {
+		t.Errorf("second page: %d rows", n)
+	}
+	if !strings.Contains(older.Body, `href="/audit">← Newest`) {
+		t.Error("no link back to the newest events")
+	}
+	if r := b.get("/audit?after=bogus"); r.Status != http.StatusBadRequest {
+		t.Errorf("a bad cursor: %d", r.Status)
+	}
+}
