@@ -82,29 +82,31 @@ func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Actio
 
 func css(s string) chromedp.CSS { return chromedp.CSS(s) }
 
-// screenshots writes PNGs of the dashboard when BTK_SCREENSHOTS names a
-// directory ("1" means the repository's docs/): the README's two at 1280 px,
-// and 375 px and dark variants for review.
+// screenshots writes PNGs of the dashboard when BTK_SCREENSHOTS is set:
+// "1" writes the README's two (docs/dashboard-keys.png and
+// docs/dashboard-audit.png, 1280 px wide); a directory receives every page
+// at 1280 and 375 px, light and dark, for review.
 type screenshots struct {
-	dir string
+	dir    string
+	readme bool
 }
 
 func newScreenshots(t *testing.T) screenshots {
-	dir := os.Getenv("BTK_SCREENSHOTS")
+	dir, readme := os.Getenv("BTK_SCREENSHOTS"), false
 	if dir == "1" {
-		dir = filepath.Join("..", "..", "docs")
+		dir, readme = filepath.Join("..", "..", "docs"), true
 	}
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return screenshots{dir: dir}
+	return screenshots{dir: dir, readme: readme}
 }
 
 func (s screenshots) take(t *testing.T, ctx context.Context, name string, variants bool) {
 	t.Helper()
-	if s.dir == "" {
+	if s.dir == "" || s.readme && name != "dashboard-keys" && name != "dashboard-audit" {
 		return
 	}
 	shoot := func(file string, width int64, dark bool) {
@@ -127,7 +129,7 @@ func (s screenshots) take(t *testing.T, ctx context.Context, name string, varian
 		}
 	}
 	shoot(name+".png", 1280, false)
-	if variants {
+	if variants && !s.readme {
 		shoot(name+"-375.png", 375, false)
 		shoot(name+"-dark.png", 1280, true)
 		shoot(name+"-375-dark.png", 375, true)

@@ -3,8 +3,8 @@ package web_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
