@@ -224,7 +224,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, a *btk.Actor
 	status := http.StatusOK
 	if err != nil {
 		status = statusOf(err)
-		if status == http.StatusInternalServerError {
+		if status == http.StatusInternalServerError || btk.ErrorCode(err) == btk.CodeForbidden {
 			h.fail(w, r, nil, err)
 			return
 		}

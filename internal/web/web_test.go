@@ -262,6 +262,9 @@ func TestPlaintextShownOnceInBody(t *testing.T) {
 		t.Fatalf("revoke: %d %s", revoked.Status, revoked.Header.Get("Location"))
 	}
 	b.get(revoked.Header.Get("Location"))
+	if r := b.get("/keys/" + newID + "/rotate"); !strings.Contains(r.Body, "cannot be rotated") || strings.Contains(r.Body, `name="password"`) {
+		t.Errorf("the rotate page of a revoked key offers rotation:\n%s", r.Body)
+	}
 	b.get("/audit")
 	b.post("/logout", nil)
 
@@ -486,7 +489,7 @@ func TestImpersonate(t *testing.T) {
 		t.Error("the session impersonation replaced is still alive")
 	}
 	audit := b.get("/audit")
-	if !strings.Contains(audit.Body, "impersonating") {
+	if !strings.Contains(audit.Body, `<span class="badge">impersonating</span>`) {
 		t.Error("the audit log does not mark the impersonated change")
 	}
 
