@@ -38,6 +38,7 @@ type env struct {
 	svc   *btk.Service
 	srv   *httptest.Server
 	h     http.Handler
+	clock *clock
 	ws    *btk.Workspace // "Default", owned by ownerEmail (also platform admin)
 	logMu sync.Mutex
 	logs  bytes.Buffer
@@ -50,7 +51,8 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := btk.NewService(ctx, db, nil, btk.Config{})
+	clk := &clock{}
+	svc, err := btk.NewService(ctx, db, nil, btk.Config{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func newEnv(t testing.TB) *env {
 	if err != nil || !boot.Created {
 		t.Fatalf("bootstrap: %v", err)
 	}
-	e := &env{t: t, svc: svc, ws: boot.Workspace}
+	e := &env{t: t, svc: svc, ws: boot.Workspace, clock: clk}
 	log := slog.New(slog.NewTextHandler(logWriter{e}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := server.New(svc, db, log)
 	h.Mount(web.New(svc, log, server.ClientIP), web.Patterns...)
@@ -69,6 +71,28 @@ func newEnv(t testing.TB) *env {
 		db.Close()
 	})
 	return e
+}
+
+// clock is the service's clock: real time until a test freezes it (so that
+// nothing replenishes while a throttle is measured on a slow machine).
+type clock struct {
+	mu     sync.Mutex
+	frozen time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.frozen.IsZero() {
+		return c.frozen
+	}
+	return time.Now()
+}
+
+func (c *clock) freeze() {
+	c.mu.Lock()
+	c.frozen = time.Now()
+	c.mu.Unlock()
 }
 
 type logWriter struct{ e *env }

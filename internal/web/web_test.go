@@ -399,10 +399,14 @@ func TestPlanGating(t *testing.T) {
 // the same domain gate as GraphQL login, per account and per address.
 func TestLoginThrottledLikeGraphQL(t *testing.T) {
 	e := newEnv(t)
+	e.clock.freeze()
 	b := e.browser()
 	var last *resp
-	for range 11 {
+	for i := range 11 {
 		last = b.post("/login", url.Values{"email": {ownerEmail}, "password": {"wrong-password"}})
+		if i < 10 && last.Status != http.StatusUnauthorized {
+			t.Fatalf("wrong password %d: %d, want 401", i+1, last.Status)
+		}
 	}
 	if last.Status != http.StatusTooManyRequests || !strings.Contains(last.Body, "Too many password attempts") {
 		t.Fatalf("11th wrong password: %d\n%s", last.Status, last.Body)
