@@ -58,8 +58,8 @@ type loginPage struct {
 	layout
 	Email     string
 	Error     string
-	Choices   []btk.WorkspaceChoice
-	Workspace string // the chosen workspace id
+	Choices []btk.WorkspaceChoice
+	Chosen  string // the chosen workspace id
 }
 
 func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
@@ -81,7 +81,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	ctx := btk.WithClientIP(r.Context(), h.clientIP(r))
 	info, err := h.svc.Login(ctx, email, r.PostForm.Get("password"), workspace)
 	if err != nil {
-		p := loginPage{layout: layout{Title: "Log in"}, Email: email, Workspace: workspace, Error: sentence(btk.ErrorMessage(err))}
+		p := loginPage{layout: layout{Title: "Log in"}, Email: email, Chosen: workspace, Error: sentence(btk.ErrorMessage(err))}
 		var choice *btk.WorkspaceChoiceError
 		if errors.As(err, &choice) {
 			// The password was right: it is asked again with the choice
@@ -97,6 +97,13 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		}
 		h.render(w, r, "login", status, p)
 		return
+	}
+	// A session this browser already had is replaced: end it rather than
+	// leave it alive for its 12 hours.
+	if old, err := h.actor(r); err == nil {
+		if err := h.svc.Logout(r.Context(), old); err != nil {
+			h.log.WarnContext(r.Context(), "could not end the session a login replaced", "err", err)
+		}
 	}
 	setCookie(w, r, info.Token, info.ExpiresAt)
 	http.Redirect(w, r, "/keys", http.StatusSeeOther)

@@ -441,7 +441,22 @@ func TestLoginChoosesWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := e.browser()
-	r := b.post("/login", url.Values{"email": {"two@example.com"}, "password": {userPassword}})
+	// A wrong password learns nothing about the workspaces.
+	r := b.post("/login", url.Values{"email": {"two@example.com"}, "password": {"wrong-password"}})
+	if r.Status != http.StatusUnauthorized || strings.Contains(r.Body, "Globex") || strings.Contains(r.Body, "<select") {
+		t.Errorf("wrong password for a two-workspace account: %d", r.Status)
+	}
+	// GraphQL login keeps its contract: BAD_USER_INPUT, asking for workspaceId.
+	body, _ := json.Marshal(map[string]any{
+		"query":     `mutation($e: String!, $p: String!) { login(email: $e, password: $p) { accessToken } }`,
+		"variables": map[string]string{"e": "two@example.com", "p": userPassword},
+	})
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/graphql", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if g := b.do(req); !strings.Contains(g.Body, `"code":"BAD_USER_INPUT"`) || !strings.Contains(g.Body, "belongs to 2 workspaces; choose one with workspaceId") {
+		t.Errorf("GraphQL login without a workspace: %s", g.Body)
+	}
+	r = b.post("/login", url.Values{"email": {"two@example.com"}, "password": {userPassword}})
 	if r.Status != 200 || len(r.Header.Values("Set-Cookie")) > 0 {
 		t.Fatalf("login without a workspace: %d", r.Status)
 	}
