@@ -211,6 +211,7 @@ func TestBrowser(t *testing.T) {
 			chromedp.Click(css("button[type=submit].btn-primary")),
 			chromedp.WaitVisible(css(".alert-error")),
 		)
+		shots.take(t, ctx, "dashboard-rotate", false)
 		if got := e.tenantInfo(first); got != 200 {
 			t.Fatalf("a refused rotation changed the key: HTTP %d", got)
 		}
