@@ -56,8 +56,8 @@ func (h *Handler) root(w http.ResponseWriter, r *http.Request) {
 
 type loginPage struct {
 	layout
-	Email     string
-	Error     string
+	Email   string
+	Error   string
 	Choices []btk.WorkspaceChoice
 	Chosen  string // the chosen workspace id
 }
