@@ -12,6 +12,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // stepTimeout bounds every browser step (a navigation, a click and its page).
@@ -258,6 +259,25 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("the newest event is not first: %q", firstRow)
 		}
 		shots.take(t, ctx, "dashboard-audit", true)
+
+		// Keyboard only: Tab from the top of the page reaches the Name field,
+		// and Enter creates the key.
+		do(t, ctx, "keys page for the keyboard", chromedp.Navigate(base+"/keys"), chromedp.WaitVisible(css("#name")))
+		reached := false
+		for range 20 {
+			do(t, ctx, "Tab", chromedp.KeyEvent(kb.Tab))
+			if id := get(t, ctx, "focus", chromedp.Evaluate[string](`document.activeElement.id`)); id == "name" {
+				reached = true
+				break
+			}
+		}
+		if !reached {
+			t.Fatal("20 Tabs did not reach the Name field")
+		}
+		do(t, ctx, "create with the keyboard", chromedp.KeyEvent("kbd-key"), chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(css("#new-key")))
+		if k := strings.TrimSpace(get(t, ctx, "keyboard key", chromedp.Text(css("#new-key")))); e.tenantInfo(k) != 200 {
+			t.Errorf("the key created with the keyboard does not work: %q", k)
+		}
 
 		do(t, ctx, "log out", chromedp.Click(css(`form[action="/logout"] button`)), chromedp.WaitVisible(css("#email")))
 		do(t, ctx, "keys after logout", chromedp.Navigate(base+"/keys"), chromedp.WaitVisible(css("#email")))

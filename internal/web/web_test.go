@@ -29,6 +29,8 @@ var htmlChecks = []*regexp.Regexp{
 	regexp.MustCompile(`<style`),
 }
 
+var controlID = regexp.MustCompile(`<(?:input|select|textarea)\s[^>]*?id="([^"]+)"`)
+
 func checkPage(t *testing.T, r *resp) {
 	t.Helper()
 	h := r.Header
@@ -42,6 +44,12 @@ func checkPage(t *testing.T, r *resp) {
 	}
 	if !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
 		return
+	}
+	// Every form control is labelled.
+	for _, m := range controlID.FindAllStringSubmatch(r.Body, -1) {
+		if !strings.Contains(r.Body, `<label for="`+m[1]+`">`) {
+			t.Errorf("%s %s: the control #%s has no label", r.Method, r.Path, m[1])
+		}
 	}
 	for i, re := range htmlChecks {
 		for _, m := range re.FindAllString(r.Body, -1) {
