@@ -39,9 +39,11 @@ type env struct {
 	srv   *httptest.Server
 	h     http.Handler
 	clock *clock
-	ws    *btk.Workspace // "Default", owned by ownerEmail (also platform admin)
-	logMu sync.Mutex
-	logs  bytes.Buffer
+	// ownerActor is the cached actor of owner().
+	ownerActor *btk.Actor
+	ws         *btk.Workspace // "Default", owned by ownerEmail (also platform admin)
+	logMu      sync.Mutex
+	logs       bytes.Buffer
 }
 
 func newEnv(t testing.TB) *env {
@@ -124,7 +126,14 @@ func (e *env) actor(email, password, workspaceID string) *btk.Actor {
 	return a
 }
 
-func (e *env) owner() *btk.Actor { return e.actor(ownerEmail, ownerPassword, e.ws.ID) }
+// owner is the bootstrap account's actor (OWNER of Default, platform admin),
+// logged in once: each password check is an argon2id hash.
+func (e *env) owner() *btk.Actor {
+	if e.ownerActor == nil {
+		e.ownerActor = e.actor(ownerEmail, ownerPassword, e.ws.ID)
+	}
+	return e.ownerActor
+}
 
 // addUser creates an account with a role in a workspace.
 func (e *env) addUser(email string, ws string, role btk.Role) {

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
@@ -73,6 +74,10 @@ func New(svc *btk.Service, log *slog.Logger, clientIP func(*http.Request) string
 	mux.HandleFunc("GET /workspaces", h.authed(h.workspaces))
 	mux.HandleFunc("POST /workspaces/{id}/impersonate", h.authed(h.impersonate))
 	mux.Handle("GET /assets/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // no directory listings
+			http.NotFound(w, r)
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		files.ServeHTTP(w, r)
 	}))

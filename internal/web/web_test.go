@@ -105,6 +105,9 @@ func TestSecurityHeaders(t *testing.T) {
 	if css.Status != 200 || !strings.HasPrefix(css.Header.Get("Content-Type"), "text/css") || css.Header.Get("X-Content-Type-Options") != "nosniff" {
 		t.Errorf("style.css: %d %v", css.Status, css.Header)
 	}
+	if r := b.get("/assets/"); r.Status != http.StatusNotFound {
+		t.Errorf("/assets/ lists the directory: %d", r.Status)
+	}
 	if js := b.get("/assets/copy.js"); js.Status != 200 || !strings.Contains(js.Header.Get("Content-Type"), "javascript") {
 		t.Errorf("copy.js: %d %v", js.Status, js.Header)
 	}
