@@ -131,7 +131,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 
 	handler := server.New(svc, db, log)
 	if cfg.Dashboard {
-		handler.Mount(web.New(svc, log, server.ClientIP), web.Patterns...)
+		handler.Mount(web.New(svc, log, handler.ClientIP), web.Patterns...)
 	}
 	srv := &http.Server{
 		Handler:           handler,

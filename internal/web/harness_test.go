@@ -65,7 +65,7 @@ func newEnv(t testing.TB) *env {
 	e := &env{t: t, svc: svc, ws: boot.Workspace, clock: clk}
 	log := slog.New(slog.NewTextHandler(logWriter{e}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := server.New(svc, db, log)
-	h.Mount(web.New(svc, log, server.ClientIP), web.Patterns...)
+	h.Mount(web.New(svc, log, h.ClientIP), web.Patterns...)
 	e.h = h
 	e.srv = httptest.NewServer(h)
 	t.Cleanup(func() {
