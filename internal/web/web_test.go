@@ -79,6 +79,7 @@ func keyID(t *testing.T, e *env, name string) string {
 // TestSecurityHeaders visits every page, as anonymous and logged in, and
 // checks the headers and that no page carries inline script or style.
 func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.createKey(e.owner(), "web").Key.ID
 	b := e.browser()
@@ -134,6 +135,7 @@ func sessionCookie(t *testing.T, r *resp) *http.Cookie {
 // TestCookieFlags checks the session cookie over plain HTTP and over TLS,
 // and that logout ends the server-side session, not just the cookie.
 func TestCookieFlags(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	b := e.browser()
 	r := b.post("/login", url.Values{"email": {ownerEmail}, "password": {ownerPassword}})
@@ -183,6 +185,7 @@ func TestCookieFlags(t *testing.T) {
 // TestCrossOriginPostRefused sends the dashboard's forms from another site,
 // with a valid session cookie: every one is refused and nothing changes.
 func TestCrossOriginPostRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	k := e.createKey(e.owner(), "target")
 	b := e.browser()
@@ -233,6 +236,7 @@ func TestCrossOriginPostRefused(t *testing.T) {
 // the create or rotate form only, that answer is no-store, and nothing else
 // (a Location, a cookie, a later page, the log) ever carries it.
 func TestPlaintextShownOnceInBody(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	b := e.browser()
 	b.login(ownerEmail, ownerPassword)
@@ -311,6 +315,7 @@ func TestPlaintextShownOnceInBody(t *testing.T) {
 // TestRoleGating: an ADMIN reads the keys without controls and cannot
 // change them by posting the forms anyway; a MEMBER sees no keys.
 func TestRoleGating(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	k := e.createKey(e.owner(), "prod-backend")
 	e.addUser(adminEmail, e.ws.ID, btk.RoleAdmin)
@@ -368,6 +373,7 @@ func TestRoleGating(t *testing.T) {
 // TestPlanGating: on CLOUD_STARTER the owner is told why keys cannot be
 // created or rotated, the forms are refused, and revoking still works.
 func TestPlanGating(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	starter := e.workspace("Starter Co", btk.PlanCloudPro)
 	e.addUser("starter@example.com", starter.ID, btk.RoleOwner)
@@ -409,6 +415,7 @@ func TestPlanGating(t *testing.T) {
 // TestLoginThrottledLikeGraphQL: the form's password attempts are counted by
 // the same domain gate as GraphQL login, per account and per address.
 func TestLoginThrottledLikeGraphQL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.clock.freeze()
 	b := e.browser()
@@ -444,6 +451,7 @@ func TestLoginThrottledLikeGraphQL(t *testing.T) {
 
 // TestLoginChoosesWorkspace: an account in several workspaces picks one.
 func TestLoginChoosesWorkspace(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	acme := e.workspace("Acme", btk.PlanCloudPro)
 	globex := e.workspace("Globex", btk.PlanCloudPro)
@@ -493,6 +501,7 @@ func TestLoginChoosesWorkspace(t *testing.T) {
 // TestImpersonate: a platform admin picks a workspace and acts as its owner;
 // everyone else is told the page is not for them.
 func TestImpersonate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	acme := e.workspace("Acme", btk.PlanCloudPro)
 	b := e.browser()
@@ -533,6 +542,7 @@ func TestImpersonate(t *testing.T) {
 
 // TestAuditPaging: newest first, 25 a page, cursor links to older events.
 func TestAuditPaging(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	owner := e.owner()
 	for i := range 30 {
