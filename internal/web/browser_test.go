@@ -279,6 +279,11 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("the key created with the keyboard does not work: %q", k)
 		}
 
+		if shots.dir != "" {
+			do(t, ctx, "workspaces", chromedp.Navigate(base+"/workspaces"), chromedp.WaitVisible(css("table")))
+			shots.take(t, ctx, "dashboard-workspaces", true)
+		}
+
 		do(t, ctx, "log out", chromedp.Click(css(`form[action="/logout"] button`)), chromedp.WaitVisible(css("#email")))
 		do(t, ctx, "keys after logout", chromedp.Navigate(base+"/keys"), chromedp.WaitVisible(css("#email")))
 	})
