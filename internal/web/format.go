@@ -123,13 +123,22 @@ type auditRow struct {
 	Detail       string
 	// KeyRef is the key as the keys page shows it (btk_1a2b3c4d_…wxyz).
 	KeyRef string
+	// From is the client address the event recorded, if any.
+	From string
 }
 
 var actionWords = map[string]string{
-	"api_key.created":     "Created key",
-	"api_key.rotated":     "Rotated key",
-	"api_key.revoked":     "Revoked key",
-	"api_key.revoked_all": "Revoked all keys",
+	"api_key.created":               "Created key",
+	"api_key.rotated":               "Rotated key",
+	"api_key.revoked":               "Revoked key",
+	"api_key.revoked_all":           "Revoked all keys",
+	btk.EventSessionLogin:           "Logged in",
+	btk.EventSessionElevated:        "Confirmed password",
+	btk.EventSessionImpersonated:    "Opened as platform admin",
+	btk.EventMembershipChanged:      "Changed membership",
+	btk.EventWorkspacePlanChanged:   "Changed plan",
+	btk.EventWorkspaceLimitsChanged: "Changed default limits",
+	btk.EventAccountCreated:         "Created account",
 }
 
 func newAuditRow(ev *btk.AuditEvent, now time.Time) auditRow {
@@ -145,28 +154,67 @@ func newAuditRow(ev *btk.AuditEvent, now time.Time) auditRow {
 	}
 	var meta map[string]any
 	json.Unmarshal([]byte(ev.Metadata), &meta) // shown as far as it is understood
-	name, _ := meta["name"].(string)
+	str := func(k string) string { v, _ := meta[k].(string); return v }
+	name := str("name")
 	switch {
 	case ev.TargetType == "workspace":
-		row.Target = "Workspace"
+		row.Target, row.TargetID = "Workspace", ""
+	case ev.TargetType == "session":
+		row.Target = "Session"
+	case str("email") != "" && ev.TargetType == "account":
+		row.Target = str("email")
 	case name != "":
 		row.Target = name
 	default:
 		row.Target = ev.TargetType
+	}
+	switch ev.Action {
+	case btk.EventMembershipChanged:
+		switch role, prev := str("role"), str("previousRole"); {
+		case prev == "" && role != "":
+			row.Detail = "added as " + role
+		case role == "":
+			row.Detail = "removed (was " + prev + ")"
+		default:
+			row.Detail = prev + " → " + role
+		}
+	case btk.EventWorkspacePlanChanged:
+		row.Detail = planName(btk.Plan(str("previousPlan"))) + " → " + planName(btk.Plan(str("plan")))
+	case btk.EventWorkspaceLimitsChanged:
+		row.Detail = limitText(meta["previousPerMinute"], meta["previousPerDay"]) + " → " + limitText(meta["perMinute"], meta["perDay"])
+	case btk.EventSessionImpersonated:
+		if w := str("workspaceName"); w != "" {
+			row.Detail = "in " + w
+		}
 	}
 	if n, ok := meta["revokedCount"].(float64); ok {
 		row.Detail = plural(int(n), "key") + " revoked"
 	}
 	if id, ok := meta["newApiKeyId"].(string); ok {
 		row.Detail = "replaced by " + short(id)
-		if nn, _ := meta["newName"].(string); nn != "" && nn != name {
+		if nn := str("newName"); nn != "" && nn != name {
 			row.Detail += " (“" + nn + "”)"
 		}
 	}
-	if p, ok := meta["displayPrefix"].(string); ok {
-		if h, _ := meta["hint"].(string); h != "" {
+	if p := str("displayPrefix"); p != "" {
+		if h := str("hint"); h != "" {
 			row.KeyRef = p + "_…" + h
 		}
 	}
+	if ip := str("ip"); ip != "" {
+		row.From = ip
+	}
 	return row
+}
+
+// limitText is a pair of default limits as an event records them (null:
+// the server default).
+func limitText(perMinute, perDay any) string {
+	part := func(v any, unit string) string {
+		if n, ok := v.(float64); ok {
+			return num(int(n)) + "/" + unit
+		}
+		return "default/" + unit
+	}
+	return part(perMinute, "min") + " · " + part(perDay, "day")
 }

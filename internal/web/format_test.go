@@ -41,6 +41,18 @@ func TestFormat(t *testing.T) {
 	if all.Target != "Workspace" || all.Detail != "3 keys revoked" {
 		t.Errorf("revoked_all row: %+v", all)
 	}
+	member := newAuditRow(&btk.AuditEvent{Action: btk.EventMembershipChanged, TargetType: "account", Metadata: `{"email":"m@example.com","role":"ADMIN","previousRole":"MEMBER","ip":"10.0.0.1"}`}, now)
+	if member.Target != "m@example.com" || member.Detail != "MEMBER → ADMIN" || member.From != "10.0.0.1" {
+		t.Errorf("membership row: %+v", member)
+	}
+	plan := newAuditRow(&btk.AuditEvent{Action: btk.EventWorkspacePlanChanged, TargetType: "workspace", Metadata: `{"plan":"CLOUD_STARTER","previousPlan":"CLOUD_PRO"}`}, now)
+	if plan.Action != "Changed plan" || plan.Detail != "Cloud Pro → Cloud Starter" {
+		t.Errorf("plan row: %+v", plan)
+	}
+	limits := newAuditRow(&btk.AuditEvent{Action: btk.EventWorkspaceLimitsChanged, TargetType: "workspace", Metadata: `{"perMinute":60,"perDay":null,"previousPerMinute":null,"previousPerDay":null}`}, now)
+	if limits.Detail != "default/min · default/day → 60/min · default/day" {
+		t.Errorf("limits row: %+v", limits)
+	}
 	other := newAuditRow(&btk.AuditEvent{Action: "account.disabled", TargetType: "account", Metadata: `{}`}, now)
 	if other.Action != "account.disabled" || other.Target != "account" {
 		t.Errorf("unknown action row: %+v", other)

@@ -58,7 +58,7 @@ type loginPage struct {
 	layout
 	Email   string
 	Error   string
-	Choices []btk.WorkspaceChoice
+	Choices []btk.MembershipInfo
 	Chosen  string // the chosen workspace id
 }
 
@@ -86,7 +86,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &choice) {
 			// The password was right: it is asked again with the choice
 			// rather than echoed back into the page.
-			p.Choices = choice.Choices
+			p.Choices = choice.Workspaces
 			p.Error = "Your account belongs to several workspaces. Choose one and enter your password again."
 			h.render(w, r, "login", http.StatusOK, p)
 			return
