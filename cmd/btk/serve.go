@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -37,6 +38,8 @@ type serveConfig struct {
 	BootstrapEmail    string
 	BootstrapPassword string
 	Dashboard         bool
+	ProxyAddr         string // reverse proxy listener (DESIGN §9), off when empty
+	Upstream          string
 }
 
 func newServeCmd(v *viper.Viper) *cobra.Command {
@@ -64,6 +67,7 @@ requests and flushing last_used_at.`,
 				RatePerMinute: v.GetInt("rate-per-minute"), RatePerDay: v.GetInt("rate-per-day"),
 				LogFormat: v.GetString("log-format"), LogLevel: v.GetString("log-level"),
 				BootstrapEmail: v.GetString("bootstrap-email"), BootstrapPassword: v.GetString("bootstrap-password"),
+				ProxyAddr: v.GetString("proxy-addr"), Upstream: v.GetString("upstream"),
 			}
 			cfg.Dashboard = v.GetBool("dashboard")
 			return serve(cmd.Context(), cfg, cmd.ErrOrStderr())
@@ -77,7 +81,9 @@ requests and flushing last_used_at.`,
 	f.String("log-format", "text", "log format: text or json (BTK_LOG_FORMAT)")
 	f.String("log-level", "info", "log level: debug, info, warn or error (BTK_LOG_LEVEL)")
 	f.Bool("dashboard", true, "serve the owner dashboard at / (BTK_DASHBOARD)")
-	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level", "dashboard"} {
+	f.String("proxy-addr", "", "also listen here as a reverse proxy to --upstream, checking X-Api-Key on every request (BTK_PROXY_ADDR)")
+	f.String("upstream", "", "the service the reverse proxy forwards accepted requests to, e.g. http://127.0.0.1:9000 (BTK_UPSTREAM)")
+	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level", "dashboard", "proxy-addr", "upstream"} {
 		bind(v, name, f.Lookup(name))
 	}
 	// Secrets come from the environment or the config file only, never a flag.
@@ -93,6 +99,10 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return err
 	}
 	start := time.Now()
+	upstream, err := proxyUpstream(cfg)
+	if err != nil {
+		return err
+	}
 	if os.Getenv("GOGC") == "" {
 		// Measured (bench/README.md): a fourfold GC target cuts the CPU of an
 		// authenticated request by about a fifth for some 16 MiB more heap.
@@ -105,6 +115,13 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer ln.Close()
+	var pln net.Listener
+	if upstream != nil {
+		if pln, err = net.Listen("tcp", cfg.ProxyAddr); err != nil {
+			return err
+		}
+		defer pln.Close()
+	}
 	db, err := store.Open(ctx, cfg.DB)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
@@ -141,22 +158,29 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	servers := []*http.Server{srv}
+	listeners := []net.Listener{ln}
+	if upstream != nil {
+		servers = append(servers, newProxyServer(handler.Proxy(upstream), log))
+		listeners = append(listeners, pln)
+		log.Info("btk reverse proxy listening", "addr", pln.Addr().String(), "upstream", upstream.Redacted())
+	}
 	log.Info("btk serve listening", "addr", ln.Addr().String(), "db", cfg.DB, "startup", time.Since(start).Round(time.Millisecond))
 
 	flushCtx, stopFlush := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { flushLoop(flushCtx, svc, log) })
 
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	serveErr := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() { serveErr <- s.Serve(listeners[i]) }()
+	}
 	select {
-	case err = <-serveErr:
+	case err = <-serveErr: // one listener failed: stop the others too
 	case <-ctx.Done():
 		log.Info("shutting down: draining requests")
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		err = srv.Shutdown(shutdownCtx)
-		cancel()
 	}
+	err = errors.Join(err, shutdownAll(servers))
 	stopFlush()
 	wg.Wait()
 	if ferr := svc.FlushUsage(context.Background()); ferr != nil {
@@ -167,6 +191,45 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return err
+}
+
+// proxyUpstream checks --proxy-addr and --upstream: both or neither.
+func proxyUpstream(cfg serveConfig) (*url.URL, error) {
+	if cfg.ProxyAddr == "" && cfg.Upstream == "" {
+		return nil, nil
+	}
+	if cfg.ProxyAddr == "" || cfg.Upstream == "" {
+		return nil, errors.New("--proxy-addr and --upstream go together")
+	}
+	u, err := url.Parse(cfg.Upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--upstream must be an http:// or https:// URL, not %q", cfg.Upstream)
+	}
+	return u, nil
+}
+
+// newProxyServer serves the reverse proxy. It has no read or write timeout:
+// uploads, downloads and WebSockets may last as long as the upstream allows.
+func newProxyServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// shutdownAll drains every listener together, within one deadline.
+func shutdownAll(servers []*http.Server) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		wg.Go(func() { errs[i] = s.Shutdown(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // flushLoop writes last_used_at and day counts about once a second.

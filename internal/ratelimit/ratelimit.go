@@ -41,6 +41,11 @@ type Decision struct {
 	// RetryAfter, when !Allowed, is the time until a request would be
 	// accepted by both windows (in (0, 24h]); 0 when Allowed.
 	RetryAfter time.Duration
+	// PerMinute and PerDay are the limits applied (after clamping), for
+	// headers that name both windows; Day reports that Limit, Remaining and
+	// Reset are the day window's.
+	PerMinute, PerDay int
+	Day               bool
 }
 
 // State is the persisted per-day state of one key, as returned by Dirty.
@@ -138,7 +143,7 @@ func (l *Limiter) Allow(key string, lim Limits, now time.Time, dayState int64) D
 	mOK := fits(mt-t, mf, minutePeriod)
 	dOK := fits(dt-t, df, dayPeriod)
 
-	var d Decision
+	d := Decision{PerMinute: int(lm), PerDay: int(ld)}
 	if mOK && dOK {
 		d.Allowed = true
 		e.min.tat, e.min.frac = mt, mf
@@ -166,7 +171,7 @@ func (l *Limiter) Allow(key string, lim Limits, now time.Time, dayState int64) D
 	if mRem <= dRem {
 		d.Limit, d.Remaining, d.Reset = int(lm), int(mRem), e.min.untilFull(t)
 	} else {
-		d.Limit, d.Remaining, d.Reset = int(ld), int(dRem), e.day.untilFull(t)
+		d.Limit, d.Remaining, d.Reset, d.Day = int(ld), int(dRem), e.day.untilFull(t), true
 	}
 	s.mu.Unlock()
 	return d

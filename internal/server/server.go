@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -21,7 +20,6 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/btk-project/btk/internal/btk"
-	"github.com/btk-project/btk/internal/ratelimit"
 	"github.com/btk-project/btk/internal/server/graph"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
@@ -75,6 +73,7 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger) *Handler {
 	h.graphql = gql
 
 	h.mux.Handle("POST /graphql", h.authenticate(gql))
+	h.mux.HandleFunc("/v1/authorize", h.authorize)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -139,19 +138,22 @@ func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 	return gerr
 }
 
-// authenticate resolves the request's credential into the context's actor:
-// a bearer token alone decides when present; otherwise X-Api-Key. Invalid
-// credentials end the request with 401; over-limit keys with 429.
+// authenticate resolves the request's credential into the context's actor
+// (checkCredential): a bearer token alone decides when present; otherwise
+// X-Api-Key. Invalid credentials end the request with 401; over-limit keys
+// with 429.
 func (h *Handler) authenticate(next *graphqlHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Header.Del("X-Tenant-Id") // only the server sets it, from a key
 		if !limitBody(w, r) {
 			return
 		}
 		ctx := r.Context()
 		var actor *btk.Actor
-		if auth := r.Header.Get("Authorization"); auth != "" {
-			token, ok := bearer(auth)
+		switch c, a := h.checkCredential(w, r); c {
+		case credRefused:
+			return
+		case credBearer:
+			token, ok := bearer(r.Header.Get("Authorization"))
 			if !ok {
 				writeError(w, http.StatusUnauthorized, btk.ErrInvalidSession)
 				return
@@ -163,18 +165,10 @@ func (h *Handler) authenticate(next *graphqlHandler) http.Handler {
 			}
 			h.svc.CheckElevation(a, r.Header.Get("X-Elevation"))
 			actor = a
-		} else if key := r.Header.Get("X-Api-Key"); key != "" {
-			a, d, err := h.svc.AuthenticateKey(ctx, key)
-			if d.Limit > 0 {
-				setRateLimitHeaders(w.Header(), d)
-			}
-			if err != nil {
-				h.refuse(w, r, err)
-				return
-			}
-			r.Header.Set("X-Tenant-Id", a.WorkspaceID)
+		case credKey:
+			r.Header[headerTenantID] = []string{a.WorkspaceID}
 			actor = a
-		} else {
+		case credNone:
 			// Anonymous: only public operations answer; login throttles by address.
 			next.serve(w, r, btk.WithClientIP(ctx, clientIP(r)))
 			return
@@ -184,19 +178,6 @@ func (h *Handler) authenticate(next *graphqlHandler) http.Handler {
 		// would copy the request.
 		next.serve(w, r, btk.WithActor(ctx, actor))
 	})
-}
-
-// refuse answers a request-level failure: 401 for credentials, 429 for limits.
-func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	switch btk.ErrorCode(err) {
-	case btk.CodeUnauthenticated:
-		writeError(w, http.StatusUnauthorized, err)
-	case btk.CodeRateLimited:
-		writeError(w, http.StatusTooManyRequests, err)
-	default:
-		h.log.ErrorContext(r.Context(), "authentication failed", "err", err)
-		writeError(w, http.StatusInternalServerError, err)
-	}
 }
 
 // errBodyTooLarge is the request-level failure for a body over maxBodyBytes.
@@ -241,38 +222,6 @@ func equalFoldASCII(a, b string) bool {
 		}
 	}
 	return true
-}
-
-// setRateLimitHeaders sets RateLimit-Limit, -Remaining and -Reset (and
-// Retry-After on a refusal) with two allocations: the values share one
-// string and one slice, and the keys are stored in their canonical form
-// (what Header.Set would store, without canonicalising on every request).
-func setRateLimitHeaders(h http.Header, d ratelimit.Decision) {
-	var buf [4 * 20]byte
-	var end [4]int
-	b := strconv.AppendInt(buf[:0], int64(d.Limit), 10)
-	end[0] = len(b)
-	b = strconv.AppendInt(b, int64(d.Remaining), 10)
-	end[1] = len(b)
-	b = strconv.AppendInt(b, int64(ceilSeconds(d.Reset)), 10)
-	end[2] = len(b)
-	n := 3
-	if !d.Allowed {
-		b = strconv.AppendInt(b, int64(max(1, ceilSeconds(d.RetryAfter))), 10)
-		end[3] = len(b)
-		n = 4
-	}
-	s := string(b)
-	vals := make([]string, n)
-	for i, start := 0, 0; i < n; i++ {
-		vals[i], start = s[start:end[i]], end[i]
-	}
-	h["Ratelimit-Limit"] = vals[0:1:1]
-	h["Ratelimit-Remaining"] = vals[1:2:2]
-	h["Ratelimit-Reset"] = vals[2:3:3]
-	if n == 4 {
-		h["Retry-After"] = vals[3:4:4]
-	}
 }
 
 func ceilSeconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }

@@ -1,0 +1,70 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+// errBadGateway answers a proxied request whose upstream did not answer.
+var errBadGateway = &btk.Error{Code: "BAD_GATEWAY", Message: "the upstream service is unreachable"}
+
+// ProxyTransport is the transport of the reverse proxy: http.DefaultTransport
+// with enough idle connections per host for a busy upstream (the default
+// keeps 2, so a loaded proxy would open a connection per request).
+func ProxyTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 1024
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return t
+}
+
+// Proxy returns the handler of the proxy listener (DESIGN §9): every request
+// gets the decision of /v1/authorize; btk answers the refusals and forwards
+// the rest to upstream without X-Api-Key, with X-Tenant-Id and X-Api-Key-Id
+// set from an accepted key (client-sent ones are dropped by the key check)
+// and X-Forwarded-For/-Host/-Proto set. Authorization passes unchanged.
+// Bodies stream both ways and upgrades (WebSocket) pass: httputil.ReverseProxy
+// copies as data arrives and flushes at once a response of unknown length or
+// an event stream.
+func (h *Handler) Proxy(upstream *url.URL) http.Handler {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+		},
+		Transport: ProxyTransport(),
+		ErrorLog:  slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				return // the client went away; nobody to answer
+			}
+			h.log.WarnContext(r.Context(), "upstream unreachable", "err", err, "path", r.URL.Path)
+			writeError(w, http.StatusBadGateway, errBadGateway)
+		},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch c, a := h.checkCredential(w, r); c {
+		case credRefused:
+			return
+		case credNone:
+			writeError(w, http.StatusUnauthorized, errKeyRequired)
+			return
+		case credKey:
+			r.Header[headerTenantID] = []string{a.WorkspaceID}
+			r.Header[headerKeyID] = []string{a.KeyID}
+		}
+		// The upstream never sees a key, checked (a key) or not (beside a
+		// bearer token, where it is not consulted).
+		delete(r.Header, "X-Api-Key")
+		rp.ServeHTTP(w, r)
+	})
+}
