@@ -1,0 +1,393 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/server"
+	"github.com/coder/websocket"
+)
+
+// recorder is an upstream that records the headers of what reached it.
+type recorder struct {
+	mu   sync.Mutex
+	seen []http.Header
+}
+
+func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec.mu.Lock()
+	h := r.Header.Clone()
+	h.Set("Host", r.Host)
+	rec.seen = append(rec.seen, h)
+	rec.mu.Unlock()
+	w.Header().Set("X-Upstream", "yes")
+	io.WriteString(w, "upstream says hi")
+}
+
+func (rec *recorder) last(t testing.TB) http.Header {
+	t.Helper()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.seen) == 0 {
+		t.Fatal("nothing reached the upstream")
+	}
+	return rec.seen[len(rec.seen)-1]
+}
+
+func (rec *recorder) count() int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return len(rec.seen)
+}
+
+// proxyFor starts btk's reverse proxy (the same service as e's main
+// listener) in front of upstream and returns its URL.
+func (e *env) proxyFor(upstream string) *httptest.Server {
+	e.t.Helper()
+	u, err := url.Parse(upstream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(lockedWriter{e.logMu, e.logs}, nil))
+	p := httptest.NewServer(server.New(e.svc, e.db, log).Proxy(u))
+	e.t.Cleanup(p.Close)
+	return p
+}
+
+// DESIGN §9: what reaches the upstream, and what does not.
+func TestProxyHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner := e.admin()
+	k := e.createKey(owner, "proxied")
+	rec := &recorder{}
+	up := httptest.NewServer(rec)
+	defer up.Close()
+	p := e.proxyFor(up.URL)
+	client := p.Client()
+
+	// An accepted key: the secret stays behind, btk's headers arrive.
+	r := send(t, client, "POST", p.URL+"/some/path?q=1", map[string]string{
+		"X-Api-Key": k.Plaintext, "X-Tenant-Id": "forged", "X-Api-Key-Id": "forged",
+		"Connection": "X-Hop", "X-Hop": "hop-by-hop", "X-End": "end-to-end",
+	}, strings.NewReader("body"))
+	if r.Status != http.StatusOK || r.Body != "upstream says hi" || r.Header.Get("X-Upstream") != "yes" {
+		t.Fatalf("HTTP %d %q", r.Status, r.Body)
+	}
+	checkRateLimitHeaders(t, r.Header, 600, 100000, "minute", 599, false)
+	h := rec.last(t)
+	if v := h.Values("X-Tenant-Id"); len(v) != 1 || v[0] != e.adminWS {
+		t.Errorf("upstream X-Tenant-Id %q, want only %s", v, e.adminWS)
+	}
+	if v := h.Values("X-Api-Key-Id"); len(v) != 1 || v[0] != k.ID {
+		t.Errorf("upstream X-Api-Key-Id %q, want only %s", v, k.ID)
+	}
+	if h.Get("X-Api-Key") != "" || strings.Contains(strings.Join(flatten(h), "\n"), k.Plaintext) {
+		t.Errorf("the key's plaintext reached the upstream: %v", h)
+	}
+	if h.Get("X-Hop") != "" || h.Get("X-End") != "end-to-end" {
+		t.Errorf("hop-by-hop X-Hop %q (want none), X-End %q", h.Get("X-Hop"), h.Get("X-End"))
+	}
+	pu, _ := url.Parse(p.URL)
+	if h.Get("X-Forwarded-For") != "127.0.0.1" || h.Get("X-Forwarded-Host") != pu.Host || h.Get("X-Forwarded-Proto") != "http" {
+		t.Errorf("X-Forwarded-For %q, -Host %q, -Proto %q", h.Get("X-Forwarded-For"), h.Get("X-Forwarded-Host"), h.Get("X-Forwarded-Proto"))
+	}
+
+	// A bearer: passed unchanged, no tenant, no key, nothing counted.
+	r = send(t, client, "GET", p.URL+"/", map[string]string{
+		"Authorization": "Bearer the-upstream's-own-session", "X-Api-Key": k.Plaintext, "X-Tenant-Id": e.adminWS,
+	}, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("bearer: HTTP %d", r.Status)
+	}
+	h = rec.last(t)
+	if h.Get("Authorization") != "Bearer the-upstream's-own-session" || h.Get("X-Tenant-Id") != "" || h.Get("X-Api-Key-Id") != "" || h.Get("X-Api-Key") != "" {
+		t.Errorf("bearer: upstream saw Authorization %q, X-Tenant-Id %q, X-Api-Key-Id %q, X-Api-Key %q",
+			h.Get("Authorization"), h.Get("X-Tenant-Id"), h.Get("X-Api-Key-Id"), h.Get("X-Api-Key"))
+	}
+
+	// Refusals are answered by btk; nothing reaches the upstream.
+	n := rec.count()
+	for name, hd := range map[string]map[string]string{
+		"no credential": {"X-Tenant-Id": e.adminWS},
+		"invalid key":   {"X-Api-Key": "btk_nope"},
+	} {
+		r = send(t, client, "GET", p.URL+"/", hd, nil)
+		msg, code := r.message(t)
+		if r.Status != http.StatusUnauthorized || code != "UNAUTHENTICATED" || (name == "no credential") != (msg == "API key required") {
+			t.Errorf("%s: HTTP %d %q (%s)", name, r.Status, msg, code)
+		}
+	}
+	if rec.count() != n {
+		t.Fatal("a refused request reached the upstream")
+	}
+}
+
+func flatten(h http.Header) []string {
+	var out []string
+	for k, vs := range h {
+		for _, v := range vs {
+			out = append(out, k+": "+v)
+		}
+	}
+	return out
+}
+
+// Bodies stream both ways: the upstream reads the start of an upload before
+// the client has sent the rest, and the client reads the start of a download
+// before the upstream has written the rest. Large bodies then pass without
+// btk holding them in memory.
+func TestProxyStreams(t *testing.T) {
+	// Not parallel: it measures the process's allocations.
+	e := newEnv(t)
+	k := e.createKey(e.admin(), "streaming")
+	const chunk = "first chunk\n"
+	const large = 64 << 20
+	gotFirst := make(chan struct{}, 1)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/upload-handshake":
+			buf := make([]byte, len(chunk))
+			if _, err := io.ReadFull(r.Body, buf); err != nil || string(buf) != chunk {
+				http.Error(w, "bad first chunk", 400)
+				return
+			}
+			gotFirst <- struct{}{} // the client sends the rest only now
+			rest, _ := io.ReadAll(r.Body)
+			io.WriteString(w, "got "+string(rest))
+		case "/download-handshake":
+			io.WriteString(w, chunk)
+			w.(http.Flusher).Flush()
+			select { // the client has read the first chunk before we go on
+			case <-release:
+			case <-time.After(10 * time.Second):
+				return
+			}
+			io.WriteString(w, "the rest")
+		case "/upload":
+			n, _ := io.Copy(io.Discard, r.Body)
+			io.WriteString(w, itoa(n))
+		case "/download":
+			w.Header().Set("Content-Length", itoa(large))
+			io.Copy(w, io.LimitReader(zeros{}, large))
+		}
+	}))
+	defer up.Close()
+	p := e.proxyFor(up.URL)
+	client := &http.Client{Timeout: 60 * time.Second}
+
+	// Upload: the rest goes only after the upstream saw the first chunk.
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte(chunk))
+		select {
+		case <-gotFirst:
+			pw.Write([]byte("the rest"))
+			pw.Close()
+		case <-time.After(10 * time.Second):
+			pw.CloseWithError(errors.New("the upstream never saw the first chunk: the upload was buffered"))
+		}
+	}()
+	if r := send(t, client, "POST", p.URL+"/upload-handshake", map[string]string{"X-Api-Key": k.Plaintext}, pr); r.Status != 200 || r.Body != "got the rest" {
+		t.Fatalf("streamed upload: HTTP %d %q", r.Status, r.Body)
+	}
+
+	// Download: read the first chunk, then let the upstream write the rest.
+	req, _ := http.NewRequest("GET", p.URL+"/download-handshake", nil)
+	req.Header.Set("X-Api-Key", k.Plaintext)
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(chunk))
+	if _, err := io.ReadFull(res.Body, buf); err != nil || string(buf) != chunk {
+		t.Fatalf("first chunk of a streamed download: %q, %v", buf, err)
+	}
+	close(release)
+	rest, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if string(rest) != "the rest" {
+		t.Fatalf("rest of the download %q", rest)
+	}
+
+	// 64 MiB each way: the process allocates far less than the body.
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	r := send(t, client, "PUT", p.URL+"/upload", map[string]string{"X-Api-Key": k.Plaintext}, io.LimitReader(zeros{}, large))
+	if r.Status != 200 || r.Body != itoa(large) {
+		t.Fatalf("large upload: HTTP %d %q", r.Status, r.Body)
+	}
+	req, _ = http.NewRequest("GET", p.URL+"/download", nil)
+	req.Header.Set("X-Api-Key", k.Plaintext)
+	res, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if err != nil || n != large {
+		t.Fatalf("large download: %d bytes, %v", n, err)
+	}
+	runtime.ReadMemStats(&after)
+	t.Logf("allocated %d KiB while moving 128 MiB", (after.TotalAlloc-before.TotalAlloc)>>10)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > large/4 {
+		t.Fatalf("moving 2×64 MiB through the proxy allocated %d MiB: a body was held in memory", alloc>>20)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// WebSocket upgrades pass through the proxy, with the key checked first.
+func TestProxyWebSocket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.createKey(e.admin(), "ws")
+	tenant := make(chan string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant <- r.Header.Get("X-Tenant-Id")
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		for {
+			typ, msg, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			if err := c.Write(ctx, typ, append([]byte("echo: "), msg...)); err != nil {
+				return
+			}
+		}
+	}))
+	defer up.Close()
+	p := e.proxyFor(up.URL)
+	ws := "ws" + strings.TrimPrefix(p.URL, "http") + "/socket"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	if _, res, err := websocket.Dial(ctx, ws, nil); err == nil || res == nil || res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("dial without a key: %v, %+v", err, res)
+	}
+	c, _, err := websocket.Dial(ctx, ws, &websocket.DialOptions{HTTPHeader: http.Header{"X-Api-Key": {k.Plaintext}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	for _, m := range []string{"one", "two"} {
+		if err := c.Write(ctx, websocket.MessageText, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c.Read(ctx)
+		if err != nil || string(got) != "echo: "+m {
+			t.Fatalf("echo of %q: %q, %v", m, got, err)
+		}
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+	if got := <-tenant; got != e.adminWS {
+		t.Fatalf("upstream X-Tenant-Id %q", got)
+	}
+}
+
+// Upstream unreachable: 502 with a GraphQL-shaped body, code BAD_GATEWAY.
+func TestProxyUpstreamDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.createKey(e.admin(), "down")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	p := e.proxyFor("http://" + addr)
+	r := send(t, p.Client(), "GET", p.URL+"/", map[string]string{"X-Api-Key": k.Plaintext}, nil)
+	msg, code := r.message(t)
+	if r.Status != http.StatusBadGateway || code != "BAD_GATEWAY" || msg == "" || r.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("HTTP %d %q (%s), Content-Type %q", r.Status, msg, code, r.Header.Get("Content-Type"))
+	}
+	if strings.Contains(r.Body, addr) {
+		t.Fatalf("the body tells the client the upstream's address: %s", r.Body)
+	}
+}
+
+// DESIGN §3/§8: a revocation takes effect on the very next proxied request,
+// while other requests with the key are still in flight.
+func TestProxyRevokeWhileInFlight(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner := e.admin()
+	k := e.createKey(owner, "revoked-in-flight")
+	entered := make(chan struct{}, 4)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		io.WriteString(w, "done")
+	}))
+	defer up.Close()
+	p := e.proxyFor(up.URL)
+	client := &http.Client{Timeout: 20 * time.Second}
+
+	const inFlight = 4
+	results := make(chan authResponse, inFlight)
+	for range inFlight {
+		go func() {
+			req, _ := http.NewRequest("GET", p.URL+"/slow", nil)
+			req.Header.Set("X-Api-Key", k.Plaintext)
+			res, err := client.Do(req)
+			if err != nil {
+				results <- authResponse{Body: err.Error()}
+				return
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			results <- authResponse{Status: res.StatusCode, Body: string(b)}
+		}()
+	}
+	for range inFlight {
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the in-flight requests did not reach the upstream")
+		}
+	}
+	e.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
+	r := send(t, client, "GET", p.URL+"/fast", map[string]string{"X-Api-Key": k.Plaintext}, nil)
+	if msg, _ := r.message(t); r.Status != http.StatusUnauthorized || msg != "API key is revoked or expired" {
+		t.Fatalf("the request right after the revocation: HTTP %d %q", r.Status, msg)
+	}
+	close(release)
+	for range inFlight {
+		if r := <-results; r.Status != http.StatusOK || r.Body != "done" {
+			t.Fatalf("an in-flight request (accepted before the revocation): HTTP %d %q", r.Status, r.Body)
+		}
+	}
+}
