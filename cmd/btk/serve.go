@@ -232,7 +232,8 @@ func shutdownAll(servers []*http.Server) error {
 	return errors.Join(errs...)
 }
 
-// flushLoop writes last_used_at and day counts about once a second.
+// flushLoop writes last_used_at and day counts about once a second (each
+// key at most every btk.UsageWriteInterval; the rest at shutdown).
 func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -241,7 +242,7 @@ func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := svc.FlushUsage(ctx); err != nil && ctx.Err() == nil {
+			if err := svc.FlushDueUsage(ctx); err != nil && ctx.Err() == nil {
 				log.Error("last_used_at flush failed", "err", err)
 			}
 		}

@@ -71,47 +71,11 @@ func (s *Service) loadKey(ctx context.Context, hash [32]byte, k *APIKey) (*APIKe
 	return k, w, err
 }
 
-// FlushUsage writes the last_used_at times and per-day limiter states
-// collected since the last flush in one batch, and lets the limiter forget
-// keys that are idle. The server calls it about once a second and at shutdown.
+// FlushUsage writes every last_used_at time and per-day limiter state
+// collected so far in one batch, and lets the limiter forget keys that are
+// idle. The server calls it at shutdown (FlushDueUsage about once a second).
 func (s *Service) FlushUsage(ctx context.Context) error {
-	states := s.limiter.Dirty()
-	s.limiter.Sweep(s.now())
-	s.passwords.sweep(s.now())
-	if len(states) == 0 {
-		return nil
-	}
-	// A key appears more than once only when it was forgotten (revoked) or
-	// restored after a failed flush and used again: the later state wins.
-	byKey := make(map[string]int, len(states))
-	merged := states[:0]
-	for _, st := range states {
-		i, ok := byKey[st.Key]
-		if !ok {
-			byKey[st.Key] = len(merged)
-			merged = append(merged, st)
-			continue
-		}
-		merged[i].DayState = st.DayState
-		merged[i].LastAllowed = max(merged[i].LastAllowed, st.LastAllowed)
-	}
-	batch := make([]KeyUsage, 0, len(merged))
-	for _, st := range merged {
-		// A day state changes without an accepted request only when the
-		// limiter caps a window after the clock stepped back; persisting it
-		// is not needed (the stored state is capped the same way when read).
-		if st.LastAllowed != 0 {
-			batch = append(batch, KeyUsage{KeyID: st.Key, LastUsedAt: time.Unix(0, st.LastAllowed).UTC(), DayState: st.DayState})
-		}
-	}
-	if len(batch) == 0 {
-		return nil
-	}
-	if err := s.store.RecordUsage(ctx, batch); err != nil {
-		s.limiter.Restore(merged) // for the next flush rather than lose them
-		return err
-	}
-	return nil
+	return s.flushUsage(ctx, true)
 }
 
 // ResolveSession checks a bearer token and returns its actor. The session row

@@ -41,6 +41,8 @@ type Service struct {
 	limiter *ratelimit.Limiter // also collects last_used_at (FlushUsage)
 	// passwords throttles and bounds password checks (login, elevate).
 	passwords *passwordGate
+	// usage is what FlushDueUsage has collected and not written yet.
+	usage usageBook
 }
 
 const secretSetting = "jwt_secret"

@@ -3,6 +3,7 @@ package btk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,74 @@ func TestFlushUsage(t *testing.T) {
 	allow("a", 5*time.Second)
 	if err := s.FlushUsage(ctx); err != nil || len(st.batches) != 1 {
 		t.Fatalf("after refusals only: %v, %d batches", err, len(st.batches))
+	}
+}
+
+// The once-a-second flush writes a key in use at most every
+// UsageWriteInterval (its first use at once), so its cost does not grow with
+// the number of keys used each second; FlushUsage (shutdown) writes the rest.
+func TestFlushDueUsage(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now := t0
+	st := &usageStore{}
+	s, err := NewService(context.Background(), st, []byte(strings.Repeat("s", 32)), Config{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := ratelimit.Limits{PerMinute: 1000, PerDay: 100000}
+	const keys = 1000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("key-%d", i)
+	}
+	writes := map[string][]time.Time{}
+	const seconds = 95
+	for sec := 0; sec <= seconds; sec++ {
+		now = t0.Add(time.Duration(sec) * time.Second)
+		for _, k := range names {
+			if !s.limiter.Allow(k, lim, now, 0).Allowed {
+				t.Fatal("refused")
+			}
+		}
+		if err := s.FlushDueUsage(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range st.batches {
+			for _, u := range b {
+				writes[u.KeyID] = append(writes[u.KeyID], u.LastUsedAt)
+			}
+		}
+		st.batches = nil
+	}
+	for _, k := range names {
+		w := writes[k]
+		// at 0, 30, 60, 90 s
+		if len(w) != 4 || !w[0].Equal(t0) || !w[3].Equal(t0.Add(90*time.Second)) {
+			t.Fatalf("%s written at %v, want every 30 s from its first use", k, w)
+		}
+	}
+	// Shutdown: the last use of every key, whatever is due.
+	if err := s.FlushUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.batches) != 1 || len(st.batches[0]) != keys {
+		t.Fatalf("final flush: %d batches", len(st.batches))
+	}
+	for _, u := range st.batches[0] {
+		if !u.LastUsedAt.Equal(now) {
+			t.Fatalf("final flush wrote %v for %s, want %v", u.LastUsedAt, u.KeyID, now)
+		}
+	}
+	// A failed write keeps the usage for the next flush.
+	st.batches, st.fail = nil, true
+	now = now.Add(time.Minute)
+	s.limiter.Allow(names[0], lim, now, 0)
+	if err := s.FlushDueUsage(ctx); err == nil {
+		t.Fatal("the store's error was hidden")
+	}
+	st.fail = false
+	if err := s.FlushDueUsage(ctx); err != nil || len(st.batches) != 1 || !st.batches[0][0].LastUsedAt.Equal(now) {
+		t.Fatalf("after a failed write: %v, %+v", err, st.batches)
 	}
 }

@@ -232,19 +232,58 @@ const updateUsage = `UPDATE api_keys SET
 	day_state = ?2
 	WHERE id = ?3`
 
-// RecordUsage writes a batch of usage in one transaction (one fsync).
+// usageBatchRows is how many keys one batched usage UPDATE carries (three
+// parameters each, well under SQLite's limit of 32,766).
+const usageBatchRows = 500
+
+// updateUsageBatch is updateUsage for many keys in one statement: the
+// per-statement cost of the driver is paid once per batch, not per key.
+func updateUsageBatch(rows int) string {
+	var b strings.Builder
+	b.WriteString(`UPDATE api_keys SET
+	last_used_at = CASE WHEN api_keys.last_used_at IS NULL OR api_keys.last_used_at < v.column2 THEN v.column2 ELSE api_keys.last_used_at END,
+	day_state = v.column3
+	FROM (VALUES `)
+	for i := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?,?)")
+	}
+	b.WriteString(`) AS v WHERE api_keys.id = v.column1`)
+	return b.String()
+}
+
+// RecordUsage writes a batch of usage in one transaction (one fsync), in
+// statements of up to usageBatchRows keys; a batch of one uses the prepared
+// single-key statement.
 func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
 	if len(usage) == 0 {
 		return nil
 	}
 	err := inTx(ctx, db.w, func(t *sql.Tx) error {
-		st := t.StmtContext(ctx, db.usage)
-		for _, u := range usage {
+		if len(usage) == 1 {
+			u := usage[0]
 			at, err := unixNano(u.LastUsedAt)
 			if err != nil {
 				return err
 			}
-			if _, err := st.ExecContext(ctx, at, u.DayState, u.KeyID); err != nil {
+			_, err = t.StmtContext(ctx, db.usage).ExecContext(ctx, at, u.DayState, u.KeyID)
+			return err
+		}
+		args := make([]any, 0, 3*min(len(usage), usageBatchRows))
+		for len(usage) > 0 {
+			chunk := usage[:min(len(usage), usageBatchRows)]
+			usage = usage[len(chunk):]
+			args = args[:0]
+			for _, u := range chunk {
+				at, err := unixNano(u.LastUsedAt)
+				if err != nil {
+					return err
+				}
+				args = append(args, u.KeyID, at, u.DayState)
+			}
+			if _, err := t.ExecContext(ctx, updateUsageBatch(len(chunk)), args...); err != nil {
 				return err
 			}
 		}

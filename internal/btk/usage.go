@@ -1,0 +1,101 @@
+package btk
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/btk-project/btk/internal/ratelimit"
+)
+
+// UsageWriteInterval is how often at most a key's last_used_at and day count
+// are written while it is in use (DESIGN §7): a key used all the time costs
+// one row update per interval, not one per second, so the once-a-second
+// flush does not grow with the number of active keys. last_used_at lags by
+// at most this much (plus a second); a crash forgets at most this much of a
+// key's day count. A key's first use after a start is written at once.
+const UsageWriteInterval = 30 * time.Second
+
+// usageBook holds usage collected from the limiter until it is due.
+type usageBook struct {
+	mu      sync.Mutex
+	pending map[string]pendingUsage
+	// written is when (service clock, unix ns) each key was last written,
+	// for keys written within the last UsageWriteInterval.
+	written   map[string]int64
+	lastSweep int64
+}
+
+type pendingUsage struct {
+	st  ratelimit.State
+	due int64 // unix ns; 0: at the next flush
+}
+
+// FlushDueUsage collects the usage of the last second from the limiter and
+// writes, in one batch, that of the keys not written for UsageWriteInterval.
+// The server calls it about once a second; what it keeps back is written by a
+// later call or by FlushUsage at shutdown.
+func (s *Service) FlushDueUsage(ctx context.Context) error {
+	return s.flushUsage(ctx, false)
+}
+
+func (s *Service) flushUsage(ctx context.Context, all bool) error {
+	nowT := s.now()
+	now := nowT.UnixNano()
+	states := s.limiter.Dirty()
+	s.limiter.Sweep(nowT)
+	s.passwords.sweep(nowT)
+
+	u := &s.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.pending == nil {
+		u.pending, u.written = map[string]pendingUsage{}, map[string]int64{}
+	}
+	for _, st := range states {
+		// A key appears more than once only when it was forgotten (revoked)
+		// and used again: the later state wins, and the latest use.
+		if p, ok := u.pending[st.Key]; ok {
+			p.st.DayState = st.DayState
+			p.st.LastAllowed = max(p.st.LastAllowed, st.LastAllowed)
+			u.pending[st.Key] = p
+			continue
+		}
+		// A day state changes without an accepted request only when the
+		// limiter caps a window after the clock stepped back; persisting it
+		// is not needed (the stored state is capped the same way when read).
+		if st.LastAllowed == 0 {
+			continue
+		}
+		var due int64
+		if w, ok := u.written[st.Key]; ok {
+			due = w + int64(UsageWriteInterval)
+		}
+		u.pending[st.Key] = pendingUsage{st: st, due: due}
+	}
+	var batch []KeyUsage
+	for key, p := range u.pending {
+		if all || p.due <= now {
+			batch = append(batch, KeyUsage{KeyID: key, LastUsedAt: time.Unix(0, p.st.LastAllowed).UTC(), DayState: p.st.DayState})
+		}
+	}
+	if len(batch) > 0 {
+		if err := s.store.RecordUsage(ctx, batch); err != nil {
+			return err // still pending: the next flush tries again
+		}
+		for _, b := range batch {
+			delete(u.pending, b.KeyID)
+			u.written[b.KeyID] = now
+		}
+	}
+	// Keys written longer ago than the interval are due at once anyway.
+	if now-u.lastSweep >= int64(UsageWriteInterval) {
+		for key, w := range u.written {
+			if now-w >= int64(UsageWriteInterval) {
+				delete(u.written, key)
+			}
+		}
+		u.lastSweep = now
+	}
+	return nil
+}
