@@ -172,7 +172,9 @@ func TestAuthorize(t *testing.T) {
 	})
 
 	t.Run("invalid keys", func(t *testing.T) {
-		var ti struct{ TenantInfo struct{ PublicClientKey string } }
+		var ti struct {
+			TenantInfo struct{ PublicClientKey string }
+		}
 		e.must(owner, `{tenantInfo{publicClientKey}}`, nil, &ti)
 		for name, key := range map[string]string{
 			"unknown":   "btk_" + e.adminWS[:8] + "_" + strings.Repeat("A", 43),

@@ -1,0 +1,258 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// These tests run Debian's nginx and caddy with the README's configs
+// (docs/gateway/, included verbatim in the README) in front of a test
+// upstream, btk's real handler deciding. Only the ports (and, for nginx's
+// listen, the loopback address) are templated; the global settings a test
+// needs (temp paths, no admin endpoint) live in a wrapper that includes the
+// config unchanged.
+
+// freeAddr returns a free 127.0.0.1 port.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// peerConfig reads a config of docs/gateway and replaces each old string
+// (which must occur) with its new one.
+func peerConfig(t *testing.T, name string, replace ...string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "gateway", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(raw)
+	for i := 0; i < len(replace); i += 2 {
+		if !strings.Contains(s, replace[i]) {
+			t.Fatalf("%s does not contain %q any more: update the test's templating", name, replace[i])
+		}
+		s = strings.ReplaceAll(s, replace[i], replace[i+1])
+	}
+	return s
+}
+
+// startPeer runs cmd until the test ends and waits until addr accepts
+// connections.
+func startPeer(t *testing.T, cmd *exec.Cmd, addr string, logFile string) {
+	t.Helper()
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-exited:
+			logs, _ := os.ReadFile(logFile)
+			t.Fatalf("%s exited before listening:\n%s\n%s", cmd.Path, out.String(), logs)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not listening on %s after 15 s:\n%s", cmd.Path, addr, out.String())
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// peerSetup is btk (e), the upstream that records what reached it, and the
+// address the peer will listen on.
+type peerSetup struct {
+	e        *env
+	rec      *recorder
+	upstream *httptest.Server
+	btkAddr  string
+	peerAddr string
+}
+
+func newPeerSetup(t *testing.T) *peerSetup {
+	e := newEnv(t)
+	rec := &recorder{}
+	up := httptest.NewServer(rec)
+	t.Cleanup(up.Close)
+	return &peerSetup{e: e, rec: rec, upstream: up, btkAddr: strings.TrimPrefix(e.srv.URL, "http://"), peerAddr: freeAddr(t)}
+}
+
+// checkPeer runs the checks of issue 8 through a peer: accepted (the
+// upstream sees X-Tenant-Id, never X-Api-Key), a bearer, revoked and no key
+// (401 with the SPEC message), over the limit (429 with Retry-After).
+func (p *peerSetup) check(t *testing.T, rateLimitHeaders bool) {
+	e, rec := p.e, p.rec
+	owner := e.admin()
+	k := e.createKey(owner, "through-peer")
+	client := &http.Client{Timeout: 10 * time.Second}
+	url := "http://" + p.peerAddr + "/hello"
+
+	r := send(t, client, "GET", url, map[string]string{"X-Api-Key": k.Plaintext, "X-Tenant-Id": "forged", "X-Api-Key-Id": "forged"}, nil)
+	if r.Status != http.StatusOK || r.Body != "upstream says hi" {
+		t.Fatalf("accepted key: HTTP %d %q", r.Status, r.Body)
+	}
+	h := rec.last(t)
+	if v := h.Values("X-Tenant-Id"); len(v) != 1 || v[0] != e.adminWS {
+		t.Errorf("upstream X-Tenant-Id %q, want only %s", v, e.adminWS)
+	}
+	if v := h.Values("X-Api-Key-Id"); len(v) != 1 || v[0] != k.ID {
+		t.Errorf("upstream X-Api-Key-Id %q, want only %s", v, k.ID)
+	}
+	if v := h.Values("X-Api-Key"); len(v) != 0 {
+		t.Errorf("the upstream saw X-Api-Key")
+	}
+	if rateLimitHeaders {
+		checkRateLimitHeaders(t, r.Header, 600, 100000, "minute", 599, false)
+	}
+
+	r = send(t, client, "GET", url, map[string]string{"Authorization": "Bearer upstream-session", "X-Tenant-Id": e.adminWS}, nil)
+	h = rec.last(t)
+	if r.Status != http.StatusOK || h.Get("Authorization") != "Bearer upstream-session" || len(h.Values("X-Tenant-Id")) != 0 {
+		t.Errorf("bearer: HTTP %d; upstream saw Authorization %q, X-Tenant-Id %q", r.Status, h.Get("Authorization"), h.Values("X-Tenant-Id"))
+	}
+
+	seen := rec.count()
+	e.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
+	r = send(t, client, "GET", url, map[string]string{"X-Api-Key": k.Plaintext}, nil)
+	if msg, code := r.message(t); r.Status != http.StatusUnauthorized || msg != "API key is revoked or expired" || code != "UNAUTHENTICATED" {
+		t.Errorf("revoked: HTTP %d %q (%s)", r.Status, msg, code)
+	}
+	r = send(t, client, "POST", url, nil, strings.NewReader("body"))
+	if msg, _ := r.message(t); r.Status != http.StatusUnauthorized || msg != "API key required" {
+		t.Errorf("no key: HTTP %d %q", r.Status, msg)
+	}
+
+	tight := e.createKeyWith(owner, "tight", `rateLimitPerMinute:1,rateLimitPerDay:10`)
+	if r = send(t, client, "GET", url, map[string]string{"X-Api-Key": tight.Plaintext}, nil); r.Status != http.StatusOK {
+		t.Fatalf("tight key, first call: HTTP %d %s", r.Status, r.Body)
+	}
+	seen++
+	r = send(t, client, "GET", url, map[string]string{"X-Api-Key": tight.Plaintext}, nil)
+	msg, code := r.message(t)
+	ra, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	if r.Status != http.StatusTooManyRequests || msg != "rate limit exceeded" || code != "RATE_LIMITED" || err != nil || ra < 1 || ra > 60 {
+		t.Errorf("over the limit: HTTP %d %q (%s), Retry-After %q", r.Status, msg, code, r.Header.Get("Retry-After"))
+	}
+	if rateLimitHeaders {
+		checkRateLimitHeaders(t, r.Header, 1, 10, "minute", 0, true)
+	}
+	if rec.count() != seen {
+		t.Errorf("%d refused requests reached the upstream", rec.count()-seen)
+	}
+}
+
+func TestNginxAuthRequest(t *testing.T) {
+	t.Parallel()
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		t.Skip("nginx not found on PATH: install the Debian package nginx (apt-get install -y nginx)")
+	}
+	p := newPeerSetup(t)
+	dir := t.TempDir()
+	site := peerConfig(t, "nginx.conf",
+		"127.0.0.1:8080", p.btkAddr,
+		"127.0.0.1:9000", strings.TrimPrefix(p.upstream.URL, "http://"),
+		"listen 8000;", "listen "+p.peerAddr+";")
+	if err := os.WriteFile(filepath.Join(dir, "btk.conf"), []byte(site), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The wrapper: a foreground single process, everything under dir.
+	main := `daemon off;
+master_process off;
+pid ` + dir + `/nginx.pid;
+error_log ` + dir + `/error.log warn;
+events { worker_connections 256; }
+http {
+    access_log off;
+    client_body_temp_path ` + dir + `/client_body;
+    proxy_temp_path ` + dir + `/proxy;
+    fastcgi_temp_path ` + dir + `/fastcgi;
+    uwsgi_temp_path ` + dir + `/uwsgi;
+    scgi_temp_path ` + dir + `/scgi;
+    include ` + dir + `/btk.conf;
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
+	startPeer(t, cmd, p.peerAddr, filepath.Join(dir, "error.log"))
+	p.check(t, true)
+}
+
+func TestCaddyForwardAuth(t *testing.T) {
+	t.Parallel()
+	bin, err := exec.LookPath("caddy")
+	if err != nil {
+		t.Skip("caddy not found on PATH: install the Debian package caddy (apt-get install -y caddy)")
+	}
+	p := newPeerSetup(t)
+	dir := t.TempDir()
+	_, port, _ := net.SplitHostPort(p.peerAddr)
+	site := peerConfig(t, "Caddyfile",
+		"127.0.0.1:8080", p.btkAddr,
+		"127.0.0.1:9000", strings.TrimPrefix(p.upstream.URL, "http://"),
+		":8000 {", ":"+port+" {")
+	if err := os.WriteFile(filepath.Join(dir, "site.caddy"), []byte(site), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The wrapper: no admin endpoint, no certificates, loopback only.
+	main := "{\n\tadmin off\n\tauto_https off\n\tdefault_bind 127.0.0.1\n\tstorage file_system " + dir + "/data\n}\n\nimport " + dir + "/site.caddy\n"
+	if err := os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, bin, "run", "--config", filepath.Join(dir, "Caddyfile"), "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir+"/data", "XDG_CONFIG_HOME="+dir+"/config")
+	startPeer(t, cmd, p.peerAddr, "")
+	p.check(t, false)
+}
