@@ -256,3 +256,20 @@ func TestCaddyForwardAuth(t *testing.T) {
 	startPeer(t, cmd, p.peerAddr, "")
 	p.check(t, false)
 }
+
+// The README shows exactly the configs these tests run.
+func TestREADMEShowsTestedConfigs(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"nginx.conf", "Caddyfile"} {
+		conf, err := os.ReadFile(filepath.Join("..", "..", "docs", "gateway", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(readme, append(append([]byte("\n"), conf...), "```"...)) {
+			t.Errorf("README.md does not show docs/gateway/%s verbatim", name)
+		}
+	}
+}
