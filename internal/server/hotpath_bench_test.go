@@ -433,6 +433,21 @@ func BenchmarkHotPath(b *testing.B) {
 				}
 			}))
 
+			// GET /v1/authorize with a key (DESIGN §8: 85 % of healthz).
+			b.Run("authorize", measure(func(b *testing.B) {
+				req := httptest.NewRequest(http.MethodGet, "/v1/authorize", nil)
+				i := 0
+				for b.Loop() {
+					req.Header["X-Api-Key"] = []string{keys[ord[i&mask]]}
+					rec := httptest.NewRecorder()
+					s.h.ServeHTTP(rec, req)
+					if rec.Code != http.StatusOK {
+						b.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
+					}
+					i++
+				}
+			}))
+
 			b.Run("cold-lookup", measure(func(b *testing.B) {
 				all := order(len(bdb.hashes), 2)
 				i := 0

@@ -122,6 +122,14 @@ func setRateLimitHeaders(h http.Header, d ratelimit.Decision) {
 	}
 }
 
+// setKeyHeaders sets X-Tenant-Id and X-Api-Key-Id of an accepted key (one
+// allocation: both values share a slice).
+func setKeyHeaders(h http.Header, a *btk.Actor) {
+	ids := []string{a.WorkspaceID, a.KeyID}
+	h[headerTenantID] = ids[0:1:1]
+	h[headerKeyID] = ids[1:2:2]
+}
+
 // authorize serves /v1/authorize (DESIGN §9), forward-auth for nginx
 // auth_request, Caddy forward_auth and Traefik forwardAuth: any method, body
 // ignored. 200 with X-Tenant-Id and X-Api-Key-Id for an accepted key, 200
@@ -129,9 +137,7 @@ func setRateLimitHeaders(h http.Header, d ratelimit.Decision) {
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request) {
 	switch c, a := h.checkCredential(w, r); c {
 	case credKey:
-		hd := w.Header()
-		hd[headerTenantID] = []string{a.WorkspaceID}
-		hd[headerKeyID] = []string{a.KeyID}
+		setKeyHeaders(w.Header(), a)
 		w.WriteHeader(http.StatusOK)
 	case credBearer:
 		w.WriteHeader(http.StatusOK)

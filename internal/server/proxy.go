@@ -59,8 +59,7 @@ func (h *Handler) Proxy(upstream *url.URL) http.Handler {
 			writeError(w, http.StatusUnauthorized, errKeyRequired)
 			return
 		case credKey:
-			r.Header[headerTenantID] = []string{a.WorkspaceID}
-			r.Header[headerKeyID] = []string{a.KeyID}
+			setKeyHeaders(r.Header, a)
 		}
 		// The upstream never sees a key, checked (a key) or not (beside a
 		// bearer token, where it is not consulted).
