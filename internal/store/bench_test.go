@@ -122,3 +122,54 @@ func BenchmarkAPIKeyByHash(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRecordUsage writes the usage of 10,000 keys in one transaction:
+// "batched" as RecordUsage does (UPDATE … FROM (VALUES …), 500 keys a
+// statement), "per-key" one prepared UPDATE per key (RecordUsage before
+// issue 8). Each op is the whole flush of 10,000 keys.
+func BenchmarkRecordUsage(b *testing.B) {
+	const n = 10_000
+	db, err := Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	seedKeys(b, db, n)
+	usage := make([]btk.KeyUsage, n)
+	for i := range usage {
+		usage[i] = btk.KeyUsage{KeyID: fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i), DayState: int64(i + 1)}
+	}
+	ctx := context.Background()
+	at := time.Now()
+	next := func() {
+		at = at.Add(time.Second)
+		for i := range usage {
+			usage[i].LastUsedAt = at
+		}
+	}
+	b.Run("batched", func(b *testing.B) {
+		for b.Loop() {
+			next()
+			if err := db.RecordUsage(ctx, usage); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("per-key", func(b *testing.B) {
+		for b.Loop() {
+			next()
+			err := inTx(ctx, db.w, func(t *sql.Tx) error {
+				st := t.StmtContext(ctx, db.usage)
+				for _, u := range usage {
+					if _, err := st.ExecContext(ctx, u.LastUsedAt.UnixNano(), u.DayState, u.KeyID); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
