@@ -52,7 +52,8 @@ password printed once to stderr), a workspace "Default" on plan SELF_HOSTED, and
 makes that account its OWNER. It stops on SIGINT or SIGTERM after draining
 requests and flushing last_used_at.`,
 		Example: `  btk serve
-  BTK_DB=/var/lib/btk/btk.db btk serve --addr 0.0.0.0:8080 --log-format json`,
+  BTK_DB=/var/lib/btk/btk.db btk serve --addr 0.0.0.0:8080 --log-format json
+  btk serve --proxy-addr 0.0.0.0:8000 --upstream http://127.0.0.1:9000   # keys checked in front of your service`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path, err := configPath(cmd, os.Getenv)
