@@ -14,7 +14,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
+
+// testHTTP is the client of the tests' own requests: every wait is bounded.
+var testHTTP = &http.Client{Timeout: 10 * time.Second}
 
 // fakeTerminal and pipe say how test streams pose.
 const (

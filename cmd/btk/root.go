@@ -71,7 +71,7 @@ key revoked), 7 rate limited, 8 server unreachable, 130 interrupted (Ctrl-C).`,
 		c.GroupID = "keys"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newLoginCmd(f), newLogoutCmd(f), newWhoamiCmd(f), newElevateCmd(f)} {
+	for _, c := range []*cobra.Command{newLoginCmd(f), newLogoutCmd(f), newWhoamiCmd(f), newElevateCmd(f), newPasswordCmd(f)} {
 		c.GroupID = "session"
 		root.AddCommand(c)
 	}

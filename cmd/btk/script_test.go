@@ -106,7 +106,7 @@ func cmdServe(ts *testscript.TestScript, neg bool, args []string) {
 	url := "http://" + addr
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		resp, err := http.Get(url + "/readyz")
+		resp, err := testHTTP.Get(url + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -192,7 +192,7 @@ func cmdAPICall(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Api-Key", key)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testHTTP.Do(req)
 	ts.Check(err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)

@@ -101,6 +101,7 @@ func startServe(t *testing.T, db string, flags ...string) *serveProcess {
 		"BTK_BOOTSTRAP_PASSWORD=" + procAdminPassword,
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.WaitDelay = procWait // Wait returns even if the output pipe stays open
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func startServe(t *testing.T, db string, flags ...string) *serveProcess {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if res, err := http.Get(p.url + "/readyz"); err == nil {
+		if res, err := testHTTP.Get(p.url + "/readyz"); err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
 				return p
@@ -184,7 +185,7 @@ func (p *serveProcess) gql(bearer, key, query string, vars map[string]any) procR
 	if key != "" {
 		req.Header.Set("X-Api-Key", key)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := testHTTP.Do(req)
 	if err != nil {
 		p.t.Fatalf("POST /graphql: %v\n%s", err, p.out.String())
 	}

@@ -98,6 +98,9 @@ func (s *Service) ResolveSession(ctx context.Context, token string) (*Actor, err
 		if err != nil {
 			return err
 		}
+		if acct.DisabledAt != nil {
+			return ErrInvalidSession
+		}
 		a.Email, a.PlatformAdmin = acct.Email, acct.PlatformAdmin
 		a.WorkspaceID, a.Impersonating = sess.WorkspaceID, sess.Impersonating && acct.PlatformAdmin
 		if a.WorkspaceID != "" {
@@ -178,6 +181,9 @@ func (s *Service) LoginTo(ctx context.Context, email, password, workspaceID, wor
 	}
 	if acct == nil || !ok {
 		return nil, ErrBadCredentials
+	}
+	if acct.DisabledAt != nil { // told only to who knows the password
+		return nil, ErrAccountDisabled
 	}
 	if err != nil {
 		return nil, err

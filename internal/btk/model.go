@@ -59,6 +59,9 @@ type Account struct {
 	PasswordHash  string
 	PlatformAdmin bool
 	CreatedAt     time.Time
+	// DisabledAt is set while a platform admin has disabled the account: it
+	// cannot log in and its sessions are refused.
+	DisabledAt *time.Time
 }
 
 // Membership gives an account a role in a workspace.

@@ -94,6 +94,14 @@ type Tx interface {
 	Accounts(ctx context.Context) ([]*Account, error)
 	// WorkspaceMembers returns the workspace's memberships, oldest first.
 	WorkspaceMembers(ctx context.Context, workspaceID string) ([]Membership, error)
+	// SetAccountPassword replaces the account's password hash.
+	SetAccountPassword(ctx context.Context, accountID, hash string) error
+	// SetAccountDisabled disables the account at *at, or enables it when
+	// at is nil.
+	SetAccountDisabled(ctx context.Context, accountID string, at *time.Time) error
+	// RevokeAccountSessions ends every session of the account, impersonation
+	// included, except the session exceptID ("" for none).
+	RevokeAccountSessions(ctx context.Context, accountID, exceptID string, at time.Time) error
 }
 
 // ErrPrefixTaken is returned by CreateWorkspace when the 8-character prefix

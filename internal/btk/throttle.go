@@ -2,6 +2,7 @@ package btk
 
 import (
 	"context"
+	"net/netip"
 	"runtime"
 	"strings"
 	"time"
@@ -11,31 +12,57 @@ import (
 
 // Password checks are the one expensive thing an anonymous caller can ask
 // for (argon2id: 19 MiB and tens of milliseconds each), and each is a guess.
-// passwordGate bounds both: per-account and per-address limits on attempts,
-// and at most GOMAXPROCS checks at once.
+// passwordGate bounds both, at most GOMAXPROCS checks at once, and budgets
+// attempts so that an attacker cannot turn them against the owner:
+//
+//   - per client address (all accounts): tight; bounds the CPU one address
+//     can spend and what it can guess;
+//   - per account and address: tighter still, counting the attempts since
+//     the last success there;
+//   - per account (all addresses): much looser, and charged only to
+//     addresses that have failed for this account since their last
+//     success. An address that has not failed is never refused for what
+//     others did: after any number of failures elsewhere, the owner logs
+//     in at once from a clean address. A distributed guesser gets one
+//     attempt per fresh address beyond the account's budget.
+//
+// IPv6 clients are counted by their /64, which one host usually holds whole.
 type passwordGate struct {
 	limiter *ratelimit.Limiter
 	slots   chan struct{}
 }
 
-// Attempt limits: generous for people, ruinous for guessing.
+// Attempt budgets: generous for people, ruinous for guessing. The README's
+// Security section repeats them.
 var (
-	accountAttempts = ratelimit.Limits{PerMinute: 10, PerDay: 200}
-	addressAttempts = ratelimit.Limits{PerMinute: 30, PerDay: 2000}
+	addressAttempts = ratelimit.Limits{PerMinute: 30, PerDay: 300}
+	pairAttempts    = ratelimit.Limits{PerMinute: 5, PerDay: 50}
+	accountAttempts = ratelimit.Limits{PerMinute: 50, PerDay: 1000}
+	// failedMark is a budget of one attempt a day: spent, it marks an
+	// address that failed for an account (Forget clears it on success).
+	failedMark = ratelimit.Limits{PerMinute: 1, PerDay: 1}
 )
 
 func newPasswordGate() *passwordGate {
 	return &passwordGate{limiter: ratelimit.New(), slots: make(chan struct{}, runtime.GOMAXPROCS(0))}
 }
 
-// check counts one attempt for the account (by email or id) and the client
+// check counts one attempt for the account (by email or id) from the client
 // address, then checks password against hash within a bounded number of
-// concurrent checks. It returns ErrRateLimited when either budget is spent.
+// concurrent checks. It returns ErrTooManyAttempts when a budget is spent.
 func (g *passwordGate) check(ctx context.Context, now time.Time, account, ip, hash, password string) (bool, error) {
-	if !g.limiter.Allow("account:"+strings.ToLower(account), accountAttempts, now, 0).Allowed {
+	account, ip = strings.ToLower(account), addressKey(ip)
+	pair := "pair:" + account + "|" + ip
+	if !g.limiter.Allow("ip:"+ip, addressAttempts, now, 0).Allowed ||
+		!g.limiter.Allow(pair, pairAttempts, now, 0).Allowed {
 		return false, ErrTooManyAttempts
 	}
-	if ip != "" && !g.limiter.Allow("ip:"+ip, addressAttempts, now, 0).Allowed {
+	// The first attempt of a clean pair spends its mark; while the mark is
+	// spent (a failure, or an attempt under way, since the last success),
+	// the account's budget applies too.
+	mark := "failed:" + account + "|" + ip
+	if !g.limiter.Allow(mark, failedMark, now, 0).Allowed &&
+		!g.limiter.Allow("account:"+account, accountAttempts, now, 0).Allowed {
 		return false, ErrTooManyAttempts
 	}
 	select {
@@ -44,7 +71,25 @@ func (g *passwordGate) check(ctx context.Context, now time.Time, account, ip, ha
 		return false, ctx.Err()
 	}
 	defer func() { <-g.slots }()
-	return CheckPassword(hash, password), nil
+	ok := CheckPassword(hash, password)
+	if ok {
+		// A success clears the pair's record: its budget counts the
+		// attempts since the last success (a guesser never has one).
+		g.limiter.Forget(mark)
+		g.limiter.Forget(pair)
+	}
+	return ok, nil
+}
+
+// addressKey is the throttled unit of a client address: the address itself,
+// or the /64 of an IPv6 address.
+func addressKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || !a.Is6() || a.Is4In6() {
+		return ip
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
 }
 
 // sweep forgets attempt counts that have fully replenished.

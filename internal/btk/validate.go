@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Input limits (DESIGN §3).
@@ -22,25 +24,54 @@ const (
 
 func badInput(format string, args ...any) *Error { return Errorf(CodeBadUserInput, format, args...) }
 
-// cleanName trims a key or workspace name and checks its length and characters.
+// cleanName trims a key or workspace name, puts it in Unicode NFC (so that
+// "café" composed and decomposed is one name, for uniqueness too), and
+// checks its length and characters.
 func cleanName(what, name string, max int) (string, error) {
-	name = strings.TrimSpace(name)
+	if !utf8.ValidString(name) {
+		return "", badInput("%s must be 1-%d characters", what, max)
+	}
+	name = strings.TrimSpace(norm.NFC.String(name))
 	n := utf8.RuneCountInString(name)
-	if !utf8.ValidString(name) || n == 0 || n > max {
+	if n == 0 || n > max {
 		return "", badInput("%s must be 1-%d characters", what, max)
 	}
 	if hasHiddenRunes(name) {
-		return "", badInput("%s must not contain control or formatting characters", what)
+		return "", badInput("%s must not contain control, formatting, invisible or line-separator characters", what)
+	}
+	if !hasVisibleRune(name) {
+		return "", badInput("%s must contain a visible character", what)
 	}
 	return name, nil
 }
 
-// hasHiddenRunes reports control characters and invisible formatting ones
-// (bidi overrides, zero-width characters) that could disguise a name in a
-// list or a confirmation prompt.
+// hasHiddenRunes reports characters that could disguise a name in a list or
+// a confirmation prompt: control characters, invisible formatting ones (bidi
+// overrides, zero-width characters), the other Unicode default-ignorable
+// code points (variation selectors, Hangul fillers...) and the line and
+// paragraph separators.
 func hasHiddenRunes(s string) bool {
 	for _, r := range s {
-		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp,
+			unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector, unicode.Noncharacter_Code_Point) {
+			return true
+		}
+	}
+	return false
+}
+
+// blankRunes are graphic characters that render as nothing.
+var blankRunes = map[rune]bool{
+	0x2800: true,                             // BRAILLE PATTERN BLANK
+	0x3164: true,                             // HANGUL FILLER (also default-ignorable)
+	0x115F: true, 0x1160: true, 0xFFA0: true, // the other Hangul fillers
+}
+
+// hasVisibleRune reports whether s has a character that shows: graphic, not
+// a space, not one of the blank ones.
+func hasVisibleRune(s string) bool {
+	for _, r := range s {
+		if unicode.IsGraphic(r) && !unicode.IsSpace(r) && !blankRunes[r] && !unicode.Is(unicode.Mn, r) {
 			return true
 		}
 	}

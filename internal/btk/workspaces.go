@@ -3,6 +3,7 @@ package btk
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -204,8 +205,16 @@ func (s *Service) Impersonate(ctx context.Context, a *Actor, workspaceID string)
 	return info, err
 }
 
+// Membership errors of an OWNER (not a platform admin).
+var (
+	ErrOwnerCannotAdd = &Error{CodeForbidden, "only a platform admin can add an account to a workspace; an OWNER changes or removes existing members"}
+	ErrNotMember      = &Error{CodeNotFound, "no such member in this workspace"}
+)
+
 // SetMembership gives an account a role in a workspace, or removes it when
-// role is "". Platform admin, or an OWNER of that workspace (acting in it).
+// role is "". A platform admin may add any account; an OWNER of that
+// workspace (acting in it) changes the role of an existing member or removes
+// one.
 func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, accountID string, role Role) error {
 	if err := authorize(a, permMembers, workspaceID); err != nil {
 		return err
@@ -220,12 +229,21 @@ func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, acco
 		if _, err := tx.Workspace(ctx, workspaceID); err != nil {
 			return err
 		}
-		member, err := tx.Account(ctx, accountID)
-		if err != nil {
-			return err
-		}
 		previous, err := tx.Role(ctx, workspaceID, accountID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if previous == "" && !a.PlatformAdmin {
+			// An OWNER changes and removes existing members only, and
+			// learns nothing about accounts outside the workspace: the
+			// answer is the same whether the account exists or not.
+			if role != "" {
+				return ErrOwnerCannotAdd
+			}
+			return ErrNotMember
+		}
+		member, err := tx.Account(ctx, accountID)
+		if err != nil {
 			return err
 		}
 		if role == "" {
@@ -299,7 +317,7 @@ func (s *Service) AuditEvents(ctx context.Context, a *Actor, f AuditFilter) ([]*
 			return nil, "", err
 		}
 		f.WorkspaceID = ""
-		if err := checkAuditRange(f); err != nil {
+		if err := checkAuditRange(&f); err != nil {
 			return nil, "", err
 		}
 	} else if err := s.authorizeAudit(a, &f); err != nil {
@@ -325,7 +343,17 @@ func (s *Service) AuditEvents(ctx context.Context, a *Actor, f AuditFilter) ([]*
 	return events, next, err
 }
 
-func checkAuditRange(f AuditFilter) error {
+// epoch is before any event: an earlier since (the zero time included) is
+// no bound at all, an earlier until matches nothing.
+var epoch = time.Unix(0, 0)
+
+func checkAuditRange(f *AuditFilter) error {
+	if f.Since != nil && f.Since.Before(epoch) {
+		f.Since = nil
+	}
+	if f.Until != nil && f.Until.Before(epoch) {
+		return badInput("until must be after 1970-01-01T00:00:00Z")
+	}
 	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
 		return badInput("since must be before until")
 	}
@@ -347,5 +375,5 @@ func (s *Service) authorizeAudit(a *Actor, f *AuditFilter) error {
 	if f.Action != "" && !f.Action.Valid() {
 		return badInput("unknown action %q", f.Action)
 	}
-	return checkAuditRange(*f)
+	return checkAuditRange(f)
 }

@@ -68,6 +68,33 @@ func (v *AccountMembershipsMembership) GetWorkspaceName() string { return v.Work
 // GetRole returns AccountMembershipsMembership.Role, and is useful for accessing the field via an interface.
 func (v *AccountMembershipsMembership) GetRole() Role { return v.Role }
 
+// AccountState includes the GraphQL fields of Account requested by the fragment AccountState.
+// The GraphQL type's documentation follows.
+//
+// An account: a person (or operator) who logs in with an email and a password.
+type AccountState struct {
+	// Account UUID.
+	Id string `json:"id"`
+	// Login email, unique across the server.
+	Email string `json:"email"`
+	// Whether the account may operate every workspace.
+	PlatformAdmin bool `json:"platformAdmin"`
+	// Whether a platform admin has disabled the account (it cannot log in).
+	Disabled bool `json:"disabled"`
+}
+
+// GetId returns AccountState.Id, and is useful for accessing the field via an interface.
+func (v *AccountState) GetId() string { return v.Id }
+
+// GetEmail returns AccountState.Email, and is useful for accessing the field via an interface.
+func (v *AccountState) GetEmail() string { return v.Email }
+
+// GetPlatformAdmin returns AccountState.PlatformAdmin, and is useful for accessing the field via an interface.
+func (v *AccountState) GetPlatformAdmin() bool { return v.PlatformAdmin }
+
+// GetDisabled returns AccountState.Disabled, and is useful for accessing the field via an interface.
+func (v *AccountState) GetDisabled() bool { return v.Disabled }
+
 // AccountsResponse is returned by Accounts on success.
 type AccountsResponse struct {
 	// Every account. Platform admin.
@@ -419,6 +446,15 @@ func (v *AuditEventsResponse) GetAuditEvents() AuditEventsAuditEventsAuditEventC
 	return v.AuditEvents
 }
 
+// ChangePasswordResponse is returned by ChangePassword on success.
+type ChangePasswordResponse struct {
+	// Change the logged-in account's password. Ends the account's other sessions, impersonation included; this one stays. User session.
+	ChangePassword bool `json:"changePassword"`
+}
+
+// GetChangePassword returns ChangePasswordResponse.ChangePassword, and is useful for accessing the field via an interface.
+func (v *ChangePasswordResponse) GetChangePassword() bool { return v.ChangePassword }
+
 // CreateAccountResponse is returned by CreateAccount on success.
 type CreateAccountResponse struct {
 	// Create an account. Platform admin.
@@ -494,6 +530,15 @@ type CreateWorkspaceResponse struct {
 // GetCreateWorkspace returns CreateWorkspaceResponse.CreateWorkspace, and is useful for accessing the field via an interface.
 func (v *CreateWorkspaceResponse) GetCreateWorkspace() Tenant { return v.CreateWorkspace }
 
+// DisableAccountResponse is returned by DisableAccount on success.
+type DisableAccountResponse struct {
+	// Disable an account named by id or email (exactly one): it cannot log in, and all its sessions, impersonation included, end at once. Platform admin; not your own account.
+	DisableAccount AccountState `json:"disableAccount"`
+}
+
+// GetDisableAccount returns DisableAccountResponse.DisableAccount, and is useful for accessing the field via an interface.
+func (v *DisableAccountResponse) GetDisableAccount() AccountState { return v.DisableAccount }
+
 // ElevateElevateElevation includes the requested fields of the GraphQL type Elevation.
 // The GraphQL type's documentation follows.
 //
@@ -519,6 +564,15 @@ type ElevateResponse struct {
 
 // GetElevate returns ElevateResponse.Elevate, and is useful for accessing the field via an interface.
 func (v *ElevateResponse) GetElevate() ElevateElevateElevation { return v.Elevate }
+
+// EnableAccountResponse is returned by EnableAccount on success.
+type EnableAccountResponse struct {
+	// Let a disabled account log in again; its old sessions stay ended. Platform admin.
+	EnableAccount AccountState `json:"enableAccount"`
+}
+
+// GetEnableAccount returns EnableAccountResponse.EnableAccount, and is useful for accessing the field via an interface.
+func (v *EnableAccountResponse) GetEnableAccount() AccountState { return v.EnableAccount }
 
 // GetApiKeyResponse is returned by GetApiKey on success.
 type GetApiKeyResponse struct {
@@ -952,6 +1006,18 @@ func (v *__AuditEventsInput) GetFirst() int { return v.First }
 // GetAfter returns __AuditEventsInput.After, and is useful for accessing the field via an interface.
 func (v *__AuditEventsInput) GetAfter() *string { return v.After }
 
+// __ChangePasswordInput is used internally by genqlient
+type __ChangePasswordInput struct {
+	CurrentPassword string `json:"currentPassword"`
+	NewPassword     string `json:"newPassword"`
+}
+
+// GetCurrentPassword returns __ChangePasswordInput.CurrentPassword, and is useful for accessing the field via an interface.
+func (v *__ChangePasswordInput) GetCurrentPassword() string { return v.CurrentPassword }
+
+// GetNewPassword returns __ChangePasswordInput.NewPassword, and is useful for accessing the field via an interface.
+func (v *__ChangePasswordInput) GetNewPassword() string { return v.NewPassword }
+
 // __CreateAccountInput is used internally by genqlient
 type __CreateAccountInput struct {
 	Email         string `json:"email"`
@@ -988,6 +1054,18 @@ func (v *__CreateWorkspaceInput) GetName() string { return v.Name }
 // GetPlan returns __CreateWorkspaceInput.Plan, and is useful for accessing the field via an interface.
 func (v *__CreateWorkspaceInput) GetPlan() Plan { return v.Plan }
 
+// __DisableAccountInput is used internally by genqlient
+type __DisableAccountInput struct {
+	Id    string `json:"id,omitempty"`
+	Email string `json:"email,omitempty"`
+}
+
+// GetId returns __DisableAccountInput.Id, and is useful for accessing the field via an interface.
+func (v *__DisableAccountInput) GetId() string { return v.Id }
+
+// GetEmail returns __DisableAccountInput.Email, and is useful for accessing the field via an interface.
+func (v *__DisableAccountInput) GetEmail() string { return v.Email }
+
 // __ElevateInput is used internally by genqlient
 type __ElevateInput struct {
 	Password string `json:"password"`
@@ -995,6 +1073,18 @@ type __ElevateInput struct {
 
 // GetPassword returns __ElevateInput.Password, and is useful for accessing the field via an interface.
 func (v *__ElevateInput) GetPassword() string { return v.Password }
+
+// __EnableAccountInput is used internally by genqlient
+type __EnableAccountInput struct {
+	Id    string `json:"id,omitempty"`
+	Email string `json:"email,omitempty"`
+}
+
+// GetId returns __EnableAccountInput.Id, and is useful for accessing the field via an interface.
+func (v *__EnableAccountInput) GetId() string { return v.Id }
+
+// GetEmail returns __EnableAccountInput.Email, and is useful for accessing the field via an interface.
+func (v *__EnableAccountInput) GetEmail() string { return v.Email }
 
 // __GetApiKeyInput is used internally by genqlient
 type __GetApiKeyInput struct {
@@ -1364,6 +1454,40 @@ func AuditEvents(
 	return data_, err_
 }
 
+// The mutation executed by ChangePassword.
+const ChangePassword_Operation = `
+mutation ChangePassword ($currentPassword: String!, $newPassword: String!) {
+	changePassword(currentPassword: $currentPassword, newPassword: $newPassword)
+}
+`
+
+func ChangePassword(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	currentPassword string,
+	newPassword string,
+) (data_ *ChangePasswordResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ChangePassword",
+		Query:  ChangePassword_Operation,
+		Variables: &__ChangePasswordInput{
+			CurrentPassword: currentPassword,
+			NewPassword:     newPassword,
+		},
+	}
+
+	data_ = &ChangePasswordResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by CreateAccount.
 const CreateAccount_Operation = `
 mutation CreateAccount ($email: String!, $password: String!, $platformAdmin: Boolean!) {
@@ -1513,6 +1637,49 @@ func CreateWorkspace(
 	return data_, err_
 }
 
+// The mutation executed by DisableAccount.
+const DisableAccount_Operation = `
+mutation DisableAccount ($id: ID, $email: String) {
+	disableAccount(id: $id, email: $email) {
+		... AccountState
+	}
+}
+fragment AccountState on Account {
+	id
+	email
+	platformAdmin
+	disabled
+}
+`
+
+// Exactly one of id and email is sent.
+func DisableAccount(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	email string,
+) (data_ *DisableAccountResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DisableAccount",
+		Query:  DisableAccount_Operation,
+		Variables: &__DisableAccountInput{
+			Id:    id,
+			Email: email,
+		},
+	}
+
+	data_ = &DisableAccountResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by Elevate.
 const Elevate_Operation = `
 mutation Elevate ($password: String!) {
@@ -1537,6 +1704,48 @@ func Elevate(
 	}
 
 	data_ = &ElevateResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by EnableAccount.
+const EnableAccount_Operation = `
+mutation EnableAccount ($id: ID, $email: String) {
+	enableAccount(id: $id, email: $email) {
+		... AccountState
+	}
+}
+fragment AccountState on Account {
+	id
+	email
+	platformAdmin
+	disabled
+}
+`
+
+func EnableAccount(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	email string,
+) (data_ *EnableAccountResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "EnableAccount",
+		Query:  EnableAccount_Operation,
+		Variables: &__EnableAccountInput{
+			Id:    id,
+			Email: email,
+		},
+	}
+
+	data_ = &EnableAccountResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

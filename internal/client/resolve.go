@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/Khan/genqlient/graphql"
+	"golang.org/x/text/unicode/norm"
 )
 
 // pageSize is how many nodes one request asks for while following pages; the
@@ -38,8 +39,9 @@ func ResolveKey(ctx context.Context, c graphql.Client, ref string) (ApiKey, erro
 	if err != nil {
 		return ApiKey{}, err
 	}
+	name := strings.TrimSpace(norm.NFC.String(ref)) // as the server stores names
 	for _, k := range keys {
-		if k.Name == ref && k.Status != ApiKeyStatusRevoked { // names are unique among keys not revoked
+		if k.Name == name && k.Status != ApiKeyStatusRevoked { // names are unique among keys not revoked
 			return k, nil
 		}
 	}
@@ -159,6 +161,7 @@ type named struct{ id, name string }
 
 // pickName matches a name exactly, else case-insensitively when that is unique.
 func pickName(list []named, ref string) (string, error) {
+	ref = strings.TrimSpace(norm.NFC.String(ref)) // as the server stores names
 	var exact, folded []string
 	for _, n := range list {
 		if n.name == ref {

@@ -33,7 +33,8 @@ func (r *Resolver) tenant(w *btk.Workspace) *graph.Tenant {
 }
 
 func account(a *btk.Account, role btk.Role) *graph.Account {
-	out := &graph.Account{ID: a.ID, Email: a.Email, PlatformAdmin: a.PlatformAdmin, Memberships: []*graph.Membership{}}
+	out := &graph.Account{ID: a.ID, Email: a.Email, PlatformAdmin: a.PlatformAdmin, Memberships: []*graph.Membership{},
+		Disabled: a.DisabledAt != nil}
 	if role != "" {
 		r := graph.Role(role)
 		out.Role = &r

@@ -5,15 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"strings"
 	"sync"
 
-	"github.com/99designs/gqlgen/complexity"
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/99designs/gqlgen/graphql/executor"
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
@@ -26,7 +27,10 @@ import (
 // the size limit is refused with 413, and one that is not a single JSON
 // object with 400, before any operation runs.
 type graphqlHandler struct {
-	exec *executor.Executor
+	// exec serves anonymous and key-authenticated requests; userExec serves
+	// logged-in users, with "did you mean" suggestions in validation errors.
+	exec, userExec *executor.Executor
+	expansion      *expansionLimit
 }
 
 const (
@@ -51,9 +55,13 @@ func (h *graphqlHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serve answers r in ctx, which replaces r.Context().
 func (h *graphqlHandler) serve(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+	exec := h.exec
+	if btk.ActorFrom(ctx).IsUser() {
+		exec = h.userExec
+	}
 	defer func() {
 		if p := recover(); p != nil {
-			gqlErr, _ := h.exec.PresentRecoveredError(ctx, p).(*gqlerror.Error)
+			gqlErr, _ := exec.PresentRecoveredError(ctx, p).(*gqlerror.Error)
 			w.WriteHeader(http.StatusInternalServerError)
 			writeResponse(w, &graphql.Response{Errors: gqlerror.List{gqlErr}})
 		}
@@ -77,28 +85,48 @@ func (h *graphqlHandler) serve(w http.ResponseWriter, r *http.Request, ctx conte
 		writeError(w, status, errBodyTooLarge)
 		return
 	}
+	if err == errLongList {
+		if graphqlResponse {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+		gqlErr := gqlerror.Errorf("%s", errLongList.Error())
+		errcode.Set(gqlErr, string(btk.CodeBadUserInput))
+		writeRequestError(w, exec.DispatchError(ctx, gqlerror.List{gqlErr}))
+		return
+	}
 	if err != nil {
 		w.WriteHeader(status)
 		// A fixed message: the decoder's would quote the body, which may
 		// hold a password.
 		gqlErr := gqlerror.Errorf("the request body must be a JSON object with a query string")
-		writeResponse(w, h.exec.DispatchError(ctx, gqlerror.List{gqlErr}))
+		writeRequestError(w, exec.DispatchError(ctx, gqlerror.List{gqlErr}))
+		return
+	}
+	if params.Query == "" {
+		w.WriteHeader(http.StatusBadRequest) // invalid parameters (GraphQL over HTTP)
+		gqlErr := gqlerror.Errorf("the request has no query")
+		errcode.Set(gqlErr, errcode.ValidationFailed)
+		writeRequestError(w, exec.DispatchError(ctx, gqlerror.List{gqlErr}))
+		return
+	}
+	if err := h.expansion.check(ctx, params.Query); err != nil {
+		writeRequestError(w, exec.DispatchError(ctx, gqlerror.List{err}))
 		return
 	}
 	params.Headers = r.Header
 	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
 
-	rc, opErr := h.exec.CreateOperationContext(ctx, params)
+	rc, opErr := exec.CreateOperationContext(ctx, params)
 	if opErr != nil {
 		if graphqlResponse {
 			w.WriteHeader(statusForGraphQLResponse(opErr))
-		} else {
-			w.WriteHeader(statusFor(opErr))
 		}
-		writeResponse(w, h.exec.DispatchError(graphql.WithOperationContext(ctx, rc), opErr))
+		// With application/json, 200 (GraphQL over HTTP): the answer is
+		// a GraphQL response whose errors say what failed.
+		writeRequestError(w, exec.DispatchError(graphql.WithOperationContext(ctx, rc), opErr))
 		return
 	}
-	responses, ctx := h.exec.DispatchOperation(ctx, rc)
+	responses, ctx := exec.DispatchOperation(ctx, rc)
 	writeResponse(w, responses(ctx))
 }
 
@@ -168,6 +196,11 @@ func readParams(r *http.Request) (*graphql.RawParams, int, error) {
 	if err := json.Unmarshal(buf.Bytes(), &wire); err != nil {
 		return nil, http.StatusBadRequest, err
 	}
+	// Lists are bounded before they are even decoded, let alone coerced by
+	// gqlgen (a 1 MiB list of short strings cost a hundred MB to coerce).
+	if !listsWithin(wire.Variables, maxListItems) {
+		return nil, 0, errLongList
+	}
 	p := &graphql.RawParams{Query: wire.Query, OperationName: wire.OperationName}
 	if err := decodeObject(wire.Variables, &p.Variables); err != nil {
 		return nil, http.StatusBadRequest, err
@@ -185,6 +218,67 @@ func decodeObject(raw json.RawMessage, m *map[string]any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	return dec.Decode(m)
+}
+
+// maxListItems bounds every list in a request's variables. The schema's
+// only list input is scopes (at most 32, which the domain checks with its
+// own message).
+const maxListItems = 100
+
+var errLongList = fmt.Errorf("the variables hold a list longer than %d items", maxListItems)
+
+// listsWithin reports whether every array in the JSON document b (already
+// known to be valid JSON) has at most n elements, scanning its bytes once.
+func listsWithin(b []byte, n int) bool {
+	var (
+		open   []bool // per open bracket: is it an array?
+		commas []int  // per open bracket: commas seen at its level
+		inStr  bool
+		esc    bool
+	)
+	for _, c := range b {
+		if inStr {
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr = true
+		case '[', '{':
+			open, commas = append(open, c == '['), append(commas, 0)
+		case ']', '}':
+			if len(open) > 0 {
+				open, commas = open[:len(open)-1], commas[:len(commas)-1]
+			}
+		case ',':
+			if k := len(open) - 1; k >= 0 && open[k] {
+				if commas[k]++; commas[k] >= n { // n commas: n+1 elements
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// writeRequestError writes the response of a request that did not execute:
+// errors and no data entry (GraphQL over HTTP).
+func writeRequestError(w http.ResponseWriter, resp *graphql.Response) {
+	b, err := json.Marshal(struct {
+		Errors     gqlerror.List  `json:"errors"`
+		Extensions map[string]any `json:"extensions,omitempty"`
+	}{resp.Errors, resp.Extensions})
+	if err != nil {
+		panic(err)
+	}
+	w.Write(b)
 }
 
 var (
@@ -213,15 +307,10 @@ func writeResponse(w http.ResponseWriter, resp *graphql.Response) {
 	w.Write(b)
 }
 
-// statusFor and statusForGraphQLResponse are gqlgen's statuses for an
-// operation that could not start.
-func statusFor(errs gqlerror.List) int {
-	if errcode.GetErrorKind(errs) == errcode.KindProtocol {
-		return http.StatusUnprocessableEntity
-	}
-	return http.StatusOK
-}
-
+// statusForGraphQLResponse is the status of an operation that could not
+// start, with application/graphql-response+json: 400 when the document does
+// not parse or validate, 200 otherwise (the operation was refused, e.g. for
+// its cost). With application/json it is always 200.
 func statusForGraphQLResponse(errs gqlerror.List) int {
 	if errcode.GetErrorKind(errs) == errcode.KindProtocol {
 		return http.StatusBadRequest
@@ -229,21 +318,34 @@ func statusForGraphQLResponse(errs gqlerror.List) int {
 	return http.StatusOK
 }
 
-// complexityLimit is gqlgen's FixedComplexityLimit, computed once per
-// operation that has no variables (its complexity depends only on the parsed
-// document, which the query cache keeps) instead of on every request.
+// complexityLimit bounds what an operation may cost before any resolver
+// runs, and lets only logged-in users introspect. It replaces gqlgen's
+// FixedComplexityLimit, whose walk expands every fragment spread anew: a
+// document in which each fragment spreads the next one twice costs 2^depth
+// there (22 levels in 1 KB: most of a second of CPU). Here each fragment's
+// cost is computed once per operation, so the walk is linear in the size of
+// the document, and introspection fields count like any other (gqlgen's walk
+// skips them). An operation without variables is costed once, not on every
+// request: its cost depends only on the parsed document, which the query
+// cache keeps.
 type complexityLimit struct {
 	limit int
 	es    graphql.ExecutableSchema
 
 	mu    sync.RWMutex
-	known map[*ast.OperationDefinition]int
+	known map[*ast.OperationDefinition]opCost
+}
+
+// opCost is what complexityLimit learns about an operation.
+type opCost struct {
+	cost          int
+	introspection bool // selects __schema or __type somewhere
 }
 
 const maxKnownComplexities = 1000 // as many as the query cache holds
 
 func newComplexityLimit(limit int) *complexityLimit {
-	return &complexityLimit{limit: limit, known: make(map[*ast.OperationDefinition]int)}
+	return &complexityLimit{limit: limit, known: make(map[*ast.OperationDefinition]opCost)}
 }
 
 var _ interface {
@@ -258,29 +360,116 @@ func (c *complexityLimit) Validate(es graphql.ExecutableSchema) error {
 	return nil
 }
 
+// errIntrospectionNeedsUser refuses __schema and __type to anonymous and
+// key-authenticated callers: the schema is published with the source, and
+// tools that introspect log in first.
+var errIntrospectionNeedsUser = btk.Errorf(btk.CodeUnauthenticated, "introspection needs a logged-in user (Authorization: Bearer)")
+
 func (c *complexityLimit) MutateOperationContext(ctx context.Context, rc *graphql.OperationContext) *gqlerror.Error {
 	op := rc.Operation
-	n, ok := 0, false
+	var oc opCost
+	ok := false
 	if len(op.VariableDefinitions) == 0 {
 		c.mu.RLock()
-		n, ok = c.known[op]
+		oc, ok = c.known[op]
 		c.mu.RUnlock()
 	}
 	if !ok {
-		n = complexity.Calculate(ctx, c.es, op, rc.Variables)
+		oc = operationCost(ctx, c.es, op, rc.Variables)
 		if len(op.VariableDefinitions) == 0 {
 			c.mu.Lock()
 			if len(c.known) >= maxKnownComplexities {
 				clear(c.known) // documents evicted from the query cache are not kept alive
 			}
-			c.known[op] = n
+			c.known[op] = oc
 			c.mu.Unlock()
 		}
 	}
-	if n > c.limit {
-		err := gqlerror.Errorf("operation has complexity %d, which exceeds the limit of %d", n, c.limit)
+	if oc.cost > c.limit {
+		err := gqlerror.Errorf("operation has complexity %d, which exceeds the limit of %d", oc.cost, c.limit)
+		if oc.cost == maxInt {
+			err = gqlerror.Errorf("operation has a complexity beyond any limit (the limit is %d)", c.limit)
+		}
 		errcode.Set(err, "COMPLEXITY_LIMIT_EXCEEDED")
 		return err
 	}
+	user := btk.ActorFrom(ctx).IsUser()
+	if oc.introspection && !user {
+		err := gqlerror.Errorf("%s", errIntrospectionNeedsUser.Message)
+		errcode.Set(err, string(btk.CodeUnauthenticated))
+		return err
+	}
+	rc.DisableIntrospection = !user
 	return nil
+}
+
+const maxInt = int(^uint(0) >> 1)
+
+// costWalker computes an operation's cost as gqlgen's complexity package
+// does (a field costs its complexity function's answer, else 1 plus its
+// selections), with each fragment costed once.
+type costWalker struct {
+	ctx       context.Context
+	es        graphql.ExecutableSchema
+	vars      map[string]any
+	fragments map[string]int
+	intro     bool
+}
+
+func operationCost(ctx context.Context, es graphql.ExecutableSchema, op *ast.OperationDefinition, vars map[string]any) opCost {
+	w := &costWalker{ctx: ctx, es: es, vars: vars, fragments: make(map[string]int)}
+	n := w.selectionSet(op.SelectionSet)
+	return opCost{cost: n, introspection: w.intro}
+}
+
+func (w *costWalker) selectionSet(set ast.SelectionSet) int {
+	total := 0
+	for _, sel := range set {
+		switch s := sel.(type) {
+		case *ast.Field:
+			total = saturatingAdd(total, w.field(s))
+		case *ast.FragmentSpread:
+			n, ok := w.fragments[s.Name]
+			if !ok {
+				// Validation refuses fragment cycles; should one get here,
+				// it costs everything rather than recursing forever.
+				w.fragments[s.Name] = maxInt
+				if s.Definition != nil {
+					n = w.selectionSet(s.Definition.SelectionSet)
+				} else {
+					n = maxInt
+				}
+				w.fragments[s.Name] = n
+			}
+			total = saturatingAdd(total, n)
+		case *ast.InlineFragment:
+			total = saturatingAdd(total, w.selectionSet(s.SelectionSet))
+		}
+	}
+	return total
+}
+
+func (w *costWalker) field(f *ast.Field) int {
+	if f.Name == "__schema" || f.Name == "__type" {
+		w.intro = true
+	}
+	child := 0
+	if len(f.SelectionSet) > 0 {
+		child = w.selectionSet(f.SelectionSet)
+	}
+	if f.ObjectDefinition != nil && f.Definition != nil {
+		args := f.ArgumentMap(w.vars)
+		if n, ok := w.es.Complexity(w.ctx, f.ObjectDefinition.Name, f.Name, child, args); ok && n >= 1 {
+			return n
+		}
+	}
+	return saturatingAdd(1, child)
+}
+
+// saturatingAdd adds two non-negative costs, stopping at maxInt.
+func saturatingAdd(a, b int) int {
+	if c := a + b; c >= a {
+		return c
+	}
+	return maxInt
 }

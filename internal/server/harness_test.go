@@ -59,18 +59,29 @@ type envOption func(*btk.Config)
 
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
+	return newWrappedEnv(t, nil, opts...)
+}
+
+// newWrappedEnv is newEnv with the service and handler on wrap(store): a
+// store that fails at the boundary, for the error paths.
+func newWrappedEnv(t testing.TB, wrap func(btk.Store) btk.Store, opts ...envOption) *env {
+	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "btk.db")
 	db, err := store.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var st btk.Store = db
+	if wrap != nil {
+		st = wrap(db)
+	}
 	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
 	cfg := btk.Config{Now: clk.Now}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	svc, err := btk.NewService(ctx, db, nil, cfg)
+	svc, err := btk.NewService(ctx, st, nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +91,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	e := &env{t: t, svc: svc, db: db, dbPath: path, clock: clk, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}, adminWS: boot.Workspace.ID}
 	log := slog.New(slog.NewTextHandler(lockedWriter{e.logMu, e.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e.srv = httptest.NewServer(server.New(svc, db, log))
+	e.srv = httptest.NewServer(server.New(svc, st, log))
+	e.srv.Client().Timeout = time.Minute // every wait in the tests is bounded
 	t.Cleanup(func() {
 		e.srv.Close()
 		db.Close()
@@ -141,6 +153,11 @@ func (r response) decode(t testing.TB, v any) {
 
 // do posts a GraphQL request and returns the response; safe for concurrent use.
 func (e *env) do(c cred, query string, vars map[string]any) response {
+	return e.doWith(e.srv.Client(), c, query, vars)
+}
+
+// doWith is do through client (e.g. one dialing from another address).
+func (e *env) doWith(client *http.Client, c cred, query string, vars map[string]any) response {
 	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/graphql", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -156,7 +173,7 @@ func (e *env) do(c cred, query string, vars map[string]any) response {
 	for k, v := range c.Header {
 		req.Header.Set(k, v)
 	}
-	res, err := e.srv.Client().Do(req)
+	res, err := client.Do(req)
 	if err != nil {
 		e.t.Errorf("POST /graphql: %v", err)
 		return response{}

@@ -64,7 +64,13 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	case btk.CodeRateLimited:
 		writeError(w, http.StatusTooManyRequests, err)
 	default:
-		h.log.ErrorContext(r.Context(), "authentication failed", "err", err)
+		// A busy or unreachable store is 503 UNAVAILABLE (retry), logged at
+		// WARN; anything else is a 500 INTERNAL at ERROR.
+		h.log.Log(r.Context(), logLevelFor(err), "authentication failed", "err", err)
+		if unavailable(err) {
+			writeError(w, http.StatusServiceUnavailable, btk.ErrUnavailable)
+			return
+		}
 		writeError(w, http.StatusInternalServerError, err)
 	}
 }

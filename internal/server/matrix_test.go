@@ -679,8 +679,13 @@ func checkMembershipEscalation(t *testing.T, m *matrix) {
 	if r := e.do(m.users[cMember], probe, nil); r.Status != http.StatusUnauthorized {
 		t.Fatalf("removed member's session: HTTP %d %+v", r.Status, r.Errors)
 	}
-	// Adding the account back does not revive the old (perhaps stolen) token.
-	e.must(m.users[cOwner], set, map[string]any{"ws": m.wsA, "a": m.ids[cMember], "r": "MEMBER"}, &struct{}{})
+	// The OWNER cannot add it back (adding is for platform admins)...
+	if r := e.do(m.users[cOwner], set, map[string]any{"ws": m.wsA, "a": m.ids[cMember], "r": "MEMBER"}); r.Code() != wF {
+		t.Fatalf("OWNER adding a non-member: %q %+v", r.Code(), r.Errors)
+	}
+	// ...and a platform admin adding it back does not revive the old
+	// (perhaps stolen) token.
+	e.must(m.root, set, map[string]any{"ws": m.wsA, "a": m.ids[cMember], "r": "MEMBER"}, &struct{}{})
 	if r := e.do(m.users[cMember], probe, nil); r.Status != http.StatusUnauthorized {
 		t.Fatalf("a removed member's old session works again after re-adding: HTTP %d %+v", r.Status, r.Errors)
 	}

@@ -36,7 +36,7 @@ func TestMalformedRequests(t *testing.T) {
 
 	t.Run("undecodable body", func(t *testing.T) {
 		const secret = "hunter2-secret-password"
-		res, err := http.Post(e.srv.URL+"/graphql", "application/json",
+		res, err := e.srv.Client().Post(e.srv.URL+"/graphql", "application/json",
 			strings.NewReader(`{"query":"mutation{login(email:\"a@b.c\",password:\"`+secret+`\"`))
 		if err != nil {
 			t.Fatal(err)
@@ -52,7 +52,7 @@ func TestMalformedRequests(t *testing.T) {
 	})
 
 	t.Run("GET is refused", func(t *testing.T) {
-		res, err := http.Get(e.srv.URL + "/graphql?query=%7BtenantInfo%7Bid%7D%7D")
+		res, err := e.srv.Client().Get(e.srv.URL + "/graphql?query=%7BtenantInfo%7Bid%7D%7D")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -130,6 +130,27 @@ func (r *mutationResolver) SetWorkspaceRateLimits(ctx context.Context, workspace
 	return r.tenant(w), nil
 }
 
+func (r *mutationResolver) ChangePassword(ctx context.Context, currentPassword string, newPassword string) (bool, error) {
+	err := r.svc.ChangePassword(ctx, btk.ActorFrom(ctx), currentPassword, newPassword)
+	return err == nil, err
+}
+
+func (r *mutationResolver) DisableAccount(ctx context.Context, id *string, email *string) (*graph.Account, error) {
+	a, err := r.svc.DisableAccount(ctx, btk.ActorFrom(ctx), deref(id), deref(email))
+	if err != nil {
+		return nil, err
+	}
+	return account(a, ""), nil
+}
+
+func (r *mutationResolver) EnableAccount(ctx context.Context, id *string, email *string) (*graph.Account, error) {
+	a, err := r.svc.EnableAccount(ctx, btk.ActorFrom(ctx), deref(id), deref(email))
+	if err != nil {
+		return nil, err
+	}
+	return account(a, ""), nil
+}
+
 func (r *queryResolver) TenantInfo(ctx context.Context) (*graph.Tenant, error) {
 	w, err := r.svc.Workspace(ctx, btk.ActorFrom(ctx))
 	if err != nil {

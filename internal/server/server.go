@@ -15,22 +15,26 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/executor"
-	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/server/graph"
 	"github.com/vektah/gqlparser/v2/ast"
-	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
 // Request bounds.
 const (
-	// maxBodyBytes bounds a GraphQL request body.
-	maxBodyBytes = 1 << 20
+	// maxBodyBytes bounds a GraphQL request body: about ten times the
+	// largest real operation of this API (createApiKey with 32 scopes of 64
+	// characters and a 64-character name, or a login with a 1,024-byte
+	// password: under 7 KB; TestLargestOperationFits measures it).
+	maxBodyBytes = 64 << 10
 	// maxComplexity bounds an operation's cost (one per field by default).
 	maxComplexity = 500
+	// anonymousExpansion bounds the fields a document of an anonymous or
+	// API-key caller expands to (fragments counted once each), checked
+	// before validation.
+	anonymousExpansion = 100
 	// parserTokenLimit bounds the size of a GraphQL document.
 	parserTokenLimit = 2000
 )
@@ -54,22 +58,33 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger) *Handler {
 	// for: at most one per operation, however many aliases it uses.
 	cfg.Complexity.Mutation.Login = func(int, string, string, *string, *string) int { return maxComplexity }
 	cfg.Complexity.Mutation.Elevate = func(int, string) int { return maxComplexity }
-	exec := executor.New(graph.NewExecutableSchema(cfg))
-	// Validation cost grows fast with the size of a document: bound it before
-	// anything else looks at the query (the largest client operation uses a
-	// few hundred tokens).
-	exec.SetParserTokenLimit(parserTokenLimit)
+	cfg.Complexity.Mutation.ChangePassword = func(int, string, string) int { return maxComplexity }
+	es := graph.NewExecutableSchema(cfg)
 	// Parsing and validating a query costs as much as the rest of a request:
-	// cache the parsed documents.
-	exec.SetQueryCache(lru.New[*ast.QueryDocument](1000))
-	exec.Use(extension.Introspection{})
-	exec.Use(newComplexityLimit(maxComplexity))
-	exec.SetErrorPresenter(h.presentError)
-	exec.SetRecoverFunc(func(ctx context.Context, p any) error {
-		h.log.ErrorContext(ctx, "panic in resolver", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-		return errors.New("panic in resolver")
-	})
-	gql := &graphqlHandler{exec: exec}
+	// cache the parsed documents (only valid ones are cached, so the two
+	// executors can share the cache).
+	cache := lru.New[*ast.QueryDocument](1000)
+	limit := newComplexityLimit(maxComplexity)
+	newExec := func(suggest bool) *executor.Executor {
+		exec := executor.New(es)
+		// Validation cost grows fast with the size of a document: bound it
+		// before anything else looks at the query (the largest client
+		// operation uses a few hundred tokens).
+		exec.SetParserTokenLimit(parserTokenLimit)
+		exec.SetQueryCache(cache)
+		// "Did you mean" suggestions spell out the schema: for users only.
+		exec.SetDisableSuggestion(!suggest)
+		exec.Use(limit) // also decides introspection
+		exec.AroundFields(markResolverErrors)
+		exec.SetErrorPresenter(h.presentError)
+		exec.SetRecoverFunc(func(ctx context.Context, p any) error {
+			h.log.ErrorContext(ctx, "panic in resolver", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			return errors.New("panic in resolver")
+		})
+		return exec
+	}
+	gql := &graphqlHandler{exec: newExec(false), userExec: newExec(true),
+		expansion: newExpansionLimit(maxComplexity, anonymousExpansion, parserTokenLimit, cache)}
 	h.graphql = gql
 
 	h.mux.Handle("POST /graphql", h.authenticate(gql))
@@ -110,32 +125,6 @@ type statusWriter struct {
 func (w *statusWriter) WriteHeader(code int) {
 	w.status = code
 	w.ResponseWriter.WriteHeader(code)
-}
-
-// presentError sets extensions.code. Domain errors keep their message;
-// gqlgen's own errors (syntax, validation, input coercion, transport) are the
-// caller's mistake; anything else is hidden behind "internal error", with the
-// details in the server log only.
-func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
-	gerr := graphql.DefaultErrorPresenter(ctx, err)
-	var be *btk.Error
-	if errors.As(err, &be) {
-		gerr.Message = be.Message
-		gerr.Extensions = map[string]any{"code": string(be.Code)}
-		presentChoices(err, gerr)
-		return gerr
-	}
-	var ge *gqlerror.Error
-	if errors.As(err, &ge) { // made by gqlgen, not returned by a resolver
-		if gerr.Extensions["code"] == nil {
-			gerr.Extensions = map[string]any{"code": string(btk.CodeBadUserInput)}
-		}
-		return gerr
-	}
-	h.log.ErrorContext(ctx, "internal error", "err", err, "path", gerr.Path.String())
-	gerr.Message = "internal error"
-	gerr.Extensions = map[string]any{"code": string(btk.CodeInternal)}
-	return gerr
 }
 
 // authenticate resolves the request's credential into the context's actor
@@ -181,7 +170,7 @@ func (h *Handler) authenticate(next *graphqlHandler) http.Handler {
 }
 
 // errBodyTooLarge is the request-level failure for a body over maxBodyBytes.
-var errBodyTooLarge = btk.Errorf(btk.CodeBadUserInput, "request body is larger than 1 MiB")
+var errBodyTooLarge = btk.Errorf(btk.CodeBadUserInput, "request body is larger than 64 KiB")
 
 // limitBody refuses a body over maxBodyBytes with 413 before anything reads
 // it. A body of unknown length (chunked) is read here, up to the limit.

@@ -97,17 +97,18 @@ func (t *tx) UpdateWorkspace(ctx context.Context, w *btk.Workspace) error {
 	return err
 }
 
-const selectAccount = `SELECT id, email, password_hash, platform_admin, created_at FROM accounts`
+const selectAccount = `SELECT id, email, password_hash, platform_admin, created_at, disabled_at FROM accounts`
 
 func scanAccount(row rowScanner) (*btk.Account, error) {
 	var (
-		a       btk.Account
-		created int64
+		a        btk.Account
+		created  int64
+		disabled sql.NullInt64
 	)
-	if err := row.Scan(&a.ID, &a.Email, &a.PasswordHash, &a.PlatformAdmin, &created); err != nil {
+	if err := row.Scan(&a.ID, &a.Email, &a.PasswordHash, &a.PlatformAdmin, &created, &disabled); err != nil {
 		return nil, err
 	}
-	a.CreatedAt = fromNano(created)
+	a.CreatedAt, a.DisabledAt = fromNano(created), fromOptNano(disabled)
 	return &a, nil
 }
 
@@ -233,5 +234,36 @@ func (t *tx) RevokeMemberSessions(ctx context.Context, workspaceID, accountID st
 	_, err = t.exec(ctx, "revoke member sessions", false,
 		`UPDATE sessions SET revoked_at = ? WHERE workspace_id = ? AND account_id = ? AND impersonating = 0 AND revoked_at IS NULL`,
 		n, workspaceID, accountID)
+	return err
+}
+
+// SetAccountPassword replaces the account's password hash.
+func (t *tx) SetAccountPassword(ctx context.Context, accountID, hash string) error {
+	_, err := t.exec(ctx, "set account password", true,
+		`UPDATE accounts SET password_hash = ? WHERE id = ?`, hash, accountID)
+	return err
+}
+
+// SetAccountDisabled disables the account at *at, or enables it when at is nil.
+func (t *tx) SetAccountDisabled(ctx context.Context, accountID string, at *time.Time) error {
+	n, err := optTime(at)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(ctx, "set account disabled", true,
+		`UPDATE accounts SET disabled_at = ? WHERE id = ?`, n, accountID)
+	return err
+}
+
+// RevokeAccountSessions ends every session of the account, impersonation
+// included, except the session exceptID ("" for none).
+func (t *tx) RevokeAccountSessions(ctx context.Context, accountID, exceptID string, at time.Time) error {
+	n, err := unixNano(at)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(ctx, "revoke account sessions", false,
+		`UPDATE sessions SET revoked_at = ? WHERE account_id = ? AND id <> ? AND revoked_at IS NULL`,
+		n, accountID, exceptID)
 	return err
 }

@@ -222,7 +222,7 @@ func (db *DB) run(ctx context.Context, pool *sql.DB, byHash *sql.Stmt, fn func(b
 	case fnErr != nil:
 		return fnErr // the caller's own error, unwrapped
 	}
-	return fmt.Errorf("store: transaction: %w", err)
+	return mapErr("transaction", err)
 }
 
 // updateUsage moves last_used_at forward only: batches may be flushed out of
@@ -338,6 +338,10 @@ var uniqueErrs = map[string]error{
 	"workspaces.prefix":                    btk.ErrPrefixTaken,
 }
 
+// busyCodes are the primary result codes of a database that is busy (a
+// lock held elsewhere) rather than broken.
+var busyCodes = map[int]bool{sqlite3.SQLITE_BUSY: true, sqlite3.SQLITE_LOCKED: true, sqlite3.SQLITE_INTERRUPT: true}
+
 // mapErr is the one place database errors become domain errors: no row is
 // ErrNotFound, a known UNIQUE violation its domain error, anything else is
 // wrapped with the operation (and stays internal: it is not a *btk.Error).
@@ -353,6 +357,11 @@ func mapErr(op string, err error) error {
 		return err
 	}
 	var se *sqlite.Error
+	if errors.As(err, &se) && busyCodes[se.Code()&0xff] {
+		// Another writer held the database past busy_timeout, or the wait
+		// was interrupted (the request's deadline): retry, not a bug.
+		return fmt.Errorf("store: %s: %w: %w", op, btk.ErrUnavailable, err)
+	}
 	if errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 		// The message ends "...constraint failed: t.c1, t.c2 (2067)".
 		msg := se.Error()

@@ -26,6 +26,8 @@ type Account struct {
 	Memberships []*Membership `json:"memberships"`
 	// On me: whether the session is a platform admin's impersonation session.
 	Impersonating bool `json:"impersonating"`
+	// Whether a platform admin has disabled the account (it cannot log in).
+	Disabled bool `json:"disabled"`
 }
 
 // A workspace API key record. The plaintext key is never part of it.

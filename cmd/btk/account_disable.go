@@ -1,0 +1,53 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+const longDisable = `Disable an account, named by its email or id: it cannot log in any more, and
+all its sessions, impersonation included, end at once (the next request with
+an old token is refused). API keys belong to workspaces, not accounts: they
+keep working; revoke them separately if they may have leaked. Platform admin;
+not your own account. 'btk account enable' lets the account log in again.`
+
+// accountRef splits an EMAIL|ID argument: an id (a UUID) or else an email.
+func accountRef(ref string) (id, email string) {
+	if client.IsID(ref) {
+		return ref, ""
+	}
+	return "", ref
+}
+
+// accountStateFields is the key/value block of a disabled or enabled account.
+func (p *printer) accountStateFields(a client.AccountState) []field {
+	state := "enabled"
+	if a.Disabled {
+		state = "disabled"
+	}
+	return []field{{"Email", a.Email}, {"ID", a.Id}, {"State", state}}
+}
+
+func newAccountDisableCmd(f *factory) *cobra.Command {
+	return &cobra.Command{
+		Use:     "disable EMAIL|ID",
+		Short:   "Disable an account",
+		Long:    longDisable,
+		Example: "  btk account disable mallory@example.com",
+		Args:    exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, c, err := f.connect(cmd)
+			if err != nil {
+				return err
+			}
+			id, email := accountRef(args[0])
+			resp, err := client.DisableAccount(cmd.Context(), c, id, email)
+			if err != nil {
+				return err
+			}
+			a := resp.DisableAccount
+			return p.Object(a, p.accountStateFields(a))
+		},
+	}
+}

@@ -1,0 +1,129 @@
+package btk
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// Account lifecycle (DESIGN §13): a password change ends the account's other
+// sessions; a platform admin can disable an account, which cannot log in
+// and whose sessions, impersonation included, end at once.
+
+// Errors of the account lifecycle.
+var (
+	ErrAccountDisabled = &Error{CodeUnauthenticated, "the account is disabled; ask a platform admin"}
+	ErrDisableSelf     = &Error{CodeBadUserInput, "you cannot disable your own account"}
+	ErrAccountRef      = &Error{CodeBadUserInput, "give exactly one of id and email"}
+)
+
+// ChangePassword checks the actor's current password and sets a new one. It
+// ends every other session of the account (impersonation included); the
+// caller's own session stays.
+func (s *Service) ChangePassword(ctx context.Context, a *Actor, current, newPassword string) error {
+	if err := authorize(a, permUser, ""); err != nil {
+		return err
+	}
+	if err := checkPassword(newPassword); err != nil {
+		return err
+	}
+	var acct *Account
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		acct, err = tx.Account(ctx, a.AccountID)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	ok, err := s.passwords.check(ctx, s.now(), acct.ID, a.IP, acct.PasswordHash, current)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrWrongPassword
+	}
+	hash := HashPassword(newPassword)
+	return s.store.Write(ctx, func(tx Tx) error {
+		now := s.now()
+		if err := tx.SetAccountPassword(ctx, acct.ID, hash); err != nil {
+			return err
+		}
+		if err := tx.RevokeAccountSessions(ctx, acct.ID, a.SessionID, now); err != nil {
+			return err
+		}
+		return s.accountEvent(ctx, tx, a, EventAccountPasswordChanged, acct)
+	})
+}
+
+// DisableAccount disables the account named by id or email (exactly one) and
+// ends all its sessions; platform admin. Disabling a disabled account changes
+// nothing.
+func (s *Service) DisableAccount(ctx context.Context, a *Actor, id, email string) (*Account, error) {
+	return s.setDisabled(ctx, a, id, email, true)
+}
+
+// EnableAccount lets a disabled account log in again; its old sessions stay
+// ended. Platform admin.
+func (s *Service) EnableAccount(ctx context.Context, a *Actor, id, email string) (*Account, error) {
+	return s.setDisabled(ctx, a, id, email, false)
+}
+
+func (s *Service) setDisabled(ctx context.Context, a *Actor, id, email string, disable bool) (*Account, error) {
+	if err := authorize(a, permOperate, ""); err != nil {
+		return nil, err
+	}
+	id, email = strings.TrimSpace(id), strings.TrimSpace(email)
+	if (id == "") == (email == "") {
+		return nil, ErrAccountRef
+	}
+	if id != "" && uuid.Validate(id) != nil {
+		return nil, ErrNotFound
+	}
+	var acct *Account
+	err := s.store.Write(ctx, func(tx Tx) (err error) {
+		if id != "" {
+			acct, err = tx.Account(ctx, id)
+		} else {
+			acct, err = tx.AccountByEmail(ctx, email)
+		}
+		if err != nil {
+			return err
+		}
+		if acct.ID == a.AccountID && disable {
+			return ErrDisableSelf
+		}
+		if (acct.DisabledAt != nil) == disable {
+			return nil // already so
+		}
+		now := s.now()
+		action := EventAccountEnabled
+		acct.DisabledAt = nil
+		if disable {
+			action, acct.DisabledAt = EventAccountDisabled, &now
+			if err := tx.RevokeAccountSessions(ctx, acct.ID, "", now); err != nil {
+				return err
+			}
+		}
+		if err := tx.SetAccountDisabled(ctx, acct.ID, acct.DisabledAt); err != nil {
+			return err
+		}
+		return s.accountEvent(ctx, tx, a, action, acct)
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "no such account")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return acct, nil
+}
+
+// accountEvent writes the audit_events row of an account change. Accounts
+// belong to no workspace: like account.created, the row is server-wide
+// (auditEvents(serverWide: true), for platform admins).
+func (s *Service) accountEvent(ctx context.Context, tx Tx, a *Actor, action string, target *Account) error {
+	return s.recordEvent(ctx, tx, a, "", action, targetAccount, target.ID,
+		requestMeta(a, map[string]any{"email": target.Email}))
+}

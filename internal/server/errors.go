@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"syscall"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+)
+
+// resolverError marks an error a resolver returned. gqlgen wraps every
+// error in a *gqlerror.Error before the presenter sees it, its own
+// (coercion) errors as well as a resolver's, so the mark is what tells a
+// resolver's failure (internal unless the domain made it) from gqlgen's
+// (the caller's mistake).
+type resolverError struct{ err error }
+
+func (e *resolverError) Error() string { return e.err.Error() }
+func (e *resolverError) Unwrap() error { return e.err }
+
+// markResolverErrors is the field middleware that marks resolver errors.
+func markResolverErrors(ctx context.Context, next graphql.Resolver) (any, error) {
+	res, err := next(ctx)
+	if err != nil {
+		var re *resolverError
+		if !errors.As(err, &re) {
+			err = &resolverError{err}
+		}
+	}
+	return res, err
+}
+
+// presentError sets extensions.code (DESIGN §4). Domain errors keep their
+// message; gqlgen's own errors (syntax, validation, input coercion,
+// transport) are the caller's mistake and keep theirs; a busy or
+// unreachable dependency is UNAVAILABLE; anything else is INTERNAL "internal
+// error", its detail in the server log only (with the operation, never the
+// variables, which may hold a password).
+func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
+	gerr := graphql.DefaultErrorPresenter(ctx, err)
+	var be *btk.Error
+	if errors.As(err, &be) {
+		if be.Code == btk.CodeUnavailable {
+			h.log.WarnContext(ctx, "dependency unavailable", "operation", operationName(ctx), "path", gerr.Path.String(), "err", err)
+		}
+		gerr.Message = be.Message
+		gerr.Extensions = map[string]any{"code": string(be.Code)}
+		presentChoices(err, gerr)
+		return gerr
+	}
+	if unavailable(err) {
+		h.log.WarnContext(ctx, "dependency unavailable", "operation", operationName(ctx), "path", gerr.Path.String(), "err", err)
+		gerr.Message = btk.ErrUnavailable.Message
+		gerr.Extensions = map[string]any{"code": string(btk.CodeUnavailable)}
+		return gerr
+	}
+	var re *resolverError
+	var ge *gqlerror.Error
+	if !errors.As(err, &re) && errors.As(err, &ge) { // made by gqlgen
+		if gerr.Extensions["code"] == nil {
+			gerr.Extensions = map[string]any{"code": string(btk.CodeBadUserInput)}
+		}
+		return gerr
+	}
+	h.log.ErrorContext(ctx, "internal error", "operation", operationName(ctx), "path", gerr.Path.String(), "err", err)
+	gerr.Message = "internal error"
+	gerr.Extensions = map[string]any{"code": string(btk.CodeInternal)}
+	return gerr
+}
+
+// unavailable reports an error of a dependency that is busy or down rather
+// than broken: a store's ErrUnavailable, a deadline passed while waiting, a
+// refused or reset connection, a network timeout.
+func unavailable(err error) bool {
+	if errors.Is(err, btk.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// operationName names the operation for the log: its name, else its kind.
+func operationName(ctx context.Context) string {
+	if !graphql.HasOperationContext(ctx) {
+		return ""
+	}
+	rc := graphql.GetOperationContext(ctx)
+	if rc.Operation == nil {
+		return rc.OperationName
+	}
+	if rc.Operation.Name != "" {
+		return rc.Operation.Name
+	}
+	return string(rc.Operation.Operation)
+}
+
+// logLevelFor is the level of a request-level failure's log line.
+func logLevelFor(err error) slog.Level {
+	if unavailable(err) {
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
