@@ -73,10 +73,11 @@ func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 }
 
 // unavailable reports an error of a dependency that is busy or down rather
-// than broken: a store's ErrUnavailable, a deadline passed while waiting, a
-// refused or reset connection, a network timeout.
+// than broken: a store's ErrUnavailable, a deadline passed while waiting (or
+// a client gone while it waited), a refused or reset connection, a network
+// timeout.
 func unavailable(err error) bool {
-	if errors.Is(err, btk.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
+	if errors.Is(err, btk.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
 		return true
 	}

@@ -198,7 +198,7 @@ func readParams(r *http.Request) (*graphql.RawParams, int, error) {
 	}
 	// Lists are bounded before they are even decoded, let alone coerced by
 	// gqlgen (a 1 MiB list of short strings cost a hundred MB to coerce).
-	if !listsWithin(wire.Variables, maxListItems) {
+	if !listsWithin(wire.Variables, maxListItems) || !listsWithin(wire.Extensions, maxListItems) {
 		return nil, 0, errLongList
 	}
 	p := &graphql.RawParams{Query: wire.Query, OperationName: wire.OperationName}
@@ -225,7 +225,7 @@ func decodeObject(raw json.RawMessage, m *map[string]any) error {
 // own message).
 const maxListItems = 100
 
-var errLongList = fmt.Errorf("the variables hold a list longer than %d items", maxListItems)
+var errLongList = fmt.Errorf("the variables or extensions hold a list longer than %d items", maxListItems)
 
 // listsWithin reports whether every array in the JSON document b (already
 // known to be valid JSON) has at most n elements, scanning its bytes once.
