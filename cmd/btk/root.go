@@ -29,6 +29,9 @@ func runWith(ctx context.Context, args []string, streams *iostreams) int {
 	serve := newServeCmd(v)
 	serve.GroupID = "server"
 	root.AddCommand(serve)
+	backup := newBackupCmd(f)
+	backup.GroupID = "server"
+	root.AddCommand(backup)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err != nil && ctx.Err() != nil {
 		// Ctrl-C (or SIGTERM) at a prompt or during a request.

@@ -40,6 +40,11 @@ type serveConfig struct {
 	Dashboard         bool
 	ProxyAddr         string // reverse proxy listener (DESIGN §9), off when empty
 	Upstream          string
+	// Operations (DESIGN §12, ops.go).
+	MetricsAddr    string
+	TLSCert        string
+	TLSKey         string
+	TrustedProxies string
 }
 
 func newServeCmd(v *viper.Viper) *cobra.Command {
@@ -50,7 +55,7 @@ func newServeCmd(v *viper.Viper) *cobra.Command {
 (BTK_BOOTSTRAP_EMAIL / BTK_BOOTSTRAP_PASSWORD, or admin@localhost with a generated
 password printed once to stderr), a workspace "Default" on plan SELF_HOSTED, and
 makes that account its OWNER. It stops on SIGINT or SIGTERM after draining
-requests and flushing last_used_at.`,
+requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key.`,
 		Example: `  btk serve
   BTK_DB=/var/lib/btk/btk.db btk serve --addr 0.0.0.0:8080 --log-format json
   btk serve --proxy-addr 0.0.0.0:8000 --upstream http://127.0.0.1:9000   # keys checked in front of your service`,
@@ -69,6 +74,8 @@ requests and flushing last_used_at.`,
 				LogFormat: v.GetString("log-format"), LogLevel: v.GetString("log-level"),
 				BootstrapEmail: v.GetString("bootstrap-email"), BootstrapPassword: v.GetString("bootstrap-password"),
 				ProxyAddr: v.GetString("proxy-addr"), Upstream: v.GetString("upstream"),
+				MetricsAddr: v.GetString("metrics-addr"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
+				TrustedProxies: v.GetString("trusted-proxies"),
 			}
 			cfg.Dashboard = v.GetBool("dashboard")
 			return serve(cmd.Context(), cfg, cmd.ErrOrStderr())
@@ -87,6 +94,7 @@ requests and flushing last_used_at.`,
 	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level", "dashboard", "proxy-addr", "upstream"} {
 		bind(v, name, f.Lookup(name))
 	}
+	addOpsFlags(v, f)
 	// Secrets come from the environment or the config file only, never a flag.
 	for _, name := range []string{"secret", "bootstrap-email", "bootstrap-password"} {
 		bind(v, name, nil)
@@ -101,6 +109,10 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	start := time.Now()
 	upstream, err := proxyUpstream(cfg)
+	if err != nil {
+		return err
+	}
+	ops, err := newOps(cfg, buildInfo())
 	if err != nil {
 		return err
 	}
@@ -123,6 +135,10 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		}
 		defer pln.Close()
 	}
+	if err := ops.listen(log); err != nil {
+		return err
+	}
+	defer ops.shutdown()
 	db, err := store.Open(ctx, cfg.DB)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
@@ -130,6 +146,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	defer db.Close()
 	svc, err := btk.NewService(ctx, db, []byte(cfg.Secret), btk.Config{
 		DefaultPerMinute: cfg.RatePerMinute, DefaultPerDay: cfg.RatePerDay,
+		Observer: ops.observer(),
 	})
 	if err != nil {
 		return err
@@ -147,12 +164,12 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		}
 	}
 
-	handler := server.New(svc, db, log)
+	handler := server.New(svc, db, log, server.WithTrustedProxies(ops.proxies))
 	if cfg.Dashboard {
 		handler.Mount(web.New(svc, log, handler.ClientIP), web.Patterns...)
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           ops.instrument("other", handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -162,19 +179,24 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	servers := []*http.Server{srv}
 	listeners := []net.Listener{ln}
 	if upstream != nil {
-		servers = append(servers, newProxyServer(handler.Proxy(upstream), log))
+		servers = append(servers, newProxyServer(ops.instrument("proxy", handler.Proxy(upstream)), log))
 		listeners = append(listeners, pln)
-		log.Info("btk reverse proxy listening", "addr", pln.Addr().String(), "upstream", upstream.Redacted())
+		log.Info("btk reverse proxy listening", "addr", pln.Addr().String(), "upstream", upstream.Redacted(), "tls", ops.cert != nil)
 	}
-	log.Info("btk serve listening", "addr", ln.Addr().String(), "db", cfg.DB, "startup", time.Since(start).Round(time.Millisecond))
+	if msrv := ops.metricsServer(db, log); msrv != nil {
+		servers = append(servers, msrv)
+		listeners = append(listeners, ops.metricsLn)
+	}
+	log.Info("btk serve listening", "addr", ln.Addr().String(), "tls", ops.cert != nil, "db", cfg.DB, "startup", time.Since(start).Round(time.Millisecond))
 
 	flushCtx, stopFlush := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { flushLoop(flushCtx, svc, log) })
+	wg.Go(func() { flushLoop(flushCtx, svc, log, ops) })
+	wg.Go(func() { ops.reloadOnHangup(flushCtx, log) })
 
 	serveErr := make(chan error, len(servers))
 	for i, s := range servers {
-		go func() { serveErr <- s.Serve(listeners[i]) }()
+		go func() { serveErr <- server.Serve(s, listeners[i], ops.cert) }() // TLS on every listener
 	}
 	select {
 	case err = <-serveErr: // one listener failed: stop the others too
@@ -235,7 +257,7 @@ func shutdownAll(servers []*http.Server) error {
 
 // flushLoop writes last_used_at and day counts about once a second (each
 // key at most every btk.UsageWriteInterval; the rest at shutdown).
-func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger) {
+func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger, ops *opsState) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -243,7 +265,10 @@ func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := svc.FlushDueUsage(ctx); err != nil && ctx.Err() == nil {
+			start := time.Now()
+			err := svc.FlushDueUsage(ctx)
+			ops.observeFlush(time.Since(start), err)
+			if err != nil && ctx.Err() == nil {
 				log.Error("last_used_at flush failed", "err", err)
 			}
 		}

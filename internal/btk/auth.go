@@ -30,6 +30,7 @@ func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor
 	var buf [KeyLen]byte // hashed from the stack: HashKey's conversion allocates
 	hash := sha256.Sum256(append(buf[:0], plaintext...))
 	k, w, gen := s.cache.get(hash)
+	s.cfg.Observer.KeyCacheLookup(k != nil && w != nil)
 	if k == nil || w == nil {
 		var err error
 		if k, w, err = s.loadKey(ctx, hash, k); err != nil {

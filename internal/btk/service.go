@@ -21,6 +21,8 @@ type Config struct {
 	Now Clock
 	// KeyCacheSize bounds the in-memory key cache (entries); 0 means 100,000.
 	KeyCacheSize int
+	// Observer receives key-check figures for metrics; nil observes nothing.
+	Observer Observer
 }
 
 // Server defaults (DESIGN §3).
@@ -64,6 +66,9 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	}
 	if cfg.KeyCacheSize == 0 {
 		cfg.KeyCacheSize = 100_000
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = NopObserver{}
 	}
 	if len(secret) == 0 {
 		var err error

@@ -46,6 +46,7 @@ func (h *Handler) checkCredential(w http.ResponseWriter, r *http.Request) (crede
 		return credNone, nil
 	}
 	a, d, err := h.svc.AuthenticateKey(r.Context(), key)
+	h.svc.Observer().KeyChecked(btk.KeyCheckResultOf(err))
 	if d.Limit > 0 {
 		setRateLimitHeaders(w.Header(), d)
 	}

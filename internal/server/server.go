@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"runtime/debug"
 	"time"
@@ -46,12 +45,16 @@ type Handler struct {
 	log     *slog.Logger
 	graphql http.Handler
 	mux     *http.ServeMux
+	proxies *TrustedProxies // whose X-Forwarded-For is believed (options.go)
 }
 
 // New returns the HTTP handler of the service. The logger never receives a
 // key, password, token, or credential header.
-func New(svc *btk.Service, store btk.Store, log *slog.Logger) *Handler {
+func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *Handler {
 	h := &Handler{svc: svc, store: store, log: log, mux: http.NewServeMux()}
+	for _, o := range opts {
+		o(h)
+	}
 
 	cfg := graph.Config{Resolvers: &Resolver{svc: svc}}
 	// A password check (argon2id) is the costliest thing a request can ask
@@ -113,7 +116,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	h.mux.ServeHTTP(sw, r)
 	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
-		"duration", time.Since(start), "ip", clientIP(r))
+		"duration", time.Since(start), "ip", h.clientIP(r))
 }
 
 // statusWriter remembers the status code for the access log.
@@ -159,10 +162,10 @@ func (h *Handler) authenticate(next *graphqlHandler) http.Handler {
 			actor = a
 		case credNone:
 			// Anonymous: only public operations answer; login throttles by address.
-			next.serve(w, r, btk.WithClientIP(ctx, clientIP(r)))
+			next.serve(w, r, btk.WithClientIP(ctx, h.clientIP(r)))
 			return
 		}
-		actor.IP, actor.UserAgent = clientIP(r), r.UserAgent()
+		actor.IP, actor.UserAgent = h.clientIP(r), r.UserAgent()
 		// The context goes to the GraphQL handler directly: r.WithContext
 		// would copy the request.
 		next.serve(w, r, btk.WithActor(ctx, actor))
@@ -234,12 +237,9 @@ func writeError(w http.ResponseWriter, status int, err error) {
 	}}})
 }
 
-// clientIP is the peer address of the connection. Forwarding headers are not
-// trusted: they are set by the client unless a proxy is known to rewrite them.
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+// clientIP is the address of the client: the TCP peer, or what a trusted
+// proxy (--trusted-proxies) says in X-Forwarded-For. It is the audit IP,
+// the throttles' address and the access log's.
+func (h *Handler) clientIP(r *http.Request) string {
+	return h.proxies.ClientIP(r)
 }

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/server"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// addOpsFlags adds the operations flags of `btk serve` (DESIGN §12).
+func addOpsFlags(v *viper.Viper, f *pflag.FlagSet) {
+	f.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090; off when empty (BTK_METRICS_ADDR)")
+	f.String("tls-cert", "", "PEM certificate (chain) file: serve HTTPS and HTTP/2 on every listener; re-read on SIGHUP (BTK_TLS_CERT)")
+	f.String("tls-key", "", "PEM private key file of --tls-cert (BTK_TLS_KEY)")
+	f.String("trusted-proxies", "", "comma-separated CIDR ranges whose X-Forwarded-For is believed (BTK_TRUSTED_PROXIES)")
+	for _, name := range []string{"metrics-addr", "tls-cert", "tls-key", "trusted-proxies"} {
+		bind(v, name, f.Lookup(name))
+	}
+}
+
+// opsState is what the operations settings add to a running `btk serve`:
+// the TLS certificate shared by every listener, the trusted proxies, and
+// the metrics with their listener. Every method works on a state without
+// metrics or TLS.
+type opsState struct {
+	cert    *server.Certificate // nil: plain HTTP
+	proxies *server.TrustedProxies
+	metrics *server.Metrics // nil: no metrics
+
+	metricsAddr string
+	metricsLn   net.Listener
+	hup         chan os.Signal
+}
+
+// newOps checks the settings and reads the certificate before anything
+// else starts, so that a mistake stops the server at once.
+func newOps(cfg serveConfig, build server.BuildInfo) (*opsState, error) {
+	o := &opsState{metricsAddr: cfg.MetricsAddr}
+	var err error
+	if o.proxies, err = server.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	switch {
+	case cfg.TLSCert != "" && cfg.TLSKey != "":
+		if o.cert, err = server.LoadCertificate(cfg.TLSCert, cfg.TLSKey); err != nil {
+			return nil, err
+		}
+	case cfg.TLSCert != "" || cfg.TLSKey != "":
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if o.metricsAddr != "" {
+		o.metrics = server.NewMetrics(build)
+	}
+	return o, nil
+}
+
+// observer is the service's observer: the metrics, or none.
+func (o *opsState) observer() btk.Observer {
+	if o.metrics == nil {
+		return nil // not a nil *Metrics in an interface
+	}
+	return o.metrics
+}
+
+// instrument wraps a listener's handler with the request metrics, if on.
+func (o *opsState) instrument(fallback string, h http.Handler) http.Handler {
+	if o.metrics == nil {
+		return h
+	}
+	return o.metrics.Instrument(fallback, h)
+}
+
+func (o *opsState) observeFlush(d time.Duration, err error) {
+	if o.metrics != nil {
+		o.metrics.ObserveUsageFlush(d, err)
+	}
+}
+
+// listen starts catching SIGHUP and opens the metrics listener (if any),
+// before the database is touched, like the other listeners.
+func (o *opsState) listen(log *slog.Logger) error {
+	o.hup = make(chan os.Signal, 1)
+	signal.Notify(o.hup, syscall.SIGHUP)
+	if o.metrics == nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		signal.Stop(o.hup)
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+	o.metricsLn = ln
+	log.Info("metrics listening", "addr", ln.Addr().String(), "path", "/metrics", "tls", o.cert != nil)
+	return nil
+}
+
+// metricsServer is the server of the metrics listener, which also reports
+// the store's pools; nil without --metrics-addr.
+func (o *opsState) metricsServer(store btk.Store, log *slog.Logger) *http.Server {
+	if o.metrics == nil {
+		return nil
+	}
+	o.metrics.CollectStore(store)
+	return &http.Server{
+		Handler:           o.metrics.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// shutdown stops catching SIGHUP and closes the metrics listener if it was
+// never served.
+func (o *opsState) shutdown() {
+	signal.Stop(o.hup)
+	if o.metricsLn != nil {
+		o.metricsLn.Close()
+	}
+}
+
+// reloadOnHangup re-reads the TLS certificate and key on every SIGHUP until
+// ctx ends. A pair that does not load leaves the one in use in place.
+func (o *opsState) reloadOnHangup(ctx context.Context, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.hup:
+			if o.cert == nil {
+				log.Info("SIGHUP: no TLS certificate to reload")
+				continue
+			}
+			if err := o.cert.Reload(); err != nil {
+				log.Error("SIGHUP: TLS certificate not reloaded; the previous one stays in use", "err", err)
+				continue
+			}
+			log.Info("SIGHUP: TLS certificate reloaded", "subject", o.cert.Subject(), "not_after", o.cert.NotAfter())
+		}
+	}
+}
