@@ -119,9 +119,9 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("btk_build_info does not carry the version and commit")
 	}
 
-	admin := e2.admin()                    // graphql 200 (login)
-	k := e2.createKey(admin, "metrics")    // graphql 200
-	limited := e2.createKey(admin, "one")  // graphql 200
+	admin := e2.admin()                   // graphql 200 (login)
+	k := e2.createKey(admin, "metrics")   // graphql 200
+	limited := e2.createKey(admin, "one") // graphql 200
 	for range 3 {
 		if s := e2.probeStatus(k.Plaintext); s != http.StatusOK { // accepted: a miss, then hits
 			t.Fatalf("probe: HTTP %d", s)
