@@ -28,9 +28,11 @@ type versionInfo struct {
 // Go toolchain embeds: the module version for `go install …@v1.2.3`, the
 // VCS revision and commit time for a build in a git checkout. What neither
 // knows is "dev" for the version and "unknown" for the commit and date.
-func readVersion() versionInfo {
+func readVersion() versionInfo { return versionFrom(debug.ReadBuildInfo()) }
+
+func versionFrom(info *debug.BuildInfo, ok bool) versionInfo {
 	v := versionInfo{Version: version, Commit: commit, Date: date, GoVersion: runtime.Version()}
-	if info, ok := debug.ReadBuildInfo(); ok {
+	if ok {
 		if v.Version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
 			v.Version = info.Main.Version
 		}
