@@ -1,0 +1,108 @@
+//go:build unix
+
+package server_test
+
+// The cost of the metrics on the hot path (DESIGN §12), side by side in one
+// run on the same seeded database:
+//
+//	go test ./internal/server -run '^$' -bench HotPathMetrics -benchmem -count 5
+//
+// metrics=off is `btk serve` without --metrics-addr (the domain observer is
+// the no-op); metrics=on adds the request counter and histogram around the
+// handler and the key-check and key-cache counters. Compare cpu-ns/op.
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/server"
+	"github.com/btk-project/btk/internal/store"
+)
+
+func BenchmarkHotPathMetrics(b *testing.B) {
+	bdb := seedBenchDB(b, b.TempDir(), 1_000)
+	keys := bdb.active
+	ord := order(len(keys), 1)
+	mask := len(ord) - 1
+	for _, on := range []bool{false, true} {
+		name := "metrics=off"
+		if on {
+			name = "metrics=on"
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			db, err := store.Open(ctx, bdb.path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { db.Close() })
+			cfg := btk.Config{DefaultPerMinute: btk.MaxPerMinute, DefaultPerDay: btk.MaxPerDay}
+			var m *server.Metrics
+			if on {
+				m = server.NewMetrics(server.BuildInfo{})
+				cfg.Observer = m
+			}
+			svc, err := btk.NewService(ctx, db, []byte(strings.Repeat("s", 32)), cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			var h http.Handler = server.New(svc, db, log)
+			if on {
+				h = m.Instrument("other", h)
+				m.CollectStore(db)
+			}
+			for _, k := range keys {
+				if _, _, err := svc.AuthenticateKey(ctx, k); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.Run("middleware", measure(func(b *testing.B) {
+				p := newProbeRequest()
+				i := 0
+				for b.Loop() {
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, p.reset(keys[ord[i&mask]]))
+					if rec.Code != http.StatusOK {
+						b.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
+					}
+					i++
+				}
+			}))
+			b.Run("middleware/parallel", measure(func(b *testing.B) {
+				var seed atomic.Uint64
+				b.RunParallel(func(pb *testing.PB) {
+					o := order(len(keys), seed.Add(1)+1)
+					p := newProbeRequest()
+					i := 0
+					for pb.Next() {
+						rec := httptest.NewRecorder()
+						h.ServeHTTP(rec, p.reset(keys[o[i&mask]]))
+						if rec.Code != http.StatusOK {
+							b.Errorf("HTTP %d: %s", rec.Code, rec.Body)
+							return
+						}
+						i++
+					}
+				})
+			}))
+			b.Run("healthz", measure(func(b *testing.B) {
+				req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+				for b.Loop() {
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, req)
+					if rec.Code != http.StatusOK {
+						b.Fatalf("HTTP %d", rec.Code)
+					}
+				}
+			}))
+		})
+	}
+}
