@@ -106,3 +106,42 @@ func BenchmarkHotPathMetrics(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMetricsOverhead isolates what the metrics add to one request:
+// the Instrument wrapper around a handler that does nothing, and the two
+// observer calls of a key check.
+//
+//	go test ./internal/server -run '^$' -bench MetricsOverhead -benchmem
+func BenchmarkMetricsOverhead(b *testing.B) {
+	m := server.NewMetrics(server.BuildInfo{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /graphql", func(w http.ResponseWriter, r *http.Request) {})
+	req := httptest.NewRequest(http.MethodPost, "/graphql", nil)
+	rec := httptest.NewRecorder()
+	b.Run("bare", measure(func(b *testing.B) {
+		for b.Loop() {
+			mux.ServeHTTP(rec, req)
+		}
+	}))
+	h := m.Instrument("other", mux)
+	b.Run("instrumented", measure(func(b *testing.B) {
+		for b.Loop() {
+			h.ServeHTTP(rec, req)
+		}
+	}))
+	b.Run("instrumented/parallel", measure(func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			req := httptest.NewRequest(http.MethodPost, "/graphql", nil)
+			rec := httptest.NewRecorder()
+			for pb.Next() {
+				h.ServeHTTP(rec, req)
+			}
+		})
+	}))
+	b.Run("key-check-observers", measure(func(b *testing.B) {
+		for b.Loop() {
+			m.KeyCacheLookup(true)
+			m.KeyChecked(btk.KeyCheckResultOf(nil))
+		}
+	}))
+}
