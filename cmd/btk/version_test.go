@@ -16,6 +16,11 @@ import (
 // buildBtk builds this package into dir with extra go build flags.
 func buildBtk(t *testing.T, flags ...string) string {
 	t.Helper()
+	if raceEnabled {
+		// A go build of its own, with nothing concurrent to check: the run
+		// without -race covers it at half the cost of CI.
+		t.Skip("builds btk; run without -race")
+	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go command is not on PATH")
