@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"os"
 	"os/exec"
@@ -206,10 +207,13 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	ca := newTestCA(t)
 	ca.issue(t, 1, certFile, keyFile)
-	metricsAddr := freeAddr(t)
+	metricsAddr, proxyAddr := freeAddr(t), freeAddr(t)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer upstream.Close()
 	old := ca.client()
 	p := startServeHTTPS(t, old, filepath.Join(dir, "btk.db"),
-		"--tls-cert", certFile, "--tls-key", keyFile, "--metrics-addr", metricsAddr)
+		"--tls-cert", certFile, "--tls-key", keyFile, "--metrics-addr", metricsAddr,
+		"--proxy-addr", proxyAddr, "--upstream", upstream.URL)
 
 	serial, proto, _ := get(t, old, p.url+"/healthz")
 	if serial != 1 || proto != 2 {
@@ -219,6 +223,18 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 	defer mc.CloseIdleConnections()
 	if s, proto, _ := get(t, mc, "https://"+metricsAddr+"/metrics"); s != 1 || proto != 2 {
 		t.Errorf("metrics listener: certificate %d over HTTP/%d, want 1 over HTTP/2", s, proto)
+	}
+	// The reverse proxy listener too (a request without a key: btk refuses it).
+	pc := ca.client()
+	defer pc.CloseIdleConnections()
+	if res, err := pc.Get("https://" + proxyAddr + "/anything"); err != nil {
+		t.Errorf("proxy listener over TLS: %v", err)
+	} else {
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized || res.TLS.PeerCertificates[0].SerialNumber.Int64() != 1 || res.ProtoMajor != 2 {
+			t.Errorf("proxy listener: HTTP/%d %d with certificate %d; want HTTP/2 401 with certificate 1",
+				res.ProtoMajor, res.StatusCode, res.TLS.PeerCertificates[0].SerialNumber)
+		}
 	}
 	// Plain HTTP is not served.
 	if res, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + strings.TrimPrefix(p.url, "https://") + "/healthz"); err == nil {
@@ -273,16 +289,16 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 			t.Fatalf("parse /metrics: %v", err)
 		}
 		f := fams["btk_usage_flush_duration_seconds"]
-		healthz := 0.0
+		byHandler := map[string]float64{}
 		for _, m := range fams["btk_http_requests_total"].GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "handler" && l.GetValue() == "/healthz" {
-					healthz += m.GetCounter().GetValue()
+				if l.GetName() == "handler" {
+					byHandler[l.GetValue()] += m.GetCounter().GetValue()
 				}
 			}
 		}
-		if healthz < 4 {
-			t.Fatalf("btk_http_requests_total{handler=\"/healthz\"} = %v, want at least 4", healthz)
+		if byHandler["/healthz"] < 4 || byHandler["proxy"] != 1 {
+			t.Fatalf("btk_http_requests_total by handler: %v; want /healthz at least 4, proxy 1", byHandler)
 		}
 		return f != nil && len(f.GetMetric()) == 1 && f.GetMetric()[0].GetHistogram().GetSampleCount() > 0
 	})
