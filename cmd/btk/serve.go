@@ -45,12 +45,13 @@ type serveConfig struct {
 	TLSCert        string
 	TLSKey         string
 	TrustedProxies string
+	Redis          string
 }
 
 func newServeCmd(v *viper.Viper) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the btk server on an embedded SQLite database",
+		Short: "Run the btk server on a SQLite file or a PostgreSQL database",
 		Long: `Run the btk GraphQL server. On an empty database it creates a platform admin
 (BTK_BOOTSTRAP_EMAIL / BTK_BOOTSTRAP_PASSWORD, or admin@localhost with a generated
 password printed once to stderr), a workspace "Default" on plan SELF_HOSTED, and
@@ -58,7 +59,8 @@ makes that account its OWNER. It stops on SIGINT or SIGTERM after draining
 requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key.`,
 		Example: `  btk serve
   BTK_DB=/var/lib/btk/btk.db btk serve --addr 0.0.0.0:8080 --log-format json
-  btk serve --proxy-addr 0.0.0.0:8000 --upstream http://127.0.0.1:9000   # keys checked in front of your service`,
+  btk serve --proxy-addr 0.0.0.0:8000 --upstream http://127.0.0.1:9000   # keys checked in front of your service
+  btk serve --db postgres://btk@db.internal/btk --redis redis://cache.internal:6379/0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path, err := configPath(cmd, os.Getenv)
@@ -76,6 +78,7 @@ requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key.
 				ProxyAddr: v.GetString("proxy-addr"), Upstream: v.GetString("upstream"),
 				MetricsAddr: v.GetString("metrics-addr"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
 				TrustedProxies: v.GetString("trusted-proxies"),
+				Redis:          v.GetString("redis"),
 			}
 			cfg.Dashboard = v.GetBool("dashboard")
 			return serve(cmd.Context(), cfg, cmd.ErrOrStderr())
@@ -83,7 +86,7 @@ requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key.
 	}
 	f := cmd.Flags()
 	f.String("addr", "127.0.0.1:8080", "address to listen on (BTK_ADDR)")
-	f.String("db", "./btk.db", "SQLite database file, created if missing (BTK_DB)")
+	f.String("db", "./btk.db", "SQLite database file (created if missing) or postgres:// URL (BTK_DB)")
 	f.Int("rate-per-minute", btk.DefaultPerMinute, "server-wide default requests per minute per key (BTK_RATE_PER_MINUTE)")
 	f.Int("rate-per-day", btk.DefaultPerDay, "server-wide default requests per day per key (BTK_RATE_PER_DAY)")
 	f.String("log-format", "text", "log format: text or json (BTK_LOG_FORMAT)")
@@ -91,7 +94,8 @@ requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key.
 	f.Bool("dashboard", true, "serve the owner dashboard at / (BTK_DASHBOARD)")
 	f.String("proxy-addr", "", "also listen here as a reverse proxy to --upstream, checking X-Api-Key on every request (BTK_PROXY_ADDR)")
 	f.String("upstream", "", "the service the reverse proxy forwards accepted requests to, e.g. http://127.0.0.1:9000 (BTK_UPSTREAM)")
-	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level", "dashboard", "proxy-addr", "upstream"} {
+	f.String("redis", "", "redis:// URL of the state several instances share; needed to run more than one on PostgreSQL (BTK_REDIS)")
+	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level", "dashboard", "proxy-addr", "upstream", "redis"} {
 		bind(v, name, f.Lookup(name))
 	}
 	addOpsFlags(v, f)
@@ -139,7 +143,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer ops.shutdown()
-	db, err := store.Open(ctx, cfg.DB)
+	db, err := store.Open(ctx, cfg.DB, cfg.Redis != "")
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
@@ -187,7 +191,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		servers = append(servers, msrv)
 		listeners = append(listeners, ops.metricsLn)
 	}
-	log.Info("btk serve listening", "addr", ln.Addr().String(), "tls", ops.cert != nil, "db", cfg.DB, "startup", time.Since(start).Round(time.Millisecond))
+	log.Info("btk serve listening", "addr", ln.Addr().String(), "tls", ops.cert != nil, "db", displayDB(cfg.DB), "startup", time.Since(start).Round(time.Millisecond))
 
 	flushCtx, stopFlush := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -16,6 +16,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store"
+	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
 const (
@@ -41,13 +42,14 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// env is a real btk server: a SQLite file in a temp dir, the service and the
-// HTTP handler behind httptest.
+// env is a real btk server: a SQLite file in a temp dir (or, under
+// TestPostgres, a PostgreSQL schema of its own), the service and the HTTP
+// handler behind httptest.
 type env struct {
 	t       testing.TB
 	svc     *btk.Service
-	db      *store.DB
-	dbPath  string
+	db      btk.Store
+	dbPath  string // the --db value: a file path or a postgres:// URL
 	srv     *httptest.Server
 	clock   *clock
 	logs    *bytes.Buffer
@@ -66,9 +68,19 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 // store that fails at the boundary, for the error paths.
 func newWrappedEnv(t testing.TB, wrap func(btk.Store) btk.Store, opts ...envOption) *env {
 	t.Helper()
-	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "btk.db")
-	db, err := store.Open(ctx, path)
+	if onPostgres(t) {
+		path = pgtest.URL(t)
+	}
+	return newEnvOn(t, path, wrap, opts...)
+}
+
+// newEnvOn is newWrappedEnv on the database path names: a file or a
+// postgres:// URL.
+func newEnvOn(t testing.TB, path string, wrap func(btk.Store) btk.Store, opts ...envOption) *env {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, path, false)
 	if err != nil {
 		t.Fatal(err)
 	}

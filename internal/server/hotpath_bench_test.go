@@ -55,7 +55,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/ratelimit"
 	"github.com/btk-project/btk/internal/server"
-	"github.com/btk-project/btk/internal/store"
+	"github.com/btk-project/btk/internal/store/sqlite"
 	"github.com/google/uuid"
 	_ "modernc.org/sqlite"
 )
@@ -82,7 +82,7 @@ func seedBenchDB(b *testing.B, dir string, n int) *benchDB {
 	start := time.Now()
 	ctx := context.Background()
 	path := filepath.Join(dir, fmt.Sprintf("bench-%d.db", n))
-	db, err := store.Open(ctx, path) // creates the schema
+	db, err := sqlite.Open(ctx, path) // creates the schema
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func seedBenchDB(b *testing.B, dir string, n int) *benchDB {
 // serve` runs them (info-level log, real clock, high limits so that nothing
 // is refused).
 type benchServer struct {
-	db  *store.DB
+	db  *sqlite.DB
 	svc *btk.Service
 	h   http.Handler
 }
@@ -234,7 +234,7 @@ type benchServer struct {
 func openBenchServer(b *testing.B, bdb *benchDB) *benchServer {
 	b.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, bdb.path)
+	db, err := sqlite.Open(ctx, bdb.path)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -368,7 +368,7 @@ func TestRateLimitPrecedence(t *testing.T) {
 
 // restart closes the server and the database after flushing usage, as `btk
 // serve` does at shutdown, and opens a new service and server on the same
-// database file with the same clock.
+// database with the same clock.
 func restart(e *env, opts ...envOption) {
 	e.t.Helper()
 	ctx := context.Background()
@@ -377,7 +377,7 @@ func restart(e *env, opts ...envOption) {
 	if err := e.db.Close(); err != nil {
 		e.t.Fatal(err)
 	}
-	db, err := store.Open(ctx, e.dbPath)
+	db, err := store.Open(ctx, e.dbPath, false)
 	if err != nil {
 		e.t.Fatal(err)
 	}

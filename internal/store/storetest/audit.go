@@ -1,4 +1,4 @@
-package store_test
+package storetest
 
 import (
 	"reflect"
@@ -10,8 +10,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 )
 
-func TestAuditRoundTrip(t *testing.T) {
-	db, _ := newDB(t)
+func testAuditRoundTrip(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	full := &btk.AuditEntry{ID: uuid.NewString(), WorkspaceID: ws.ID, Action: btk.AuditRotated,
 		APIKeyID: "old", APIKeyName: "ci", NewAPIKeyID: "new", RevokedCount: ptr(0), ActorID: "acct",
@@ -51,8 +50,7 @@ func TestAuditRoundTrip(t *testing.T) {
 	}
 }
 
-func TestAuditFilters(t *testing.T) {
-	db, _ := newDB(t)
+func testAuditFilters(t *testing.T, db btk.Store) {
 	ws, other := newWorkspace(t, db), newWorkspace(t, db)
 	type row struct {
 		action      btk.AuditAction
@@ -148,8 +146,7 @@ func TestAuditFilters(t *testing.T) {
 	})
 }
 
-func TestAuditPaging(t *testing.T) {
-	db, _ := newDB(t)
+func testAuditPaging(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	var want []string
 	write(t, db, func(tx btk.Tx) error {

@@ -1,30 +1,31 @@
-package store
+package postgres
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/btk-project/btk/internal/btk"
 )
 
 const selectKey = `SELECT seq, id, workspace_id, name, hash, display_prefix, hint,
-	rate_limit_per_minute, rate_limit_per_day, expires_at, scopes, created_at, created_by,
+	rate_limit_per_minute, rate_limit_per_day, expires_at, scopes::text, created_at, created_by,
 	last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state
 	FROM api_keys`
 
 const keyCursor = 'k'
 
-func scanKey(row rowScanner) (*btk.APIKey, int64, error) {
+func scanKey(row pgx.Row) (*btk.APIKey, int64, error) {
 	var (
 		k                              btk.APIKey
 		seq, created                   int64
-		perMin, perDay                 sql.NullInt64
-		expires, lastUsed, revoked     sql.NullInt64
+		perMin, perDay                 *int64
+		expires, lastUsed, revoked     *int64
 		scopes                         string
-		createdBy, revokedBy, from, to sql.NullString
+		createdBy, revokedBy, from, to *string
 	)
 	err := row.Scan(&seq, &k.ID, &k.WorkspaceID, &k.Name, &k.Hash, &k.DisplayPrefix, &k.Hint,
 		&perMin, &perDay, &expires, &scopes, &created, &createdBy,
@@ -40,37 +41,41 @@ func scanKey(row rowScanner) (*btk.APIKey, int64, error) {
 	k.RateLimitPerMinute, k.RateLimitPerDay = fromOptInt(perMin), fromOptInt(perDay)
 	k.ExpiresAt, k.LastUsedAt, k.RevokedAt = fromOptNano(expires), fromOptNano(lastUsed), fromOptNano(revoked)
 	k.CreatedAt = fromNano(created)
-	k.CreatedBy, k.RevokedBy = createdBy.String, revokedBy.String
-	k.RotatedFromID, k.ReplacedByID = from.String, to.String
+	k.CreatedBy, k.RevokedBy = str(createdBy), str(revokedBy)
+	k.RotatedFromID, k.ReplacedByID = str(from), str(to)
 	return &k, seq, nil
 }
 
+// APIKey, in a write transaction, locks the key until commit: a rotation or
+// revocation racing this one waits, then reads the revoked key.
 func (t *tx) APIKey(ctx context.Context, id string) (*btk.APIKey, error) {
-	k, _, err := scanKey(t.tx.QueryRowContext(ctx, selectKey+` WHERE id = ?`, id))
+	k, _, err := scanKey(t.tx.QueryRow(ctx, selectKey+` WHERE id = $1`+t.forUpdate(), id))
 	return k, mapErr("api key", err)
 }
 
-// APIKeyByHash is the cold path of authentication: one prepared statement
-// (compiled once per connection) seeking the unique hash index.
+// APIKeyByHash is the cold path of authentication: one statement (prepared
+// once per connection by pgx's statement cache) seeking the unique hash
+// index.
 func (t *tx) APIKeyByHash(ctx context.Context, hash []byte) (*btk.APIKey, error) {
-	k, _, err := scanKey(t.tx.StmtContext(ctx, t.byHash).QueryRowContext(ctx, hash))
+	k, _, err := scanKey(t.tx.QueryRow(ctx, selectKey+` WHERE hash = $1`, hash))
 	return k, mapErr("api key by hash", err)
 }
 
 // APIKeyByHash is the hash lookup outside any Read: a lone SELECT is its own
-// read transaction, so this saves the BEGIN and COMMIT round trips of Read
-// (about a third of a cold lookup). Not part of btk.Store yet.
+// transaction, which saves the BEGIN and COMMIT round trips of Read. Not part
+// of btk.Store yet (as on SQLite).
 func (db *DB) APIKeyByHash(ctx context.Context, hash []byte) (*btk.APIKey, error) {
-	k, _, err := scanKey(db.byHashR.QueryRowContext(ctx, hash))
+	k, _, err := scanKey(db.pool.QueryRow(ctx, selectKey+` WHERE hash = $1`, hash))
 	return k, mapErr("api key by hash", err)
 }
 
 func (t *tx) APIKeys(ctx context.Context, f btk.KeyFilter) ([]*btk.APIKey, string, error) {
-	q := selectKey + ` WHERE workspace_id = ?`
+	var a args
+	q := selectKey + ` WHERE workspace_id = ` + a.add(f.WorkspaceID)
 	if !f.IncludeRevoked {
 		q += ` AND revoked_at IS NULL`
 	}
-	return list(ctx, t, "api keys", keyCursor, f.Page, q, []any{f.WorkspaceID}, scanKey)
+	return list(ctx, t, "api keys", keyCursor, f.Page, q, a, scanKey)
 }
 
 func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
@@ -78,7 +83,7 @@ func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
 	if err != nil {
 		return err
 	}
-	var times [3]any
+	var times [3]*int64
 	for i, p := range []*time.Time{k.ExpiresAt, k.LastUsedAt, k.RevokedAt} {
 		if times[i], err = optTime(p); err != nil {
 			return err
@@ -96,7 +101,7 @@ func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
 		`INSERT INTO api_keys (id, workspace_id, name, hash, display_prefix, hint,
 			rate_limit_per_minute, rate_limit_per_day, expires_at, scopes, created_at, created_by,
 			last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, CAST($10::text AS json), $11, $12, $13, $14, $15, $16, $17, $18)`,
 		k.ID, k.WorkspaceID, k.Name, k.Hash, k.DisplayPrefix, k.Hint,
 		optInt(k.RateLimitPerMinute), optInt(k.RateLimitPerDay), times[0], scopes, created, optStr(k.CreatedBy),
 		times[1], times[2], optStr(k.RevokedBy), optStr(k.RotatedFromID), optStr(k.ReplacedByID), k.DayState)
@@ -109,20 +114,36 @@ func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, repl
 		return err
 	}
 	_, err = t.exec(ctx, "revoke api key", true,
-		`UPDATE api_keys SET revoked_at = ?, revoked_by = ?, replaced_by_id = ? WHERE id = ? AND revoked_at IS NULL`,
+		`UPDATE api_keys SET revoked_at = $1, revoked_by = $2, replaced_by_id = $3 WHERE id = $4 AND revoked_at IS NULL`,
 		n, optStr(by), optStr(replacedBy), id)
 	return err
 }
 
 // RevokeAllAPIKeys also revokes expired keys: they are not revoked yet, and
 // listing shows them until they are.
+//
+// It revokes in two passes around a lock of the workspace row. The first
+// pass locks every active key, waiting for rotations in flight. Every key
+// insert holds a share lock on its workspace row (the foreign key check), so
+// once the lock is granted every concurrent insert has committed, and the
+// second pass (a new snapshot at READ COMMITTED) revokes those keys too; a
+// later insert waits until this transaction commits. Locking the workspace
+// first instead could deadlock with a rotation holding its key's row.
 func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error) {
 	n, err := unixNano(at)
 	if err != nil {
 		return 0, err
 	}
-	count, err := t.exec(ctx, "revoke all api keys", false,
-		`UPDATE api_keys SET revoked_at = ?, revoked_by = ? WHERE workspace_id = ? AND revoked_at IS NULL`,
-		n, optStr(by), workspaceID)
-	return int(count), err
+	const revoke = `UPDATE api_keys SET revoked_at = $1, revoked_by = $2 WHERE workspace_id = $3 AND revoked_at IS NULL`
+	first, err := t.exec(ctx, "revoke all api keys", false, revoke, n, optStr(by), workspaceID)
+	if err != nil {
+		return 0, err
+	}
+	if t.write {
+		if _, err := t.exec(ctx, "revoke all api keys", false, `SELECT FROM workspaces WHERE id = $1 FOR UPDATE`, workspaceID); err != nil {
+			return 0, err
+		}
+	}
+	second, err := t.exec(ctx, "revoke all api keys", false, revoke, n, optStr(by), workspaceID)
+	return int(first + second), err
 }

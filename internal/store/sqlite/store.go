@@ -1,9 +1,9 @@
-// Package store is the SQLite implementation of btk.Store.
+// Package sqlite is the SQLite implementation of btk.Store.
 //
 // One writer connection runs every write transaction as BEGIN IMMEDIATE, so
 // writers queue in the pool instead of failing on a lock upgrade; a small pool
 // of query_only readers serves reads concurrently thanks to WAL.
-package store
+package sqlite
 
 import (
 	"context"

@@ -1,61 +1,19 @@
-package store_test
+package storetest
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
-	"github.com/btk-project/btk/internal/store"
 )
 
 var ctx = context.Background()
 
-func TestMigrationsIdempotentOnReopen(t *testing.T) {
-	db, path := newDB(t)
-	newWorkspace(t, db)
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		db := open(t, path)
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	var n, distinct int
-	if err := raw.QueryRow(`SELECT count(*), count(DISTINCT version) FROM schema_migrations`).Scan(&n, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	entries, _ := os.ReadDir("migrations")
-	if n != len(entries) || distinct != n {
-		t.Fatalf("schema_migrations has %d rows (%d distinct), want %d", n, distinct, len(entries))
-	}
-}
-
-func TestFileIsPrivate(t *testing.T) {
-	_, path := newDB(t)
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if perm := fi.Mode().Perm(); perm != 0o600 {
-		t.Fatalf("database file mode %v, want 0600", perm)
-	}
-}
-
-func TestForeignKeysEnforced(t *testing.T) {
-	db, _ := newDB(t)
+func testForeignKeysEnforced(t *testing.T, db btk.Store) {
 	err := db.Write(ctx, func(tx btk.Tx) error {
 		return tx.SetMembership(ctx, btk.Membership{WorkspaceID: "nope", AccountID: "nope", Role: btk.RoleOwner})
 	})
@@ -64,30 +22,7 @@ func TestForeignKeysEnforced(t *testing.T) {
 	}
 }
 
-func TestSurvivesCloseAndOpen(t *testing.T) {
-	db, path := newDB(t)
-	ws := newWorkspace(t, db)
-	k := createKey(t, db, key(ws, "ci"))
-	write(t, db, func(tx btk.Tx) error { return tx.RevokeAPIKey(ctx, k.ID, t0.Add(time.Hour), "acct", "") })
-	db.Close()
-
-	db = open(t, path)
-	defer db.Close()
-	read(t, db, func(tx btk.Tx) error {
-		got, err := tx.APIKey(ctx, k.ID)
-		if err != nil {
-			return err
-		}
-		if got.RevokedAt == nil || !got.RevokedAt.Equal(t0.Add(time.Hour)) {
-			t.Errorf("revocation lost: RevokedAt = %v", got.RevokedAt)
-		}
-		_, err = tx.Workspace(ctx, ws.ID)
-		return err
-	})
-}
-
-func TestWriteRollsBackOnError(t *testing.T) {
-	db, _ := newDB(t)
+func testWriteRollsBackOnError(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	k := key(ws, "doomed")
 	boom := errors.New("boom")
@@ -114,8 +49,7 @@ func TestWriteRollsBackOnError(t *testing.T) {
 	createKey(t, db, key(ws, "doomed"))
 }
 
-func TestWriteRollsBackOnPanic(t *testing.T) {
-	db, _ := newDB(t)
+func testWriteRollsBackOnPanic(t *testing.T, db btk.Store) {
 	func() {
 		defer func() { recover() }()
 		db.Write(ctx, func(tx btk.Tx) error {
@@ -135,8 +69,7 @@ func TestWriteRollsBackOnPanic(t *testing.T) {
 	}
 }
 
-func TestReadRefusesWrites(t *testing.T) {
-	db, _ := newDB(t)
+func testReadRefusesWrites(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	writes := map[string]func(btk.Tx) error{
 		"SetSetting": func(tx btk.Tx) error { return tx.SetSetting(ctx, "a", "b") },
@@ -169,15 +102,13 @@ func TestReadRefusesWrites(t *testing.T) {
 	})
 }
 
-func TestPing(t *testing.T) {
-	db, _ := newDB(t)
+func testPing(t *testing.T, db btk.Store) {
 	if err := db.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestTimeOutOfRange(t *testing.T) {
-	db, _ := newDB(t)
+func testTimeOutOfRange(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	k := key(ws, "far")
 	k.ExpiresAt = ptr(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -194,8 +125,7 @@ func TestTimeOutOfRange(t *testing.T) {
 	}
 }
 
-func TestUnknownConstraintIsInternal(t *testing.T) {
-	db, _ := newDB(t)
+func testUnknownConstraintIsInternal(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	k := createKey(t, db, key(ws, "a"))
 	dup := key(ws, "b")
@@ -207,8 +137,7 @@ func TestUnknownConstraintIsInternal(t *testing.T) {
 	}
 }
 
-func TestConcurrentReadsAndWrites(t *testing.T) {
-	db, _ := newDB(t)
+func testConcurrentReadsAndWrites(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	var wg sync.WaitGroup
 	for i := range 8 {
@@ -225,22 +154,4 @@ func TestConcurrentReadsAndWrites(t *testing.T) {
 		})
 	}
 	wg.Wait()
-}
-
-// A second server on the same database would not see the first one's
-// revocations in its key cache: Open refuses while another holds it.
-func TestOpenRefusesADatabaseInUse(t *testing.T) {
-	db, path := newDB(t)
-	if second, err := store.Open(context.Background(), path); err == nil {
-		second.Close()
-		t.Fatal("a second Open of a database in use succeeded")
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	again, err := store.Open(context.Background(), path)
-	if err != nil {
-		t.Fatalf("Open after Close: %v", err)
-	}
-	again.Close()
 }

@@ -1,4 +1,4 @@
-package store_test
+package storetest
 
 import (
 	"reflect"
@@ -10,8 +10,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 )
 
-func TestEmptyAndSettings(t *testing.T) {
-	db, _ := newDB(t)
+func testEmptyAndSettings(t *testing.T, db btk.Store) {
 	read(t, db, func(tx btk.Tx) error {
 		if empty, err := tx.Empty(ctx); err != nil || !empty {
 			t.Errorf("Empty() = %v, %v on a new database", empty, err)
@@ -38,8 +37,7 @@ func TestEmptyAndSettings(t *testing.T) {
 	})
 }
 
-func TestWorkspaceRoundTrip(t *testing.T) {
-	db, _ := newDB(t)
+func testWorkspaceRoundTrip(t *testing.T, db btk.Store) {
 	for name, w := range map[string]*btk.Workspace{
 		"unset": {Plan: btk.PlanCloudStarter},
 		"set":   {Plan: btk.PlanSelfHosted, RateLimitPerMinute: ptr(10), RateLimitPerDay: ptr(1000)},
@@ -73,8 +71,7 @@ func TestWorkspaceRoundTrip(t *testing.T) {
 	})
 }
 
-func TestWorkspacesOldestFirstAndUpdate(t *testing.T) {
-	db, _ := newDB(t)
+func testWorkspacesOldestFirstAndUpdate(t *testing.T, db btk.Store) {
 	var want []string
 	for i := range 3 {
 		id := uuid.NewString()
@@ -116,8 +113,7 @@ func TestWorkspacesOldestFirstAndUpdate(t *testing.T) {
 	mustBe(t, err, btk.ErrNotFound)
 }
 
-func TestPrefixTaken(t *testing.T) {
-	db, _ := newDB(t)
+func testPrefixTaken(t *testing.T, db btk.Store) {
 	a := newWorkspace(t, db)
 	id := a.Prefix() + uuid.NewString()[8:]
 	b := &btk.Workspace{ID: id, Name: "b", Plan: btk.PlanCloudPro, PublicClientKey: btk.NewPublicClientKey(id), CreatedAt: t0}
@@ -125,8 +121,7 @@ func TestPrefixTaken(t *testing.T) {
 	mustBe(t, err, btk.ErrPrefixTaken)
 }
 
-func TestAccountRoundTripAndEmail(t *testing.T) {
-	db, _ := newDB(t)
+func testAccountRoundTripAndEmail(t *testing.T, db btk.Store) {
 	for _, admin := range []bool{false, true} {
 		a := &btk.Account{ID: uuid.NewString(), Email: uuid.NewString() + "@Example.com", PasswordHash: "$argon2id$v=19$h",
 			PlatformAdmin: admin, CreatedAt: t0}
@@ -162,8 +157,7 @@ func TestAccountRoundTripAndEmail(t *testing.T) {
 	}
 }
 
-func TestMemberships(t *testing.T) {
-	db, _ := newDB(t)
+func testMemberships(t *testing.T, db btk.Store) {
 	a := newAccount(t, db, "a@example.com")
 	w1, w2, w3 := newWorkspace(t, db), newWorkspace(t, db), newWorkspace(t, db)
 	write(t, db, func(tx btk.Tx) error {
@@ -207,8 +201,7 @@ func TestMemberships(t *testing.T) {
 	}
 }
 
-func TestSessionRoundTripAndRevoke(t *testing.T) {
-	db, _ := newDB(t)
+func testSessionRoundTripAndRevoke(t *testing.T, db btk.Store) {
 	a := newAccount(t, db, "a@example.com")
 	w := newWorkspace(t, db)
 	for name, s := range map[string]*btk.Session{
@@ -245,8 +238,7 @@ func TestSessionRoundTripAndRevoke(t *testing.T) {
 	mustBe(t, err, btk.ErrNotFound)
 }
 
-func TestTimesComeBackUTC(t *testing.T) {
-	db, _ := newDB(t)
+func testTimesComeBackUTC(t *testing.T, db btk.Store) {
 	local := t0.In(time.FixedZone("CEST", 2*3600))
 	a := &btk.Account{ID: uuid.NewString(), Email: "tz@example.com", CreatedAt: local}
 	write(t, db, func(tx btk.Tx) error { return tx.CreateAccount(ctx, a) })

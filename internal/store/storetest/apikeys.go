@@ -1,4 +1,4 @@
-package store_test
+package storetest
 
 import (
 	"crypto/sha256"
@@ -13,8 +13,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 )
 
-func TestAPIKeyRoundTrip(t *testing.T) {
-	db, _ := newDB(t)
+func testAPIKeyRoundTrip(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	old := createKey(t, db, key(ws, "old"))
 	for name, fill := range map[string]func(*btk.APIKey){
@@ -60,8 +59,7 @@ func TestAPIKeyRoundTrip(t *testing.T) {
 	})
 }
 
-func TestAPIKeyNameUniqueAmongActive(t *testing.T) {
-	db, _ := newDB(t)
+func testAPIKeyNameUniqueAmongActive(t *testing.T, db btk.Store) {
 	ws, other := newWorkspace(t, db), newWorkspace(t, db)
 	first := createKey(t, db, key(ws, "ci"))
 	createKey(t, db, key(other, "ci")) // another workspace: fine
@@ -93,8 +91,7 @@ func TestAPIKeyNameUniqueAmongActive(t *testing.T) {
 	})
 }
 
-func TestAPIKeyNameRace(t *testing.T) {
-	db, _ := newDB(t)
+func testAPIKeyNameRace(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	const n = 16
 	errs := make([]error, n)
@@ -124,10 +121,9 @@ func TestAPIKeyNameRace(t *testing.T) {
 	}
 }
 
-func TestAPIKeyNameRaceWithoutCheck(t *testing.T) {
+func testAPIKeyNameRaceWithoutCheck(t *testing.T, db btk.Store) {
 	// Without the read-then-insert check the partial unique index alone
 	// refuses the duplicates.
-	db, _ := newDB(t)
 	ws := newWorkspace(t, db)
 	const n = 16
 	errs := make(chan error, n)
@@ -150,8 +146,7 @@ func TestAPIKeyNameRaceWithoutCheck(t *testing.T) {
 	}
 }
 
-func TestRevokeAPIKey(t *testing.T) {
-	db, _ := newDB(t)
+func testRevokeAPIKey(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	old, repl := createKey(t, db, key(ws, "old")), createKey(t, db, key(ws, "new"))
 	at := t0.Add(time.Hour)
@@ -195,8 +190,7 @@ func TestRevokeAPIKey(t *testing.T) {
 	})
 }
 
-func TestRevokeAllAPIKeys(t *testing.T) {
-	db, _ := newDB(t)
+func testRevokeAllAPIKeys(t *testing.T, db btk.Store) {
 	ws, other := newWorkspace(t, db), newWorkspace(t, db)
 	createKey(t, db, key(ws, "a"))
 	createKey(t, db, key(ws, "b"))
@@ -234,8 +228,7 @@ func TestRevokeAllAPIKeys(t *testing.T) {
 	})
 }
 
-func TestAPIKeysPaging(t *testing.T) {
-	db, _ := newDB(t)
+func testAPIKeysPaging(t *testing.T, db btk.Store) {
 	ws, other := newWorkspace(t, db), newWorkspace(t, db)
 	var ids []string // newest first
 	for i := range 7 {
@@ -301,8 +294,7 @@ func TestAPIKeysPaging(t *testing.T) {
 	})
 }
 
-func TestBadCursor(t *testing.T) {
-	db, _ := newDB(t)
+func testBadCursor(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	for range 3 {
 		createKey(t, db, key(ws, uuid.NewString()))
@@ -343,8 +335,7 @@ func TestBadCursor(t *testing.T) {
 	})
 }
 
-func TestRecordUsage(t *testing.T) {
-	db, _ := newDB(t)
+func testRecordUsage(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	a, b := key(ws, "a"), key(ws, "b")
 	b.LastUsedAt = ptr(t0.Add(time.Hour))

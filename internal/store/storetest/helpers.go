@@ -1,11 +1,10 @@
-package store_test
+package storetest
 
 import (
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,35 +12,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/btk-project/btk/internal/btk"
-	"github.com/btk-project/btk/internal/store"
 )
 
 // t0 has nanoseconds so the tests prove times round-trip exactly.
 var t0 = time.Date(2025, 3, 4, 5, 6, 7, 123456789, time.UTC)
 
 func ptr[T any](v T) *T { return &v }
-
-func open(t testing.TB, path string) *store.DB {
-	t.Helper()
-	db, err := store.Open(context.Background(), path)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	return db
-}
-
-// newDB opens a fresh database file that is closed when the test ends.
-func newDB(t testing.TB) (*store.DB, string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "btk.db")
-	db := open(t, path)
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return db, path
-}
 
 func write(t testing.TB, db btk.Store, fn func(btk.Tx) error) {
 	t.Helper()
@@ -94,3 +70,17 @@ func createKey(t testing.TB, db btk.Store, k *btk.APIKey) *btk.APIKey {
 	write(t, db, func(tx btk.Tx) error { return tx.CreateAPIKey(context.Background(), k) })
 	return k
 }
+
+// Helpers for an engine's own tests (reopening, locks).
+
+// T0 is the time the suite's rows are created at.
+var T0 = t0
+
+// NewWorkspace creates a workspace of plan CLOUD_PRO.
+func NewWorkspace(t testing.TB, db btk.Store) *btk.Workspace { return newWorkspace(t, db) }
+
+// Key returns an unsaved minimal key of ws with a unique hash.
+func Key(ws *btk.Workspace, name string) *btk.APIKey { return key(ws, name) }
+
+// CreateKey stores k and returns it.
+func CreateKey(t testing.TB, db btk.Store, k *btk.APIKey) *btk.APIKey { return createKey(t, db, k) }

@@ -1,0 +1,191 @@
+package server_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/postgres"
+	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+)
+
+// onPostgres reports whether t runs under TestPostgres: newEnv then opens a
+// PostgreSQL schema of its own instead of a SQLite file.
+func onPostgres(t testing.TB) bool { return strings.HasPrefix(t.Name(), "TestPostgres/") }
+
+// TestPostgres runs the server's HTTP tests of the store-bound behaviour
+// (lifecycle, concurrency, the role matrix, paging, audit, rate limits,
+// usage, health) once more against a PostgreSQL-backed instance. The tests
+// are the same functions; only newEnv's engine differs.
+func TestPostgres(t *testing.T) {
+	if os.Getenv(pgtest.Env) == "" {
+		t.Skip(pgtest.Env + " is not set: skipping the HTTP tests on PostgreSQL")
+	}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"TestCreateKeyAuthenticatesAndIsAudited", TestCreateKeyAuthenticatesAndIsAudited},
+		{"TestRotateInheritsAndRevokesOldKeyAtOnce", TestRotateInheritsAndRevokesOldKeyAtOnce},
+		{"TestRotateRefusals", TestRotateRefusals},
+		{"TestRevoke", TestRevoke},
+		{"TestRevokeAll", TestRevokeAll},
+		{"TestPlanGating", TestPlanGating},
+		{"TestErrorsOfSpec", TestErrorsOfSpec},
+		{"TestLogout", TestLogout},
+		{"TestClientTenantHeaderIgnored", TestClientTenantHeaderIgnored},
+		{"TestConcurrentCreateSameName", TestConcurrentCreateSameName},
+		{"TestRevokeUnderLoad", TestRevokeUnderLoad},
+		{"TestRotateUnderLoad", TestRotateUnderLoad},
+		{"TestRevokeAllUnderLoad", TestRevokeAllUnderLoad},
+		{"TestRevokeUnderLoadColdCache", TestRevokeUnderLoadColdCache},
+		{"TestConcurrentRotateSameKey", TestConcurrentRotateSameKey},
+		{"TestConcurrentRevokeSameKey", TestConcurrentRevokeSameKey},
+		{"TestRoleMatrix", TestRoleMatrix},
+		{"TestFailedRotationChangesNothing", TestFailedRotationChangesNothing},
+		{"TestAuditRecordsRequest", TestAuditRecordsRequest},
+		{"TestCursorPaging", TestCursorPaging},
+		{"TestAuditFilters", TestAuditFilters},
+		{"TestAuditAcrossWorkspaces", TestAuditAcrossWorkspaces},
+		{"TestRateLimitDayCountsSurviveRestart", TestRateLimitDayCountsSurviveRestart},
+		{"TestLastUsedAt", TestLastUsedAt},
+		{"TestHealthEndpoints", TestHealthEndpoints},
+		{"TestPostgresUnreachable", testPostgresUnreachable},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
+}
+
+// PostgreSQL unreachable: an operation that needs the database answers
+// UNAVAILABLE and /readyz 503; once the server is back, both recover without
+// a restart. The network between btk and PostgreSQL is a TCP relay the test
+// cuts and restores.
+func testPostgresUnreachable(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	relay := newRelay(t, hostOf(t, url))
+	// newEnv opens pgtest.URL's schema: point it at the relay instead.
+	e := newEnvOn(t, strings.Replace(url, hostOf(t, url), relay.addr(), 1), nil)
+	login := func() response {
+		return e.do(cred{}, `mutation($e:String!,$p:String!){login(email:$e,password:$p){accessToken}}`,
+			map[string]any{"e": adminEmail, "p": adminPassword})
+	}
+	if r := login(); r.Code() != "" {
+		t.Fatalf("login before the cut: %+v", r.Errors)
+	}
+
+	relay.cut()
+	r := login()
+	if r.Code() != string(btk.CodeUnavailable) {
+		t.Fatalf("login with PostgreSQL unreachable: HTTP %d %+v, want UNAVAILABLE", r.Status, r.Errors)
+	}
+	if strings.Contains(r.Errors[0].Message, "127.0.0.1") || strings.Contains(r.Errors[0].Message, "dial") {
+		t.Errorf("the error shows connection details: %q", r.Errors[0].Message)
+	}
+	if s, _, _ := e.raw(http.MethodGet, "/readyz", "", nil, nil); s != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with PostgreSQL unreachable: HTTP %d, want 503", s)
+	}
+
+	relay.restore()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, _, _ := e.raw(http.MethodGet, "/readyz", "", nil, nil)
+		if s == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz after PostgreSQL came back: HTTP %d", s)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r := login(); r.Code() != "" {
+		t.Fatalf("login after PostgreSQL came back: %+v", r.Errors)
+	}
+}
+
+func hostOf(t *testing.T, url string) string {
+	t.Helper()
+	_, rest, _ := strings.Cut(url, "://")
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = rest[i+1:]
+	}
+	host, _, _ := strings.Cut(rest, "/")
+	if !strings.Contains(host, ":") {
+		host += ":5432"
+	}
+	if !postgres.IsURL(url) || host == "" {
+		t.Fatalf("cannot find the host of %s", pgtest.Env)
+	}
+	return host
+}
+
+// relay is a TCP relay to PostgreSQL that the test can cut (the listener
+// closes and every relayed connection drops) and restore on the same port.
+type relay struct {
+	t      *testing.T
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+	port   string
+}
+
+func newRelay(t *testing.T, target string) *relay {
+	r := &relay{t: t, target: target}
+	r.listen("127.0.0.1:0")
+	t.Cleanup(r.cut)
+	return r
+}
+
+func (r *relay) addr() string { return "127.0.0.1:" + r.port }
+
+func (r *relay) listen(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	_, r.port, _ = net.SplitHostPort(ln.Addr().String())
+	r.mu.Lock()
+	r.ln = ln
+	r.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			d := net.Dialer{Timeout: 5 * time.Second}
+			up, err := d.Dial("tcp", r.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.conns = append(r.conns, c, up)
+			r.mu.Unlock()
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() { io.Copy(c, up); c.Close() }()
+		}
+	}()
+}
+
+func (r *relay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ln != nil {
+		r.ln.Close()
+		r.ln = nil
+	}
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+}
+
+func (r *relay) restore() { r.listen(r.addr()) }

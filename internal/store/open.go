@@ -1,0 +1,23 @@
+// Package store opens the btk.Store that a --db value names; the engines
+// live in its subpackages (sqlite, postgres) and pass one conformance suite
+// (storetest).
+package store
+
+import (
+	"context"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/postgres"
+	"github.com/btk-project/btk/internal/store/sqlite"
+)
+
+// Open opens db: a postgres:// or postgresql:// URL is a PostgreSQL
+// database, anything else a SQLite file (created if missing). shared says
+// the instances keep their shared state in Redis, so several may use one
+// PostgreSQL database; a SQLite file is always one process's.
+func Open(ctx context.Context, db string, shared bool) (btk.Store, error) {
+	if postgres.IsURL(db) {
+		return postgres.Open(ctx, db, postgres.Options{Shared: shared})
+	}
+	return sqlite.Open(ctx, db)
+}

@@ -1,0 +1,349 @@
+// Package postgres is the PostgreSQL implementation of btk.Store (pgx,
+// pgxpool).
+//
+// Concurrency: write transactions run at READ COMMITTED and take row locks
+// where a rule reads and then writes, so that every rule holds as it does on
+// SQLite's single writer:
+//   - a row read by id in a write transaction (key, workspace, account,
+//     session) is read FOR UPDATE: two rotations or revocations of one key
+//     queue, and the second sees the first's revocation;
+//   - unique active key names rest on the partial unique index alone (a
+//     second insert waits for the first transaction, then fails);
+//   - revoke-all revokes, then locks the workspace row (which every key insert
+//     holds a share lock on through its foreign key) and revokes again, so a
+//     key created or rotated concurrently is either revoked too or created
+//     after revoke-all has committed;
+//   - Empty and Setting in a write transaction take a transaction advisory
+//     lock first, so instances started together bootstrap once and agree on
+//     one generated server secret.
+//
+// Read transactions are READ ONLY at REPEATABLE READ: one consistent snapshot.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"io/fs"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+var _ btk.Store = (*DB)(nil)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options tune Open.
+type Options struct {
+	// Shared is true when the instances share their state through Redis: any
+	// number of them may use the database. Otherwise Open refuses a database
+	// another btk process holds, as the SQLite file lock does.
+	Shared bool
+	// MaxConns bounds the pool; 0 means pgxpool's default (max(4, CPUs)).
+	MaxConns int32
+}
+
+// DB is a btk.Store on one PostgreSQL database (the schema of the URL's
+// search_path), safe for concurrent use.
+type DB struct {
+	pool   *pgxpool.Pool
+	schema string
+	// instance holds the session advisory lock that says a btk process uses
+	// this schema, for the life of the DB.
+	instance *pgx.Conn
+}
+
+// IsURL reports whether db names a PostgreSQL database rather than a file.
+func IsURL(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
+}
+
+// Open connects to the database at url (postgres://…), takes the instance
+// lock and applies any pending migration under a migration lock, so instances
+// started together migrate once.
+func Open(ctx context.Context, url string, opts Options) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The parse error quotes the URL, password included: say less.
+		return nil, errors.New("store: the PostgreSQL URL is not valid")
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	// A dead server must not hang requests: connecting gives up after a few
+	// seconds, and a broken pooled connection is dropped and redialled.
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > 5*time.Second {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	cfg.HealthCheckPeriod = 10 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, mapErr("open", err)
+	}
+	db := &DB{pool: pool}
+	var schema *string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		pool.Close()
+		return nil, mapErr("open", err)
+	}
+	if schema == nil {
+		pool.Close()
+		return nil, errors.New("store: no schema of the search_path exists")
+	}
+	db.schema = *schema
+
+	if err := db.lockInstance(ctx, cfg.ConnConfig, opts.Shared); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// lockKey is the advisory lock key of purpose in this schema: advisory locks
+// are database-wide, and each schema is its own btk database.
+func (db *DB) lockKey(purpose string) int64 {
+	h := fnv.New64a()
+	io.WriteString(h, "btk\x00"+db.schema+"\x00"+purpose)
+	return int64(h.Sum64())
+}
+
+// ErrInUse is returned by Open when another btk process holds the database
+// in a way this one cannot share.
+var ErrInUse = errors.New("store: the PostgreSQL database is in use by another btk serve; several instances need shared state: give every instance --redis (BTK_REDIS)")
+
+// lockInstance takes the instance lock on a connection of its own, outside
+// the pool, held until Close: exclusively for a lone instance (each caches
+// keys and counts rate limits in memory, so a second one would keep accepting
+// what the first revoked), shared by instances that keep that state in Redis.
+func (db *DB) lockInstance(ctx context.Context, cc *pgx.ConnConfig, shared bool) error {
+	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
+	if err != nil {
+		return mapErr("lock", err)
+	}
+	fn := "pg_try_advisory_lock"
+	if shared {
+		fn = "pg_try_advisory_lock_shared"
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT `+fn+`($1)`, db.lockKey("instance")).Scan(&ok); err != nil {
+		conn.Close(context.Background())
+		return mapErr("lock", err)
+	}
+	if !ok {
+		conn.Close(context.Background())
+		if shared {
+			return errors.New("store: the PostgreSQL database is in use by a btk serve started without --redis; stop it, or give it --redis too")
+		}
+		return ErrInUse
+	}
+	db.instance = conn
+	return nil
+}
+
+// migrate applies the embedded migrations not yet recorded in
+// schema_migrations, each in its own transaction, under a session advisory
+// lock: instances started together wait for the first one's migrations and
+// then find nothing left to apply.
+func (db *DB) migrate(ctx context.Context) error {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return mapErr("migrate", err)
+	}
+	defer conn.Release()
+	key := db.lockKey("migrate")
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+		return mapErr("migrate", err)
+	}
+	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, key)
+
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at BIGINT NOT NULL
+	)`); err != nil {
+		return mapErr("migrate", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	sort.Strings(names)
+	latest := 0
+	for _, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		num, _, _ := strings.Cut(base, "_")
+		version, err := strconv.Atoi(num)
+		if err != nil || version <= latest {
+			return fmt.Errorf("store: migrate: bad migration name %q", base)
+		}
+		latest = version
+		script, err := migrations.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("store: migrate: %w", err)
+		}
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var applied bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, version).Scan(&applied); err != nil || applied {
+				return err
+			}
+			if _, err := tx.Exec(ctx, string(script)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+				version, base, time.Now().UnixNano())
+			return err
+		})
+		if err != nil {
+			return mapErr("migrate "+base, err)
+		}
+	}
+	var newest *int
+	if err := conn.QueryRow(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&newest); err != nil {
+		return mapErr("migrate", err)
+	}
+	if newest != nil && *newest > latest {
+		return fmt.Errorf("store: database schema version %d is newer than this binary (%d)", *newest, latest)
+	}
+	return nil
+}
+
+// Read runs fn in a READ ONLY, REPEATABLE READ transaction: one snapshot.
+func (db *DB) Read(ctx context.Context, fn func(btk.Tx) error) error {
+	return db.run(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, false, fn)
+}
+
+// Write runs fn in a READ COMMITTED transaction; see the package comment for
+// the locks that keep the rules.
+func (db *DB) Write(ctx context.Context, fn func(btk.Tx) error) error {
+	return db.run(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, true, fn)
+}
+
+func (db *DB) run(ctx context.Context, opts pgx.TxOptions, write bool, fn func(btk.Tx) error) error {
+	var fnErr error
+	err := pgx.BeginTxFunc(ctx, db.pool, opts, func(t pgx.Tx) error {
+		fnErr = fn(&tx{tx: t, db: db, write: write})
+		return fnErr
+	})
+	switch {
+	case err == nil:
+		return nil
+	case fnErr != nil:
+		return fnErr // the caller's own error, unwrapped
+	}
+	return mapErr("transaction", err)
+}
+
+// RecordUsage writes a batch of usage in one statement. last_used_at only
+// moves forward: batches may be flushed out of order, and by several
+// instances.
+func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
+	if len(usage) == 0 {
+		return nil
+	}
+	ids := make([]string, len(usage))
+	ats := make([]int64, len(usage))
+	days := make([]int64, len(usage))
+	for i, u := range usage {
+		at, err := unixNano(u.LastUsedAt)
+		if err != nil {
+			return err
+		}
+		ids[i], ats[i], days[i] = u.KeyID, at, u.DayState
+	}
+	_, err := db.pool.Exec(ctx, `UPDATE api_keys k SET
+		last_used_at = CASE WHEN k.last_used_at IS NULL OR k.last_used_at < u.at THEN u.at ELSE k.last_used_at END,
+		day_state = u.day
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, day)
+		WHERE k.id = u.id`, ids, ats, days)
+	return mapErr("record usage", err)
+}
+
+// Ping runs a query on a pooled connection.
+func (db *DB) Ping(ctx context.Context) error {
+	var one int
+	return mapErr("ping", db.pool.QueryRow(ctx, `SELECT 1`).Scan(&one))
+}
+
+// Close closes the pool and releases the instance lock.
+func (db *DB) Close() error {
+	db.pool.Close()
+	if db.instance != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := db.instance.Close(ctx)
+		db.instance = nil
+		if err != nil {
+			return fmt.Errorf("store: close: %w", err)
+		}
+	}
+	return nil
+}
+
+// uniqueErrs maps the unique constraints and indexes whose violation is the
+// caller's doing to the domain error. Any other violation is a bug.
+var uniqueErrs = map[string]error{
+	"api_keys_active_name": btk.ErrNameTaken,
+	"accounts_email":       btk.ErrEmailTaken,
+	"workspaces_prefix":    btk.ErrPrefixTaken,
+}
+
+// mapErr is the one place database errors become domain errors: no row is
+// ErrNotFound, a known unique violation its domain error, a server that
+// cannot be reached wraps btk.ErrUnavailable (UNAVAILABLE to the caller),
+// anything else is wrapped with the operation (and stays internal).
+func mapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return btk.ErrNotFound
+	}
+	var be *btk.Error
+	if errors.As(err, &be) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		if e, ok := uniqueErrs[pe.ConstraintName]; ok {
+			return e
+		}
+	}
+	if unreachable(err) {
+		return fmt.Errorf("store: %s: %w: %w", op, btk.ErrUnavailable, err)
+	}
+	return fmt.Errorf("store: %s: %w", op, err)
+}
+
+// unreachable reports whether err says the server could not be reached or
+// went away, rather than refusing a statement.
+func unreachable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// 08: connection exception; 57P01-03: shutdown, crash, starting up;
+		// 53300: too many connections.
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" ||
+			pe.Code == "57P03" || pe.Code == "53300"
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "conn closed")
+}

@@ -1,0 +1,209 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/postgres"
+	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+	"github.com/btk-project/btk/internal/store/storetest"
+)
+
+var ctx = context.Background()
+
+func open(t testing.TB, url string, opts postgres.Options) *postgres.DB {
+	t.Helper()
+	db, err := postgres.Open(ctx, url, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return db
+}
+
+// The conformance suite, each test on a schema of its own.
+func TestConformance(t *testing.T) {
+	pgtest.URL(t) // skips without BTK_TEST_POSTGRES
+	storetest.Run(t, func(t *testing.T) btk.Store {
+		return open(t, pgtest.URL(t), postgres.Options{MaxConns: 8})
+	})
+}
+
+func TestIsURL(t *testing.T) {
+	for db, want := range map[string]bool{
+		"postgres://u@h/db": true, "postgresql://h/db": true, "./btk.db": false,
+		"/var/lib/btk/btk.db": false, "postgres.db": false,
+	} {
+		if got := postgres.IsURL(db); got != want {
+			t.Errorf("IsURL(%q) = %v", db, got)
+		}
+	}
+}
+
+// Instances started together on an empty schema migrate once: each waits
+// for the migration lock, and the later ones find nothing to apply.
+func TestMigrationsOnceWhenStartedTogether(t *testing.T) {
+	url := pgtest.URL(t)
+	const n = 4
+	dbs := make([]*postgres.DB, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { dbs[i], errs[i] = postgres.Open(ctx, url, postgres.Options{Shared: true, MaxConns: 2}) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Open %d: %v", i, err)
+		}
+		defer dbs[i].Close()
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var rows, distinct int
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT version) FROM schema_migrations`).Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if rows != distinct || rows == 0 {
+		t.Fatalf("schema_migrations: %d rows, %d versions", rows, distinct)
+	}
+	// Reopening applies nothing either.
+	open(t, url, postgres.Options{Shared: true}).Close()
+	var again int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&again); err != nil || again != rows {
+		t.Fatalf("after a reopen: %d rows, %v", again, err)
+	}
+}
+
+// Without shared state, one process per database: a second Open refuses and
+// names --redis; once the first closes, the database is free again. Shared
+// and lone instances exclude each other.
+func TestInstanceLock(t *testing.T) {
+	url := pgtest.URL(t)
+	first, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = postgres.Open(ctx, url, postgres.Options{})
+	if !errors.Is(err, postgres.ErrInUse) || !strings.Contains(err.Error(), "--redis") {
+		t.Fatalf("second Open: %v, want ErrInUse naming --redis", err)
+	}
+	if _, err := postgres.Open(ctx, url, postgres.Options{Shared: true}); err == nil || !strings.Contains(err.Error(), "--redis") {
+		t.Fatalf("shared Open next to a lone instance: %v", err)
+	}
+	// Another schema is another database.
+	other := open(t, pgtest.URL(t), postgres.Options{})
+	_ = other
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a := open(t, url, postgres.Options{Shared: true})
+	open(t, url, postgres.Options{Shared: true})
+	if _, err := postgres.Open(ctx, url, postgres.Options{}); !errors.Is(err, postgres.ErrInUse) {
+		t.Fatalf("lone Open next to shared instances: %v", err)
+	}
+	a.Close()
+}
+
+// A write survives closing and reopening the store.
+func TestSurvivesCloseAndOpen(t *testing.T) {
+	url := pgtest.URL(t)
+	db, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := storetest.NewWorkspace(t, db)
+	k := storetest.CreateKey(t, db, storetest.Key(ws, "ci"))
+	db.Close()
+	db = open(t, url, postgres.Options{})
+	err = db.Read(ctx, func(tx btk.Tx) error {
+		_, err := tx.APIKeyByHash(ctx, k.Hash)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadURLIsNotQuoted(t *testing.T) {
+	_, err := postgres.Open(ctx, "postgres://user:s3cret@host:notaport/db", postgres.Options{})
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("err = %v; want an error that does not quote the password", err)
+	}
+}
+
+// A server that cannot be reached is UNAVAILABLE, not INTERNAL.
+func TestUnreachableIsUnavailable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = postgres.Open(c, "postgres://btk@"+addr+"/btk?sslmode=disable&connect_timeout=2", postgres.Options{})
+	if !errors.Is(err, btk.ErrUnavailable) || btk.ErrorCode(err) != btk.CodeUnavailable {
+		t.Fatalf("Open on a closed port: %v, want ErrUnavailable", err)
+	}
+}
+
+// The server ending a session (a restart, pg_terminate_backend) fails the
+// statement in flight as UNAVAILABLE; the pool then reconnects by itself.
+func TestTerminatedBackendIsUnavailable(t *testing.T) {
+	url := pgtest.URL(t)
+	app := "btk_terminated_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	db := open(t, url+"&application_name="+app, postgres.Options{MaxConns: 1})
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	err = db.Write(ctx, func(tx btk.Tx) error {
+		if err := tx.SetSetting(ctx, "k", "v"); err != nil {
+			return err
+		}
+		// This transaction's backend: the only one of the application
+		// that is inside a transaction (the instance lock's is not).
+		var pid int
+		if err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle in transaction'`, app).Scan(&pid); err != nil {
+			return err
+		}
+		if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			return err
+		}
+		_, err := tx.Setting(ctx, "k")
+		return err
+	})
+	if !errors.Is(err, btk.ErrUnavailable) || btk.ErrorCode(err) != btk.CodeUnavailable {
+		t.Fatalf("statement on a terminated backend: %v, want ErrUnavailable", err)
+	}
+	// The pool drops the dead connection and serves the next request.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := db.Ping(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery after the backend was terminated: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,163 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+const (
+	auditEntryCursor = 'a'
+	auditEventCursor = 'e'
+)
+
+// AddAudit writes both rows of a change. An empty ID is filled in with a new
+// UUID (written back to the struct); an empty Metadata is stored as "{}".
+func (t *tx) AddAudit(ctx context.Context, e *btk.AuditEntry, ev *btk.AuditEvent) error {
+	if e != nil {
+		if e.ID == "" {
+			e.ID = uuid.NewString()
+		}
+		created, err := unixNano(e.CreatedAt)
+		if err != nil {
+			return err
+		}
+		var count any
+		if e.RevokedCount != nil {
+			count = int64(*e.RevokedCount)
+		}
+		if _, err := t.exec(ctx, "add audit entry", false,
+			`INSERT INTO api_key_audit (id, workspace_id, action, api_key_id, api_key_name, new_api_key_id,
+				revoked_count, actor_id, actor_email, impersonator_id, ip, user_agent, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			e.ID, e.WorkspaceID, string(e.Action), optStr(e.APIKeyID), e.APIKeyName, optStr(e.NewAPIKeyID),
+			count, optStr(e.ActorID), e.ActorEmail, optStr(e.ImpersonatorID), e.IP, e.UserAgent, created); err != nil {
+			return err
+		}
+	}
+	if ev != nil {
+		if ev.ID == "" {
+			ev.ID = uuid.NewString()
+		}
+		if ev.Metadata == "" {
+			ev.Metadata = "{}"
+		}
+		created, err := unixNano(ev.CreatedAt)
+		if err != nil {
+			return err
+		}
+		if _, err := t.exec(ctx, "add audit event", false,
+			`INSERT INTO audit_events (id, workspace_id, action, actor_id, actor_email, impersonator_id,
+				target_type, target_id, metadata, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			ev.ID, optStr(ev.WorkspaceID), ev.Action, optStr(ev.ActorID), ev.ActorEmail, optStr(ev.ImpersonatorID),
+			ev.TargetType, optStr(ev.TargetID), ev.Metadata, created); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// auditQuery is the shared selection of both audit lists. keyFilters adds
+// APIKeyID and Action, which only the key audit table has; a key id matches
+// the entries about the key and the rotation that created it.
+func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, []any, error) {
+	var b strings.Builder
+	b.WriteString(base)
+	var args []any
+	if !keyFilters && f.NoWorkspace {
+		b.WriteString(` WHERE workspace_id IS NULL`)
+	} else {
+		b.WriteString(` WHERE workspace_id = ?`)
+		args = append(args, f.WorkspaceID)
+	}
+	switch {
+	case keyFilters && len(f.APIKeyIDs) > 0:
+		// A rotation chain: the entries about any of its keys.
+		in := strings.Repeat("?, ", len(f.APIKeyIDs)-1) + "?"
+		b.WriteString(` AND (api_key_id IN (` + in + `) OR new_api_key_id IN (` + in + `))`)
+		for range 2 {
+			for _, id := range f.APIKeyIDs {
+				args = append(args, id)
+			}
+		}
+	case keyFilters && f.APIKeyID != "":
+		b.WriteString(` AND (api_key_id = ? OR new_api_key_id = ?)`)
+		args = append(args, f.APIKeyID, f.APIKeyID)
+	}
+	if f.ActorEmail != "" {
+		b.WriteString(` AND actor_email = ? COLLATE NOCASE`)
+		args = append(args, f.ActorEmail)
+	}
+	if !keyFilters && f.EventAction != "" {
+		b.WriteString(` AND action = ?`)
+		args = append(args, f.EventAction)
+	}
+	if keyFilters && f.Action != "" {
+		b.WriteString(` AND action = ?`)
+		args = append(args, string(f.Action))
+	}
+	for _, c := range []struct {
+		t  *time.Time
+		op string
+	}{{f.Since, ` AND created_at >= ?`}, {f.Until, ` AND created_at < ?`}} {
+		if c.t == nil {
+			continue
+		}
+		n, err := unixNano(*c.t)
+		if err != nil {
+			return "", nil, err
+		}
+		b.WriteString(c.op)
+		args = append(args, n)
+	}
+	return b.String(), args, nil
+}
+
+func (t *tx) AuditEntries(ctx context.Context, f btk.AuditFilter) ([]*btk.AuditEntry, string, error) {
+	const base = `SELECT seq, id, workspace_id, action, api_key_id, api_key_name, new_api_key_id, revoked_count,
+		actor_id, actor_email, impersonator_id, ip, user_agent, created_at FROM api_key_audit`
+	q, args, err := auditQuery(base, f, true)
+	if err != nil {
+		return nil, "", err
+	}
+	return list(ctx, t, "audit entries", auditEntryCursor, f.Page, q, args, func(rows rowScanner) (*btk.AuditEntry, int64, error) {
+		var (
+			e                           btk.AuditEntry
+			seq, created                int64
+			keyID, newKeyID, actor, imp sql.NullString
+			count                       sql.NullInt64
+		)
+		err := rows.Scan(&seq, &e.ID, &e.WorkspaceID, &e.Action, &keyID, &e.APIKeyName, &newKeyID, &count,
+			&actor, &e.ActorEmail, &imp, &e.IP, &e.UserAgent, &created)
+		e.APIKeyID, e.NewAPIKeyID, e.ActorID, e.ImpersonatorID = keyID.String, newKeyID.String, actor.String, imp.String
+		e.RevokedCount, e.CreatedAt = fromOptInt(count), fromNano(created)
+		return &e, seq, err
+	})
+}
+
+func (t *tx) AuditEvents(ctx context.Context, f btk.AuditFilter) ([]*btk.AuditEvent, string, error) {
+	const base = `SELECT seq, id, workspace_id, action, actor_id, actor_email, impersonator_id,
+		target_type, target_id, metadata, created_at FROM audit_events`
+	q, args, err := auditQuery(base, f, false)
+	if err != nil {
+		return nil, "", err
+	}
+	return list(ctx, t, "audit events", auditEventCursor, f.Page, q, args, func(rows rowScanner) (*btk.AuditEvent, int64, error) {
+		var (
+			ev                       btk.AuditEvent
+			seq, created             int64
+			ws, actor, imp, targetID sql.NullString
+		)
+		err := rows.Scan(&seq, &ev.ID, &ws, &ev.Action, &actor, &ev.ActorEmail, &imp,
+			&ev.TargetType, &targetID, &ev.Metadata, &created)
+		ev.WorkspaceID, ev.ActorID, ev.ImpersonatorID, ev.TargetID = ws.String, actor.String, imp.String, targetID.String
+		ev.CreatedAt = fromNano(created)
+		return &ev, seq, err
+	})
+}

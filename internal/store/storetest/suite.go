@@ -1,0 +1,66 @@
+// Package storetest is the one conformance suite every btk.Store passes:
+// each engine's tests call Run with a function that opens a fresh, empty
+// store of that engine.
+package storetest
+
+import (
+	"testing"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+// Opener opens a fresh, empty store for t and closes it when t ends.
+type Opener func(t *testing.T) btk.Store
+
+// tests is every conformance test; each gets a store of its own.
+var tests = []struct {
+	name string
+	fn   func(*testing.T, btk.Store)
+}{
+	{"EmptyAndSettings", testEmptyAndSettings},
+	{"WorkspaceRoundTrip", testWorkspaceRoundTrip},
+	{"WorkspacesOldestFirstAndUpdate", testWorkspacesOldestFirstAndUpdate},
+	{"PrefixTaken", testPrefixTaken},
+	{"AccountRoundTripAndEmail", testAccountRoundTripAndEmail},
+	{"Memberships", testMemberships},
+	{"SessionRoundTripAndRevoke", testSessionRoundTripAndRevoke},
+	{"TimesComeBackUTC", testTimesComeBackUTC},
+	{"APIKeyRoundTrip", testAPIKeyRoundTrip},
+	{"APIKeyNameUniqueAmongActive", testAPIKeyNameUniqueAmongActive},
+	{"APIKeyNameRace", testAPIKeyNameRace},
+	{"APIKeyNameRaceWithoutCheck", testAPIKeyNameRaceWithoutCheck},
+	{"RevokeAPIKey", testRevokeAPIKey},
+	{"RevokeAllAPIKeys", testRevokeAllAPIKeys},
+	{"APIKeysPaging", testAPIKeysPaging},
+	{"BadCursor", testBadCursor},
+	{"RecordUsage", testRecordUsage},
+	{"AuditRoundTrip", testAuditRoundTrip},
+	{"AuditFilters", testAuditFilters},
+	{"AuditPaging", testAuditPaging},
+	{"ForeignKeysEnforced", testForeignKeysEnforced},
+	{"WriteRollsBackOnError", testWriteRollsBackOnError},
+	{"WriteRollsBackOnPanic", testWriteRollsBackOnPanic},
+	{"ReadRefusesWrites", testReadRefusesWrites},
+	{"Ping", testPing},
+	{"TimeOutOfRange", testTimeOutOfRange},
+	{"UnknownConstraintIsInternal", testUnknownConstraintIsInternal},
+	{"ConcurrentReadsAndWrites", testConcurrentReadsAndWrites},
+	// Rules that read and then write, under concurrent writers.
+	{"ConcurrentRevokeSameKey", testConcurrentRevokeSameKey},
+	{"ConcurrentRotateSameKey", testConcurrentRotateSameKey},
+	{"RevokeAllRacesRotations", testRevokeAllRacesRotations},
+	{"ConcurrentWorkspaceUpdates", testConcurrentWorkspaceUpdates},
+	{"BootstrapOnce", testBootstrapOnce},
+	{"SettingMadeOnce", testSettingMadeOnce},
+}
+
+// Run runs the conformance suite, each test in parallel on a store of its
+// own from open.
+func Run(t *testing.T, open Opener) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, open(t))
+		})
+	}
+}
