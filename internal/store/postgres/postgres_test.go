@@ -207,3 +207,64 @@ func TestTerminatedBackendIsUnavailable(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Instances started together on an empty database (with shared state, so
+// all may run) bootstrap once and agree on the generated server secret: a
+// session made on one is valid on the others.
+func TestBootstrapOnceWhenStartedTogether(t *testing.T) {
+	url := pgtest.URL(t)
+	const n = 3
+	svcs := make([]*btk.Service, n)
+	boots := make([]btk.BootstrapResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			db, err := postgres.Open(ctx, url, postgres.Options{Shared: true, MaxConns: 2})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			t.Cleanup(func() { db.Close() })
+			if svcs[i], err = btk.NewService(ctx, db, nil, btk.Config{}); err != nil {
+				errs[i] = err
+				return
+			}
+			boots[i], errs[i] = svcs[i].Bootstrap(ctx, "admin@example.com", "correct-horse-battery")
+		})
+	}
+	wg.Wait()
+	created := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("instance %d: %v", i, errs[i])
+		}
+		if boots[i].Created {
+			created++
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d instances bootstrapped, want 1", created)
+	}
+	info, err := svcs[0].Login(ctx, "admin@example.com", "correct-horse-battery", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range svcs {
+		if _, err := s.ResolveSession(ctx, info.Token); err != nil {
+			t.Errorf("instance %d refuses a session made on instance 0: %v", i, err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var accounts, workspaces int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM workspaces)`).Scan(&accounts, &workspaces); err != nil {
+		t.Fatal(err)
+	}
+	if accounts != 1 || workspaces != 1 {
+		t.Fatalf("%d accounts and %d workspaces after three bootstraps, want 1 and 1", accounts, workspaces)
+	}
+}

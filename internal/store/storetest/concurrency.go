@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -12,7 +13,8 @@ import (
 )
 
 // race runs fn(i) for i in [0, n) at once (released together) and waits.
-func race(n int, fn func(i int)) {
+func race(db btk.Store, n int, fn func(i int)) {
+	warm(db, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
@@ -22,6 +24,36 @@ func race(n int, fn func(i int)) {
 		})
 	}
 	close(start)
+	wg.Wait()
+}
+
+// widen holds a transaction between its read and its write a little, so
+// that racing writers overlap there even on a loaded machine.
+func widen() { time.Sleep(50 * time.Millisecond) }
+
+// warm has n transactions open at once (or as many as the store allows
+// within a second), so that a pool that dials lazily has its connections
+// before a race and the racers are not staggered by connecting.
+func warm(db btk.Store, n int) {
+	var wg, in sync.WaitGroup
+	in.Add(n)
+	release := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			db.Read(ctx, func(btk.Tx) error {
+				in.Done()
+				<-release
+				return nil
+			})
+		})
+	}
+	all := make(chan struct{})
+	go func() { in.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(time.Second):
+	}
+	close(release)
 	wg.Wait()
 }
 
@@ -40,6 +72,7 @@ func rotate(db btk.Store, ws *btk.Workspace, id string) (*btk.APIKey, error) {
 		if old.RevokedAt != nil {
 			return errAlreadyRevoked
 		}
+		widen()
 		if _, err := tx.Workspace(ctx, old.WorkspaceID); err != nil {
 			return err
 		}
@@ -64,7 +97,7 @@ func testConcurrentRevokeSameKey(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	k := createKey(t, db, key(ws, "k"))
 	errs := make([]error, 8)
-	race(len(errs), func(i int) {
+	race(db, len(errs), func(i int) {
 		errs[i] = db.Write(ctx, func(tx btk.Tx) error {
 			got, err := tx.APIKey(ctx, k.ID)
 			if err != nil {
@@ -73,6 +106,7 @@ func testConcurrentRevokeSameKey(t *testing.T, db btk.Store) {
 			if got.RevokedAt != nil {
 				return errAlreadyRevoked
 			}
+			widen()
 			return tx.RevokeAPIKey(ctx, k.ID, t0, fmt.Sprint(i), "")
 		})
 	})
@@ -96,7 +130,7 @@ func testConcurrentRotateSameKey(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	k := createKey(t, db, key(ws, "k"))
 	errs := make([]error, 8)
-	race(len(errs), func(i int) { _, errs[i] = rotate(db, ws, k.ID) })
+	race(db, len(errs), func(i int) { _, errs[i] = rotate(db, ws, k.ID) })
 	ok := 0
 	for _, err := range errs {
 		switch {
@@ -135,7 +169,7 @@ func testRevokeAllRacesRotations(t *testing.T, db btk.Store) {
 	var revoked int
 	var revokeErr error
 	rotErrs := make([]error, n)
-	race(n+1, func(i int) {
+	race(db, n+1, func(i int) {
 		if i == n {
 			revokeErr = db.Write(ctx, func(tx btk.Tx) (err error) {
 				revoked, err = tx.RevokeAllAPIKeys(ctx, ws.ID, t0, "acct")
@@ -169,12 +203,13 @@ func testRevokeAllRacesRotations(t *testing.T, db btk.Store) {
 func testConcurrentWorkspaceUpdates(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	const n = 10
-	race(n, func(int) {
+	race(db, n, func(int) {
 		err := db.Write(ctx, func(tx btk.Tx) error {
 			w, err := tx.Workspace(ctx, ws.ID)
 			if err != nil {
 				return err
 			}
+			widen()
 			day := 1
 			if w.RateLimitPerDay != nil {
 				day = *w.RateLimitPerDay + 1
@@ -200,13 +235,14 @@ func testConcurrentWorkspaceUpdates(t *testing.T, db btk.Store) {
 func testBootstrapOnce(t *testing.T, db btk.Store) {
 	const n = 8
 	emails := make([]string, n)
-	race(n, func(i int) {
+	race(db, n, func(i int) {
 		emails[i] = fmt.Sprintf("admin%d@example.com", i)
 		err := db.Write(ctx, func(tx btk.Tx) error {
 			empty, err := tx.Empty(ctx)
 			if err != nil || !empty {
 				return err
 			}
+			widen()
 			return tx.CreateAccount(ctx, &btk.Account{ID: uuid.NewString(), Email: emails[i], PasswordHash: "x", CreatedAt: t0})
 		})
 		if err != nil {
@@ -232,10 +268,11 @@ func testBootstrapOnce(t *testing.T, db btk.Store) {
 func testSettingMadeOnce(t *testing.T, db btk.Store) {
 	const n = 8
 	got := make([]string, n)
-	race(n, func(i int) {
+	race(db, n, func(i int) {
 		err := db.Write(ctx, func(tx btk.Tx) error {
 			v, err := tx.Setting(ctx, "secret")
 			if errors.Is(err, btk.ErrNotFound) {
+				widen()
 				v = uuid.NewString()
 				err = tx.SetSetting(ctx, "secret", v)
 			}
