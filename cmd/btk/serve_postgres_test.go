@@ -49,7 +49,7 @@ func TestServePostgresSecondInstanceRefuses(t *testing.T) {
 func TestDisplayDBHidesPassword(t *testing.T) {
 	for in, want := range map[string]string{
 		"./btk.db": "./btk.db",
-		"postgres://btk:s3cret@db:5432/btk?sslmode=require":  "postgres://btk:xxxxx@db:5432/btk?sslmode=require",
+		"postgres://btk:s3cret@db:5432/btk?sslmode=require":   "postgres://btk:xxxxx@db:5432/btk?sslmode=require",
 		"postgresql://db/btk?password=s3cret&sslmode=disable": "postgresql://db/btk?password=xxxxx&sslmode=disable",
 		"postgres://btk@db/btk":                               "postgres://btk@db/btk",
 	} {
