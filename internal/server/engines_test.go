@@ -76,9 +76,7 @@ func testPostgresUnreachable(t *testing.T) {
 		return e.do(cred{}, `mutation($e:String!,$p:String!){login(email:$e,password:$p){accessToken}}`,
 			map[string]any{"e": adminEmail, "p": adminPassword})
 	}
-	if r := login(); r.Code() != "" {
-		t.Fatalf("login before the cut: %+v", r.Errors)
-	}
+	token := e.login(adminEmail, adminPassword, "")
 
 	relay.cut()
 	r := login()
@@ -90,6 +88,10 @@ func testPostgresUnreachable(t *testing.T) {
 	}
 	if s, _, _ := e.raw(http.MethodGet, "/readyz", "", nil, nil); s != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz with PostgreSQL unreachable: HTTP %d, want 503", s)
+	}
+	// A session is checked against the database: 503 UNAVAILABLE.
+	if r := e.do(cred{Bearer: token}, `{me{id}}`, nil); r.Status != http.StatusServiceUnavailable || r.Code() != string(btk.CodeUnavailable) {
+		t.Fatalf("session request with PostgreSQL unreachable: HTTP %d %+v, want 503 UNAVAILABLE", r.Status, r.Errors)
 	}
 
 	relay.restore()
