@@ -32,6 +32,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,9 +62,14 @@ type Options struct {
 type DB struct {
 	pool   *pgxpool.Pool
 	schema string
+	shared bool
 	// instance holds the session advisory lock that says a btk process uses
-	// this schema, for the life of the DB.
-	instance *pgx.Conn
+	// this schema, for the life of the DB; Ping takes it again if the
+	// connection was lost (a PostgreSQL restart).
+	instanceMu sync.Mutex
+	instance   *pgx.Conn
+	closed     bool
+	connConfig *pgx.ConnConfig
 }
 
 // IsURL reports whether db names a PostgreSQL database rather than a file.
@@ -93,7 +99,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, mapErr("open", err)
 	}
-	db := &DB{pool: pool}
+	db := &DB{pool: pool, shared: opts.Shared, connConfig: cfg.ConnConfig}
 	var schema *string
 	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 		pool.Close()
@@ -105,7 +111,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	}
 	db.schema = *schema
 
-	if err := db.lockInstance(ctx, cfg.ConnConfig, opts.Shared); err != nil {
+	if err := db.lockInstance(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -132,13 +138,13 @@ var ErrInUse = errors.New("store: the PostgreSQL database is in use by another b
 // the pool, held until Close: exclusively for a lone instance (each caches
 // keys and counts rate limits in memory, so a second one would keep accepting
 // what the first revoked), shared by instances that keep that state in Redis.
-func (db *DB) lockInstance(ctx context.Context, cc *pgx.ConnConfig, shared bool) error {
-	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
+func (db *DB) lockInstance(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, db.connConfig.Copy())
 	if err != nil {
 		return mapErr("lock", err)
 	}
 	fn := "pg_try_advisory_lock"
-	if shared {
+	if db.shared {
 		fn = "pg_try_advisory_lock_shared"
 	}
 	var ok bool
@@ -148,7 +154,7 @@ func (db *DB) lockInstance(ctx context.Context, cc *pgx.ConnConfig, shared bool)
 	}
 	if !ok {
 		conn.Close(context.Background())
-		if shared {
+		if db.shared {
 			return errors.New("store: the PostgreSQL database is in use by a btk serve started without --redis; stop it, or give it --redis too")
 		}
 		return ErrInUse
@@ -275,15 +281,36 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
 	return mapErr("record usage", err)
 }
 
-// Ping runs a query on a pooled connection.
+// Ping runs a query on a pooled connection. It also checks the instance
+// lock: when its connection was lost, the lock went with it, and Ping takes
+// it again or fails (another instance took it meanwhile), so that /readyz
+// takes this instance out of a load balancer.
 func (db *DB) Ping(ctx context.Context) error {
 	var one int
-	return mapErr("ping", db.pool.QueryRow(ctx, `SELECT 1`).Scan(&one))
+	if err := db.pool.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return mapErr("ping", err)
+	}
+	db.instanceMu.Lock()
+	defer db.instanceMu.Unlock()
+	if db.closed {
+		return errors.New("store: ping: closed")
+	}
+	if db.instance != nil {
+		if !db.instance.IsClosed() && db.instance.Ping(ctx) == nil {
+			return nil
+		}
+		db.instance.Close(context.Background())
+		db.instance = nil
+	}
+	return db.lockInstance(ctx)
 }
 
 // Close closes the pool and releases the instance lock.
 func (db *DB) Close() error {
 	db.pool.Close()
+	db.instanceMu.Lock()
+	defer db.instanceMu.Unlock()
+	db.closed = true
 	if db.instance != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

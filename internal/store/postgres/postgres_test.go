@@ -268,3 +268,42 @@ func TestBootstrapOnceWhenStartedTogether(t *testing.T) {
 		t.Fatalf("%d accounts and %d workspaces after three bootstraps, want 1 and 1", accounts, workspaces)
 	}
 }
+
+// The instance lock lives on a connection: if PostgreSQL ends it (a restart),
+// the lock is gone. Ping takes it again, or fails while another instance
+// holds it (so /readyz takes this one out of the load balancer).
+func TestInstanceLockTakenAgainAfterConnectionLoss(t *testing.T) {
+	url := pgtest.URL(t)
+	app := "btk_lock_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	a := open(t, url+"&application_name="+app, postgres.Options{})
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	// End every backend of a: the pool's and the lock's.
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, app); err != nil {
+		t.Fatal(err)
+	}
+	// The lock is free: another lone instance may take it (PostgreSQL
+	// notices the ended backend at once, but poll to be sure).
+	var b *postgres.DB
+	deadline := time.Now().Add(5 * time.Second)
+	for b == nil {
+		b, err = postgres.Open(ctx, url, postgres.Options{})
+		if err != nil && time.Now().After(deadline) {
+			t.Fatalf("Open after the first instance lost its lock: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := a.Ping(ctx); err == nil {
+		t.Fatal("Ping succeeds while another instance holds the lock")
+	}
+	b.Close()
+	if err := a.Ping(ctx); err != nil {
+		t.Fatalf("Ping once the lock is free again: %v", err)
+	}
+	if _, err := postgres.Open(ctx, url, postgres.Options{}); !errors.Is(err, postgres.ErrInUse) {
+		t.Fatalf("Open while the first instance holds the lock again: %v", err)
+	}
+}
