@@ -26,6 +26,7 @@ CREATE TABLE workspaces (
 );
 
 CREATE TABLE accounts (
+	seq            BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
 	id             TEXT PRIMARY KEY,
 	email          TEXT NOT NULL,
 	password_hash  TEXT NOT NULL,
