@@ -307,3 +307,14 @@ func TestInstanceLockTakenAgainAfterConnectionLoss(t *testing.T) {
 		t.Fatalf("Open while the first instance holds the lock again: %v", err)
 	}
 }
+
+func TestPoolStats(t *testing.T) {
+	db := open(t, pgtest.URL(t), postgres.Options{MaxConns: 3})
+	if err := db.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, ok := db.PoolStats()["postgres"]
+	if !ok || st.MaxOpenConnections != 3 || st.OpenConnections < 1 || st.InUse != 0 {
+		t.Fatalf("PoolStats = %+v", db.PoolStats())
+	}
+}
