@@ -22,7 +22,7 @@ import (
 // failingStore is the real SQLite store whose AddAuditEvent fails while
 // fail is set: a change whose event is not written must not happen either.
 type failingStore struct {
-	*store.DB
+	btk.Store
 	fail *atomic.Bool
 }
 
@@ -41,7 +41,7 @@ func (t failingTx) AddAuditEvent(ctx context.Context, ev *btk.AuditEvent) error 
 }
 
 func (s failingStore) Write(ctx context.Context, fn func(btk.Tx) error) error {
-	return s.DB.Write(ctx, func(tx btk.Tx) error { return fn(failingTx{tx, s.fail}) })
+	return s.Store.Write(ctx, func(tx btk.Tx) error { return fn(failingTx{tx, s.fail}) })
 }
 
 // newEventsEnv is newEnv on a failingStore.
@@ -49,7 +49,7 @@ func newEventsEnv(t *testing.T) (*env, *atomic.Bool) {
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "btk.db")
-	db, err := store.Open(ctx, path)
+	db, err := store.Open(ctx, path, false)
 	if err != nil {
 		t.Fatal(err)
 	}

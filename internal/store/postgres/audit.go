@@ -67,10 +67,26 @@ func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, args, 
 	var b strings.Builder
 	var a args
 	b.WriteString(base)
-	b.WriteString(` WHERE workspace_id = ` + a.add(f.WorkspaceID))
-	if keyFilters && f.APIKeyID != "" {
+	if !keyFilters && f.NoWorkspace {
+		b.WriteString(` WHERE workspace_id IS NULL`)
+	} else {
+		b.WriteString(` WHERE workspace_id = ` + a.add(f.WorkspaceID))
+	}
+	switch {
+	case keyFilters && len(f.APIKeyIDs) > 0:
+		// A rotation chain: the entries about any of its keys.
+		ids := a.add(f.APIKeyIDs)
+		b.WriteString(` AND (api_key_id = ANY(` + ids + `::text[]) OR new_api_key_id = ANY(` + ids + `::text[]))`)
+	case keyFilters && f.APIKeyID != "":
 		id := a.add(f.APIKeyID)
 		b.WriteString(` AND (api_key_id = ` + id + ` OR new_api_key_id = ` + id + `)`)
+	}
+	if f.ActorEmail != "" {
+		// Case-insensitive, as SQLite's NOCASE.
+		b.WriteString(` AND lower(actor_email) = lower(` + a.add(f.ActorEmail) + `)`)
+	}
+	if !keyFilters && f.EventAction != "" {
+		b.WriteString(` AND action = ` + a.add(f.EventAction))
 	}
 	if keyFilters && f.Action != "" {
 		b.WriteString(` AND action = ` + a.add(string(f.Action)))

@@ -38,6 +38,8 @@ var tests = []struct {
 	{"AuditRoundTrip", testAuditRoundTrip},
 	{"AuditFilters", testAuditFilters},
 	{"AuditPaging", testAuditPaging},
+	{"AuditFiltersOfIssue11", testAuditFiltersOfIssue11},
+	{"AccountsAndWorkspaceMembers", testAccountsAndWorkspaceMembers},
 	{"ForeignKeysEnforced", testForeignKeysEnforced},
 	{"WriteRollsBackOnError", testWriteRollsBackOnError},
 	{"WriteRollsBackOnPanic", testWriteRollsBackOnPanic},

@@ -1,4 +1,4 @@
-package store_test
+package storetest
 
 import (
 	"testing"
@@ -9,8 +9,7 @@ import (
 
 // The filters of issue 11: a rotation chain (APIKeyIDs), the actor's email,
 // an event action, and the server-wide events (no workspace).
-func TestAuditFiltersOfIssue11(t *testing.T) {
-	db, _ := newDB(t)
+func testAuditFiltersOfIssue11(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	write(t, db, func(tx btk.Tx) error {
 		for i, e := range []*btk.AuditEntry{
@@ -78,8 +77,7 @@ func TestAuditFiltersOfIssue11(t *testing.T) {
 	})
 }
 
-func TestAccountsAndWorkspaceMembers(t *testing.T) {
-	db, _ := newDB(t)
+func testAccountsAndWorkspaceMembers(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	a, b := newAccount(t, db, "a@example.com"), newAccount(t, db, "b@example.com")
 	write(t, db, func(tx btk.Tx) error {
