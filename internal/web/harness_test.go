@@ -18,7 +18,7 @@ import (
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/server"
-	"github.com/btk-project/btk/internal/store"
+	"github.com/btk-project/btk/internal/store/sqlite"
 	"github.com/btk-project/btk/internal/web"
 )
 
@@ -49,7 +49,7 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "btk.db"))
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "btk.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
