@@ -49,6 +49,8 @@ func TestPostgres(t *testing.T) {
 		{"TestConcurrentRotateSameKey", TestConcurrentRotateSameKey},
 		{"TestConcurrentRevokeSameKey", TestConcurrentRevokeSameKey},
 		{"TestRoleMatrix", TestRoleMatrix},
+		{"TestAuditEventsInTheChangesTransaction", TestAuditEventsInTheChangesTransaction},
+		{"TestKeyHistoryAcrossRotations", TestKeyHistoryAcrossRotations},
 		{"TestRateLimitDayCountsSurviveRestart", TestRateLimitDayCountsSurviveRestart},
 		{"TestLastUsedAt", TestLastUsedAt},
 		{"TestHealthEndpoints", TestHealthEndpoints},

@@ -17,6 +17,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store"
+	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
 // failingStore is the real SQLite store whose AddAuditEvent fails while
@@ -49,6 +50,9 @@ func newEventsEnv(t *testing.T) (*env, *atomic.Bool) {
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "btk.db")
+	if onPostgres(t) {
+		path = pgtest.URL(t)
+	}
 	db, err := store.Open(ctx, path, false)
 	if err != nil {
 		t.Fatal(err)
