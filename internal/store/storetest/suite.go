@@ -35,6 +35,7 @@ var tests = []struct {
 	{"APIKeysPaging", testAPIKeysPaging},
 	{"BadCursor", testBadCursor},
 	{"RecordUsage", testRecordUsage},
+	{"RecordUsageBatches", testRecordUsageBatches},
 	{"AuditRoundTrip", testAuditRoundTrip},
 	{"AuditFilters", testAuditFilters},
 	{"AuditPaging", testAuditPaging},

@@ -1,4 +1,4 @@
-package store_test
+package storetest
 
 import (
 	"fmt"
@@ -11,16 +11,22 @@ import (
 // RecordUsage over several batched statements (more keys than one carries)
 // and for a single key (the prepared statement): every row is written, and
 // last_used_at never moves back.
-func TestRecordUsageBatches(t *testing.T) {
-	db, _ := newDB(t)
+func testRecordUsageBatches(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	const n = 1201 // three statements: 500, 500, 201
 	keys := make([]*btk.APIKey, n)
 	usage := make([]btk.KeyUsage, n)
-	for i := range keys {
-		keys[i] = createKey(t, db, key(ws, fmt.Sprintf("k%04d", i)))
-		usage[i] = btk.KeyUsage{KeyID: keys[i].ID, LastUsedAt: t0.Add(time.Duration(i) * time.Second), DayState: int64(i + 1)}
-	}
+	// One transaction for the keys: 1,201 commits would dominate the test.
+	write(t, db, func(tx btk.Tx) error {
+		for i := range keys {
+			keys[i] = key(ws, fmt.Sprintf("k%04d", i))
+			if err := tx.CreateAPIKey(ctx, keys[i]); err != nil {
+				return err
+			}
+			usage[i] = btk.KeyUsage{KeyID: keys[i].ID, LastUsedAt: t0.Add(time.Duration(i) * time.Second), DayState: int64(i + 1)}
+		}
+		return nil
+	})
 	if err := db.RecordUsage(ctx, usage); err != nil {
 		t.Fatal(err)
 	}
