@@ -20,7 +20,6 @@ const (
 	CodeBadUserInput        Code = "BAD_USER_INPUT"
 	CodeRateLimited         Code = "RATE_LIMITED"
 	CodeInternal            Code = "INTERNAL"
-	CodeUnavailable         Code = "UNAVAILABLE"
 )
 
 // Error is an error meant for the caller: its message is safe to show.
@@ -70,7 +69,4 @@ var (
 	ErrWrongPassword     = &Error{CodeUnauthenticated, "wrong password"}
 	ErrNoWorkspace       = &Error{CodeNotFound, "the session has no workspace; log in with one or impersonate it"}
 	ErrEmailTaken        = &Error{CodeBadUserInput, "an account with this email already exists"}
-	// ErrUnavailable is wrapped around errors of a store (or shared state)
-	// that cannot be reached: the request may succeed if tried again later.
-	ErrUnavailable = &Error{CodeUnavailable, "the service is temporarily unavailable; try again later"}
 )

@@ -64,9 +64,6 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusUnauthorized, err)
 	case btk.CodeRateLimited:
 		writeError(w, http.StatusTooManyRequests, err)
-	case btk.CodeUnavailable:
-		h.log.ErrorContext(r.Context(), "authentication failed: store unavailable", "err", err)
-		writeError(w, http.StatusServiceUnavailable, err)
 	default:
 		// A busy or unreachable store is 503 UNAVAILABLE (retry), logged at
 		// WARN; anything else is a 500 INTERNAL at ERROR.

@@ -108,17 +108,18 @@ func (t *tx) UpdateWorkspace(ctx context.Context, w *btk.Workspace) error {
 	return err
 }
 
-const selectAccount = `SELECT id, email, password_hash, platform_admin, created_at FROM accounts`
+const selectAccount = `SELECT id, email, password_hash, platform_admin, created_at, disabled_at FROM accounts`
 
 func scanAccount(row pgx.Row) (*btk.Account, error) {
 	var (
-		a       btk.Account
-		created int64
+		a        btk.Account
+		created  int64
+		disabled *int64
 	)
-	if err := row.Scan(&a.ID, &a.Email, &a.PasswordHash, &a.PlatformAdmin, &created); err != nil {
+	if err := row.Scan(&a.ID, &a.Email, &a.PasswordHash, &a.PlatformAdmin, &created, &disabled); err != nil {
 		return nil, err
 	}
-	a.CreatedAt = fromNano(created)
+	a.CreatedAt, a.DisabledAt = fromNano(created), fromOptNano(disabled)
 	return &a, nil
 }
 

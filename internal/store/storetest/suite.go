@@ -25,6 +25,7 @@ var tests = []struct {
 	{"AccountRoundTripAndEmail", testAccountRoundTripAndEmail},
 	{"Memberships", testMemberships},
 	{"SessionRoundTripAndRevoke", testSessionRoundTripAndRevoke},
+	{"AccountLifecycle", testAccountLifecycle},
 	{"TimesComeBackUTC", testTimesComeBackUTC},
 	{"APIKeyRoundTrip", testAPIKeyRoundTrip},
 	{"APIKeyNameUniqueAmongActive", testAPIKeyNameUniqueAmongActive},

@@ -1,7 +1,6 @@
-package store_test
+package storetest
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -12,9 +11,7 @@ import (
 
 // The account lifecycle's store methods: password, disabled state, ending
 // every session but one, an audit event alone.
-func TestAccountLifecycle(t *testing.T) {
-	ctx := context.Background()
-	db, _ := newDB(t)
+func testAccountLifecycle(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	a := newAccount(t, db, "user@example.com")
 	other := newAccount(t, db, "other@example.com")
