@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/btk-project/btk/internal/store"
+	"github.com/btk-project/btk/internal/store/sqlite"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 )
@@ -43,8 +43,8 @@ PostgreSQL, use pg_dump and pg_restore.`,
 				return errors.New("btk backup copies SQLite databases; back up PostgreSQL with pg_dump (see the README, Operating btk)")
 			}
 			force, _ := cmd.Flags().GetBool("force")
-			if err := store.Backup(cmd.Context(), db, args[0], force); err != nil {
-				if errors.Is(err, store.ErrBackupExists) {
+			if err := sqlite.Backup(cmd.Context(), db, args[0], force); err != nil {
+				if errors.Is(err, sqlite.ErrBackupExists) {
 					return fmt.Errorf("%s exists: choose another name, or give --force to replace it", args[0])
 				}
 				return err

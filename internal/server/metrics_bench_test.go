@@ -23,7 +23,7 @@ import (
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/server"
-	"github.com/btk-project/btk/internal/store"
+	"github.com/btk-project/btk/internal/store/sqlite"
 )
 
 func BenchmarkHotPathMetrics(b *testing.B) {
@@ -38,7 +38,7 @@ func BenchmarkHotPathMetrics(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
-			db, err := store.Open(ctx, bdb.path)
+			db, err := sqlite.Open(ctx, bdb.path)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package store_test
+package sqlite_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/btk-project/btk/internal/btk"
-	"github.com/btk-project/btk/internal/store"
+	"github.com/btk-project/btk/internal/store/sqlite"
 )
 
 func countKeys(t *testing.T, path string) int {
@@ -37,7 +37,7 @@ func TestBackup(t *testing.T) {
 
 	dir := t.TempDir()
 	dest := filepath.Join(dir, "copy.db")
-	if err := store.Backup(ctx, path, dest, false); err != nil {
+	if err := sqlite.Backup(ctx, path, dest, false); err != nil {
 		t.Fatalf("Backup while the database is open: %v", err)
 	}
 	fi, err := os.Stat(dest)
@@ -52,13 +52,13 @@ func TestBackup(t *testing.T) {
 	}
 
 	createKey(t, db, key(ws, "two"))
-	if err := store.Backup(ctx, path, dest, false); !errors.Is(err, store.ErrBackupExists) {
+	if err := sqlite.Backup(ctx, path, dest, false); !errors.Is(err, sqlite.ErrBackupExists) {
 		t.Errorf("Backup onto an existing file: %v, want ErrBackupExists", err)
 	}
 	if n := countKeys(t, dest); n != 1 {
 		t.Errorf("the refused backup changed the existing file: %d keys", n)
 	}
-	if err := store.Backup(ctx, path, dest, true); err != nil {
+	if err := sqlite.Backup(ctx, path, dest, true); err != nil {
 		t.Fatalf("Backup with force: %v", err)
 	}
 	if n := countKeys(t, dest); n != 2 {
@@ -68,7 +68,7 @@ func TestBackup(t *testing.T) {
 		t.Errorf("mode after force %v, want 0600", fi.Mode().Perm())
 	}
 
-	if err := store.Backup(ctx, filepath.Join(dir, "missing.db"), filepath.Join(dir, "x.db"), false); err == nil {
+	if err := sqlite.Backup(ctx, filepath.Join(dir, "missing.db"), filepath.Join(dir, "x.db"), false); err == nil {
 		t.Error("Backup of a missing database succeeded")
 	}
 	ents, _ := os.ReadDir(dir)
