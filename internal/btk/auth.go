@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/btk-project/btk/internal/ratelimit"
@@ -29,28 +30,52 @@ func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor
 	}
 	var buf [KeyLen]byte // hashed from the stack: HashKey's conversion allocates
 	hash := sha256.Sum256(append(buf[:0], plaintext...))
-	k, w, gen := s.cache.get(hash)
+	prefix := plaintext[len(KeyPrefix):DisplayPrefixLen]
+	k, w, rev, gen := s.cache.get(hash, prefix)
 	s.cfg.Observer.KeyCacheLookup(k != nil && w != nil)
-	if k == nil || w == nil {
-		var err error
-		if k, w, err = s.loadKey(ctx, hash, k); err != nil {
-			return nil, none, err
+	for attempt := 0; ; attempt++ {
+		if k == nil || w == nil {
+			var err error
+			if k, w, err = s.loadKey(ctx, hash, k); err != nil {
+				return nil, none, err
+			}
+			s.cache.fill(gen, hash, k, w, rev)
 		}
-		s.cache.fill(gen, hash, k, w)
+		now := s.now()
+		// Revoked and expired are final: a cached record saying so needs no
+		// shared state.
+		if k.Status(now) != KeyActive {
+			return nil, none, ErrKeyRevokedOrExpired
+		}
+		// The gate also records the accepted request's time, which
+		// FlushUsage writes as last_used_at: no other bookkeeping, and no
+		// lock shared by all keys, on the request path. k.ID is the same
+		// string on every request of the key while it is cached, which the
+		// in-memory limiter keeps.
+		v, err := s.gate.Allow(ctx, KeyCheck{
+			KeyID: k.ID, WorkspacePrefix: prefix, Limits: s.EffectiveLimits(k, w),
+			Now: now, DayState: k.DayState, Seen: rev,
+		})
+		if err != nil {
+			return nil, none, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if !v.Stale {
+			if !v.Allowed {
+				return nil, v.Decision, ErrRateLimited
+			}
+			return &Actor{WorkspaceID: k.WorkspaceID, KeyID: k.ID}, v.Decision, nil
+		}
+		// Another instance changed the workspace's keys or limits, or the
+		// shared state was lost: read the key again, under the revision
+		// just answered (obtained before that read, so the record cached is
+		// never older than the revision it is cached under).
+		if attempt == 3 {
+			return nil, none, fmt.Errorf("%w: the workspace's revision keeps changing", ErrUnavailable)
+		}
+		s.cache.seen(prefix, v.Current)
+		rev, gen = v.Current, s.cache.generation()
+		k, w = nil, nil
 	}
-	now := s.now()
-	if k.Status(now) != KeyActive {
-		return nil, none, ErrKeyRevokedOrExpired
-	}
-	// The limiter also records the accepted request's time, which FlushUsage
-	// writes as last_used_at: no other bookkeeping, and no lock shared by
-	// all keys, on the request path. k.ID is the same string on every
-	// request of the key while it is cached, which the limiter keeps.
-	d := s.limiter.Allow(k.ID, s.EffectiveLimits(k, w), now, k.DayState)
-	if !d.Allowed {
-		return nil, d, ErrRateLimited
-	}
-	return &Actor{WorkspaceID: k.WorkspaceID, KeyID: k.ID}, d, nil
 }
 
 // loadKey reads a key (unless known) and its workspace from the database.

@@ -46,7 +46,7 @@ func newBenchKeys(b *testing.B, n int) *benchKeys {
 			Hash: hash, DisplayPrefix: displayPrefix, Hint: hint, Scopes: []string{}, CreatedAt: time.Now(),
 		}
 		gen := svc.cache.gen
-		svc.cache.fill(gen, [32]byte(hash), k, w)
+		svc.cache.fill(gen, [32]byte(hash), k, w, Revision{})
 		bk.plain = append(bk.plain, plain)
 		bk.hashes = append(bk.hashes, [32]byte(hash))
 	}
@@ -67,7 +67,7 @@ func BenchmarkKeyCache(b *testing.B) {
 			b.Run("get", func(b *testing.B) {
 				i := 0
 				for b.Loop() {
-					if k, _, _ := c.get(bk.hashes[bk.order[i&mask]]); k == nil {
+					if k, _, _, _ := c.get(bk.hashes[bk.order[i&mask]], ""); k == nil {
 						b.Fatal("miss")
 					}
 					i++
@@ -78,7 +78,7 @@ func BenchmarkKeyCache(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					i := int(seed.Add(7919))
 					for pb.Next() {
-						if k, _, _ := c.get(bk.hashes[bk.order[i&mask]]); k == nil {
+						if k, _, _, _ := c.get(bk.hashes[bk.order[i&mask]], ""); k == nil {
 							b.Error("miss")
 							return
 						}

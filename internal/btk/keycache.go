@@ -10,32 +10,52 @@ import (
 // revocation: the service drops entries after every committed change, and a
 // miss only fills the cache when no change happened while it read the
 // database (the generation counter), so a stale record can never be cached.
+// With several instances each entry also carries the Revision it was read
+// under (obtained before the read), which the KeyGate checks on every
+// request against the shared one.
 type keyCache struct {
 	mu         sync.RWMutex
 	gen        uint64
-	keys       map[[sha256.Size]byte]*APIKey
+	keys       map[[sha256.Size]byte]cachedKey
 	workspaces map[string]*Workspace
-	max        int
+	// revs is the latest revision seen per workspace prefix, for entries
+	// filled on a miss.
+	revs map[string]Revision
+	max  int
+}
+
+type cachedKey struct {
+	key *APIKey
+	rev Revision
 }
 
 func newKeyCache(max int) *keyCache {
 	return &keyCache{
-		keys:       make(map[[sha256.Size]byte]*APIKey),
+		keys:       make(map[[sha256.Size]byte]cachedKey),
 		workspaces: make(map[string]*Workspace),
+		revs:       make(map[string]Revision),
 		max:        max,
 	}
 }
 
-// get returns the cached key and its workspace, or the generation to pass to
-// fill after reading the database.
-func (c *keyCache) get(hash [sha256.Size]byte) (*APIKey, *Workspace, uint64) {
+// get returns the cached key, its workspace and the revision it was read
+// under, or (on a miss) the latest revision seen for the workspace prefix;
+// and the generation to pass to fill after reading the database.
+func (c *keyCache) get(hash [sha256.Size]byte, prefix string) (*APIKey, *Workspace, Revision, uint64) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	k := c.keys[hash]
-	if k == nil {
-		return nil, nil, c.gen
+	e, ok := c.keys[hash]
+	if !ok {
+		return nil, nil, c.revs[prefix], c.gen
 	}
-	return k, c.workspaces[k.WorkspaceID], c.gen
+	return e.key, c.workspaces[e.key.WorkspaceID], e.rev, c.gen
+}
+
+// generation returns the generation to pass to fill after a database read.
+func (c *keyCache) generation() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.gen
 }
 
 // workspace returns a cached workspace, or the generation for fillWorkspace.
@@ -45,9 +65,9 @@ func (c *keyCache) workspace(id string) (*Workspace, uint64) {
 	return c.workspaces[id], c.gen
 }
 
-// fill caches what was read from the database at generation gen, unless
-// something changed since.
-func (c *keyCache) fill(gen uint64, hash [sha256.Size]byte, k *APIKey, w *Workspace) {
+// fill caches what was read from the database at generation gen, under
+// revision rev (obtained before the read), unless something changed since.
+func (c *keyCache) fill(gen uint64, hash [sha256.Size]byte, k *APIKey, w *Workspace, rev Revision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen {
@@ -64,10 +84,27 @@ func (c *keyCache) fill(gen uint64, hash [sha256.Size]byte, k *APIKey, w *Worksp
 			}
 		}
 	}
-	c.keys[hash] = k
+	c.keys[hash] = cachedKey{k, rev}
 	if w != nil {
 		c.workspaces[w.ID] = w
 	}
+}
+
+// seen records the current revision of a workspace prefix, as the shared
+// state answered it, for the entries that later misses fill.
+func (c *keyCache) seen(prefix string, rev Revision) {
+	c.mu.RLock()
+	same := c.revs[prefix] == rev
+	c.mu.RUnlock()
+	if same {
+		return
+	}
+	c.mu.Lock()
+	if len(c.revs) >= c.max {
+		clear(c.revs) // only an optimisation: a miss without it reads twice
+	}
+	c.revs[prefix] = rev
+	c.mu.Unlock()
 }
 
 func (c *keyCache) fillWorkspace(gen uint64, w *Workspace) {
@@ -92,8 +129,8 @@ func (c *keyCache) dropWorkspace(id string, keys bool) {
 	defer c.mu.Unlock()
 	delete(c.workspaces, id)
 	if keys {
-		for h, k := range c.keys {
-			if k.WorkspaceID == id {
+		for h, e := range c.keys {
+			if e.key.WorkspaceID == id {
 				delete(c.keys, h)
 			}
 		}

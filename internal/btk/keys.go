@@ -182,10 +182,18 @@ func (s *Service) RotateKey(ctx context.Context, a *Actor, id string, in RotateK
 		return s.audit(ctx, tx, a, AuditEntry{Action: AuditRotated, APIKeyID: old.ID, APIKeyName: old.Name, NewAPIKeyID: k.ID},
 			map[string]any{"name": old.Name, "newApiKeyId": k.ID, "newName": k.Name})
 	})
+	if errors.Is(err, ErrKeyRevoked) {
+		// Tell the other instances again: an earlier answer may have failed
+		// to (see changed).
+		return nil, errors.Join(err, s.changed(ctx, a.WorkspaceID))
+	}
 	if err != nil {
 		return nil, err
 	}
 	s.forgetKey(res.Revoked)
+	if err := s.changed(ctx, a.WorkspaceID); err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
@@ -218,6 +226,11 @@ func (s *Service) RevokeKey(ctx context.Context, a *Actor, id string) (*APIKey, 
 	if revoked {
 		s.forgetKey(k)
 	}
+	// Also when it was revoked already: an earlier answer may have failed
+	// to tell the other instances (see changed).
+	if err := s.changed(ctx, a.WorkspaceID); err != nil {
+		return nil, err
+	}
 	return k, nil
 }
 
@@ -241,6 +254,9 @@ func (s *Service) RevokeAllKeys(ctx context.Context, a *Actor) (int, error) {
 		return 0, err
 	}
 	s.cache.dropWorkspace(a.WorkspaceID, true)
+	if err := s.changed(ctx, a.WorkspaceID); err != nil {
+		return 0, err
+	}
 	return n, nil
 }
 
@@ -302,7 +318,7 @@ func (s *Service) audit(ctx context.Context, tx Tx, a *Actor, e AuditEntry, meta
 // revocation is committed, so the very next request reads it revoked.
 func (s *Service) forgetKey(k *APIKey) {
 	s.cache.dropKey(k.Hash)
-	s.limiter.Forget(k.ID)
+	s.gate.Forget(k.ID)
 }
 
 func utc(t *time.Time) *time.Time {

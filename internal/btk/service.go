@@ -23,6 +23,10 @@ type Config struct {
 	KeyCacheSize int
 	// Observer receives key-check figures for metrics; nil observes nothing.
 	Observer Observer
+	// KeyGate and Throttle hold the state instances share (rate-limit
+	// windows, revocation, password throttles); nil means in memory (one node).
+	KeyGate  KeyGate
+	Throttle Throttle
 }
 
 // Server defaults (DESIGN §3).
@@ -35,12 +39,15 @@ const (
 // validates its input, and commits its change together with its audit rows.
 // Resolvers and commands stay thin around it.
 type Service struct {
-	store   Store
-	tokens  *Tokens
-	now     Clock
-	cfg     Config
-	cache   *keyCache
-	limiter *ratelimit.Limiter // also collects last_used_at (FlushUsage)
+	store  Store
+	tokens *Tokens
+	now    Clock
+	cfg    Config
+	cache  *keyCache
+	gate   KeyGate // rate limits and revocation; also collects last_used_at (FlushUsage)
+	// clustered: other instances change the database too, so only what the
+	// gate vouches for (a key and its workspace) is served from the cache.
+	clustered bool
 	// passwords throttles and bounds password checks (login, elevate).
 	passwords *passwordGate
 	// usage is what FlushDueUsage has collected and not written yet.
@@ -64,6 +71,10 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	if err := checkLimits(&cfg.DefaultPerMinute, &cfg.DefaultPerDay); err != nil {
 		return nil, fmt.Errorf("default rate limits: %w", err)
 	}
+	clustered := cfg.KeyGate != nil
+	if cfg.KeyGate == nil {
+		cfg.KeyGate = NewLocalGate()
+	}
 	if cfg.KeyCacheSize == 0 {
 		cfg.KeyCacheSize = 100_000
 	}
@@ -79,15 +90,20 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	if len(secret) < 32 {
 		return nil, errors.New("the server secret must be at least 32 bytes")
 	}
-	return &Service{
+	svc := &Service{
 		store:     store,
 		tokens:    NewTokens(secret, cfg.Now),
 		now:       cfg.Now,
 		cfg:       cfg,
 		cache:     newKeyCache(cfg.KeyCacheSize),
-		limiter:   ratelimit.New(),
+		gate:      cfg.KeyGate,
+		clustered: clustered,
 		passwords: newPasswordGate(),
-	}, nil
+	}
+	if cfg.Throttle != nil { // the instances share the password budgets
+		svc.passwords.limiter = cfg.Throttle
+	}
+	return svc, nil
 }
 
 // storedSecret returns the signing secret kept in the database, making one on

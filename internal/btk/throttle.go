@@ -2,6 +2,7 @@ package btk
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -28,7 +29,7 @@ import (
 //
 // IPv6 clients are counted by their /64, which one host usually holds whole.
 type passwordGate struct {
-	limiter *ratelimit.Limiter
+	limiter Throttle // in memory, or shared by the instances (Config.Throttle)
 	slots   chan struct{}
 }
 
@@ -44,7 +45,7 @@ var (
 )
 
 func newPasswordGate() *passwordGate {
-	return &passwordGate{limiter: ratelimit.New(), slots: make(chan struct{}, runtime.GOMAXPROCS(0))}
+	return &passwordGate{limiter: NewLocalThrottle(), slots: make(chan struct{}, runtime.GOMAXPROCS(0))}
 }
 
 // check counts one attempt for the account (by email or id) from the client
@@ -53,17 +54,22 @@ func newPasswordGate() *passwordGate {
 func (g *passwordGate) check(ctx context.Context, now time.Time, account, ip, hash, password string) (bool, error) {
 	account, ip = strings.ToLower(account), addressKey(ip)
 	pair := "pair:" + account + "|" + ip
-	if !g.limiter.Allow("ip:"+ip, addressAttempts, now, 0).Allowed ||
-		!g.limiter.Allow(pair, pairAttempts, now, 0).Allowed {
-		return false, ErrTooManyAttempts
+	ok, err := g.spend(ctx, "ip:"+ip, addressAttempts, now)
+	if err == nil && ok {
+		ok, err = g.spend(ctx, pair, pairAttempts, now)
+	}
+	if err != nil || !ok {
+		return false, refusal(err)
 	}
 	// The first attempt of a clean pair spends its mark; while the mark is
 	// spent (a failure, or an attempt under way, since the last success),
 	// the account's budget applies too.
 	mark := "failed:" + account + "|" + ip
-	if !g.limiter.Allow(mark, failedMark, now, 0).Allowed &&
-		!g.limiter.Allow("account:"+account, accountAttempts, now, 0).Allowed {
-		return false, ErrTooManyAttempts
+	if ok, err = g.spend(ctx, mark, failedMark, now); err == nil && !ok {
+		ok, err = g.spend(ctx, "account:"+account, accountAttempts, now)
+	}
+	if err != nil || !ok {
+		return false, refusal(err)
 	}
 	select {
 	case g.slots <- struct{}{}:
@@ -71,14 +77,29 @@ func (g *passwordGate) check(ctx context.Context, now time.Time, account, ip, ha
 		return false, ctx.Err()
 	}
 	defer func() { <-g.slots }()
-	ok := CheckPassword(hash, password)
+	ok = CheckPassword(hash, password)
 	if ok {
 		// A success clears the pair's record: its budget counts the
-		// attempts since the last success (a guesser never has one).
-		g.limiter.Forget(mark)
-		g.limiter.Forget(pair)
+		// attempts since the last success (a guesser never has one). If
+		// the shared throttle cannot be told, the record stays: stricter.
+		g.limiter.Forget(ctx, mark)
+		g.limiter.Forget(ctx, pair)
 	}
 	return ok, nil
+}
+
+// spend counts one attempt under key.
+func (g *passwordGate) spend(ctx context.Context, key string, lim ratelimit.Limits, now time.Time) (bool, error) {
+	return g.limiter.Allow(ctx, key, lim, now)
+}
+
+// refusal is the answer to an attempt refused by a budget, or by a shared
+// throttle that does not answer (fail closed).
+func refusal(err error) error {
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return ErrTooManyAttempts
 }
 
 // addressKey is the throttled unit of a client address: the address itself,
@@ -94,7 +115,6 @@ func addressKey(ip string) string {
 
 // sweep forgets attempt counts that have fully replenished.
 func (g *passwordGate) sweep(now time.Time) {
-	g.limiter.Dirty() // nothing to persist; Sweep keeps what Dirty has not returned
 	g.limiter.Sweep(now)
 }
 

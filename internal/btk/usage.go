@@ -42,8 +42,8 @@ func (s *Service) FlushDueUsage(ctx context.Context) error {
 func (s *Service) flushUsage(ctx context.Context, all bool) error {
 	nowT := s.now()
 	now := nowT.UnixNano()
-	states := s.limiter.Dirty()
-	s.limiter.Sweep(nowT)
+	states := s.gate.Dirty()
+	s.gate.Sweep(nowT)
 	s.passwords.sweep(nowT)
 
 	u := &s.usage

@@ -40,7 +40,9 @@ func TestFlushUsage(t *testing.T) {
 	}
 	ctx := context.Background()
 	lim := ratelimit.Limits{PerMinute: 2, PerDay: 100}
-	allow := func(key string, at time.Duration) bool { return s.limiter.Allow(key, lim, t0.Add(at), 0).Allowed }
+	allow := func(key string, at time.Duration) bool {
+		return s.gate.(localGate).Limiter.Allow(key, lim, t0.Add(at), 0).Allowed
+	}
 	usedAt := func(b []KeyUsage) map[string]time.Time {
 		m := map[string]time.Time{}
 		for _, u := range b {
@@ -104,7 +106,7 @@ func TestFlushDueUsage(t *testing.T) {
 	for sec := 0; sec <= seconds; sec++ {
 		now = t0.Add(time.Duration(sec) * time.Second)
 		for _, k := range names {
-			if !s.limiter.Allow(k, lim, now, 0).Allowed {
+			if !s.gate.(localGate).Limiter.Allow(k, lim, now, 0).Allowed {
 				t.Fatal("refused")
 			}
 		}
@@ -140,7 +142,7 @@ func TestFlushDueUsage(t *testing.T) {
 	// A failed write keeps the usage for the next flush.
 	st.batches, st.fail = nil, true
 	now = now.Add(time.Minute)
-	s.limiter.Allow(names[0], lim, now, 0)
+	s.gate.(localGate).Limiter.Allow(names[0], lim, now, 0)
 	if err := s.FlushDueUsage(ctx); err == nil {
 		t.Fatal("the store's error was hidden")
 	}

@@ -15,7 +15,9 @@ func (s *Service) Workspace(ctx context.Context, a *Actor) (*Workspace, error) {
 		return nil, err
 	}
 	w, gen := s.cache.workspace(a.WorkspaceID)
-	if w != nil {
+	if w != nil && (a.KeyID != "" || !s.clustered) {
+		// With several instances, a cached workspace is vouched for only by
+		// the key check this request passed.
 		return w, nil
 	}
 	err := s.store.Read(ctx, func(tx Tx) (err error) {
@@ -145,6 +147,9 @@ func (s *Service) updateWorkspace(ctx context.Context, a *Actor, id, action stri
 		return nil, err
 	}
 	s.cache.dropWorkspace(id, false)
+	if err := s.changed(ctx, id); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 

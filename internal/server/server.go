@@ -101,6 +101,11 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
 			return
 		}
+		if err := svc.Ready(r.Context()); err != nil {
+			h.log.ErrorContext(r.Context(), "readiness check failed", "err", err)
+			http.Error(w, "shared state (Redis) unavailable", http.StatusServiceUnavailable)
+			return
+		}
 		w.Write([]byte("ok\n"))
 	})
 	return h
