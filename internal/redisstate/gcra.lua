@@ -1,0 +1,123 @@
+-- The two-window GCRA of internal/ratelimit, decided and committed in one
+-- atomic step (see that package for the algorithm; the names match).
+--
+-- KEYS: [epoch, revision token, state] for a key check; [state] for a throttle.
+-- ARGV: 1 epoch seen, 2 token seen, 3 minute limit, 4 day limit (both
+--       clamped), 5-6 stored day state (unix s, ns; 0 0 if none), 7-8 now
+--       (unix s, ns; '' '' for the server's clock), 9 epoch to create.
+--
+-- Lua numbers are doubles: every value below stays under 2^53 by working on
+-- differences from now (at most one day, 8.64e13 ns) and keeping absolute
+-- times as whole seconds plus nanoseconds.
+--
+-- Returns {'S', epoch, token} when the seen revision is not the current one
+-- (nothing counted), else {'A' or 'R', minute d, minute frac, day d, day
+-- frac, day state s, day state ns}: the windows' states relative to now
+-- after the decision, from which the caller builds the Decision
+-- (ratelimit.Decide) with the limiter's own arithmetic.
+local NS = 1000000000
+local MP = 60 * NS
+local DP = 86400 * NS
+
+if #KEYS == 3 then
+  local epoch = redis.call('GET', KEYS[1])
+  if not epoch then
+    -- The shared state was lost (Redis restarted empty): a new epoch makes
+    -- every instance read each cached key again before using it.
+    epoch = ARGV[9]
+    redis.call('SET', KEYS[1], epoch)
+  end
+  local token = redis.call('GET', KEYS[2]) or ''
+  if epoch ~= ARGV[1] or token ~= ARGV[2] then
+    return {'S', epoch, token}
+  end
+end
+
+local ts, tn
+if ARGV[7] == '' then
+  local t = redis.call('TIME')
+  ts, tn = tonumber(t[1]), tonumber(t[2]) * 1000
+else
+  ts, tn = tonumber(ARGV[7]), tonumber(ARGV[8])
+end
+local lm, ld = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+-- prepare: convert the fraction when the limit changed (rounding up), forget
+-- replenished time, cap the allowance in use at one period.
+local function prepare(d, frac, oldlim, lim, period)
+  if oldlim ~= lim and frac > 0 then
+    d, frac = d + 1, 0
+  end
+  if d < 0 then
+    return 0, 0
+  end
+  if d > period or (d == period and frac > 0) then
+    return period, 0
+  end
+  return d, frac
+end
+
+-- interval: period = q*lim + r exactly (the double quotient may be one off).
+local function interval(period, lim)
+  local q = math.floor(period / lim)
+  local r = period - q * lim
+  if r < 0 then
+    q, r = q - 1, r + lim
+  elseif r >= lim then
+    q, r = q + 1, r - lim
+  end
+  return q, r
+end
+
+local function nxt(d, frac, lim, q, r)
+  d, frac = d + q, frac + r
+  if frac >= lim then
+    d, frac = d + 1, frac - lim
+  end
+  return d, frac
+end
+
+local function fits(d, frac, period)
+  return d < period or (d == period and frac == 0)
+end
+
+local md, mf, dd, df = 0, 0, 0, 0
+local st = redis.call('GET', KEYS[#KEYS])
+if st then
+  local v = {}
+  for x in string.gmatch(st, '%S+') do
+    v[#v + 1] = tonumber(x)
+  end
+  md, mf = prepare((v[1] - ts) * NS + (v[2] - tn), v[3], v[4], lm, MP)
+  dd, df = prepare((v[5] - ts) * NS + (v[6] - tn), v[7], v[8], ld, DP)
+else
+  local seedS, seedN = tonumber(ARGV[5]), tonumber(ARGV[6])
+  if seedS ~= 0 or seedN ~= 0 then
+    dd, df = prepare((seedS - ts) * NS + (seedN - tn), 0, ld, ld, DP)
+  end
+end
+
+local mq, mr = interval(MP, lm)
+local dq, dr = interval(DP, ld)
+local mt, mtf = nxt(md, mf, lm, mq, mr)
+local dt, dtf = nxt(dd, df, ld, dq, dr)
+local verdict = 'R'
+if fits(mt, mtf, MP) and fits(dt, dtf, DP) then
+  verdict = 'A'
+  md, mf, dd, df = mt, mtf, dt, dtf
+end
+
+local function abs(d)
+  local a = tn + d
+  local s = math.floor(a / NS)
+  return ts + s, a - s * NS
+end
+local ms, mn = abs(md)
+local ds, dn = abs(dd)
+redis.call('SET', KEYS[#KEYS],
+  string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f', ms, mn, mf, lm, ds, dn, df, ld),
+  'PX', math.floor(math.max(md, dd) / 1000000) + 1000)
+if df > 0 then
+  dn = dn + 1
+end
+return {verdict, md, mf, dd, df, ds, dn}

@@ -1,0 +1,215 @@
+package redisstate
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/ratelimit"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// current returns the revision to present for a workspace prefix, as an
+// instance learns it from its first (stale) answer.
+func current(t *testing.T, s *State, c btk.KeyCheck) btk.Revision {
+	t.Helper()
+	v, err := s.Allow(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.Stale {
+		t.Fatalf("a zero revision was accepted: %+v", v)
+	}
+	return v.Current
+}
+
+// The script answers exactly what the in-memory limiter answers, decision
+// for decision, headers included: the same sequences of requests (bursts,
+// refills, limit changes, clock steps back, stored day states, limits out of
+// range) are fed to both.
+func TestScriptMatchesLimiter(t *testing.T) {
+	url := testURL(t)
+	s := open(t, url, testPrefix(t, url))
+	var now time.Time
+	s.now = func() time.Time { return now }
+	ctx := context.Background()
+
+	limits := []ratelimit.Limits{
+		{PerMinute: 1, PerDay: 1 << 30}, {PerMinute: 7, PerDay: 1 << 30}, {PerMinute: 600, PerDay: 100000},
+		{PerMinute: 250007, PerDay: 1 << 30}, {PerMinute: 1 << 30, PerDay: 1}, {PerMinute: 1 << 30, PerDay: 7},
+		{PerMinute: 5, PerDay: 9}, {PerMinute: 3, PerDay: 100000}, {PerMinute: 0, PerDay: -4},
+		{PerMinute: 1 << 50, PerDay: 1 << 45},
+	}
+	steps := []time.Duration{0, 0, 0, time.Nanosecond, time.Millisecond, 99 * time.Millisecond,
+		time.Second, 7 * time.Second, time.Minute, time.Hour, -time.Second, -2 * time.Minute, 25 * time.Hour}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 12 {
+		mem := ratelimit.New()
+		now = t0.Add(time.Duration(round) * 48 * time.Hour)
+		lim := limits[round%len(limits)]
+		keyID := fmt.Sprintf("k%d", round)
+		var dayState int64
+		if round%3 == 2 {
+			dayState = now.Add(time.Duration(rng.IntN(30)) * time.Hour).UnixNano() // some from the future
+		}
+		c := btk.KeyCheck{KeyID: keyID, WorkspacePrefix: "0123abcd", DayState: dayState}
+		c.Seen = current(t, s, c)
+		var lastDay int64 // the limiter's day state at its latest accepted request
+		for i := range 400 {
+			if rng.IntN(50) == 0 {
+				lim = limits[rng.IntN(len(limits))]
+			}
+			now = now.Add(steps[rng.IntN(len(steps))] + time.Duration(rng.IntN(1000)))
+			c.Limits, c.Now = lim, now
+			want := mem.Allow(keyID, lim, now, dayState)
+			got, err := s.Allow(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Stale || got.Decision != want {
+				t.Fatalf("round %d request %d (%+v at %v): script %+v, limiter %+v", round, i, lim, now.Sub(t0), got, want)
+			}
+			if st := mem.Dirty(); want.Allowed {
+				lastDay = st[len(st)-1].DayState
+			}
+		}
+		// The day state reported for the database is the limiter's at the
+		// latest accepted request (FlushUsage persists no other).
+		if st := s.Dirty(); len(st) != 1 || st[0].DayState != lastDay {
+			t.Fatalf("round %d: day state %+v, limiter %d", round, st, lastDay)
+		}
+	}
+}
+
+// N concurrent requests for one key, spread over three instances (each its
+// own connection pool) against a limit L, accept exactly L; a refusal by
+// the minute window consumes nothing of the day window.
+func TestScriptExactUnderConcurrency(t *testing.T) {
+	url := testURL(t)
+	prefix := testPrefix(t, url)
+	var inst [3]*State
+	for i := range inst {
+		inst[i] = open(t, url, prefix)
+	}
+	const L, N = 50, 600
+	c := btk.KeyCheck{KeyID: "key", WorkspacePrefix: "0123abcd", Limits: ratelimit.Limits{PerMinute: L, PerDay: 1000}, Now: time.Now()}
+	c.Seen = current(t, inst[0], c)
+	var accepted, refused atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, N)
+	for i := range N {
+		wg.Go(func() {
+			v, err := inst[i%3].Allow(context.Background(), c)
+			switch {
+			case err != nil:
+				errs <- err
+			case v.Stale:
+				errs <- fmt.Errorf("stale: %+v", v)
+			case v.Allowed:
+				accepted.Add(1)
+			default:
+				refused.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if accepted.Load() != L || refused.Load() != N-L {
+		t.Fatalf("accepted %d, refused %d of %d against %d", accepted.Load(), refused.Load(), N, L)
+	}
+	// The day window counted only the accepted ones.
+	c.Limits.PerMinute = 1 << 30
+	v, err := inst[1].Allow(context.Background(), c)
+	if err != nil || !v.Allowed || v.Limit != 1000 || v.Remaining != 1000-L-1 {
+		t.Fatalf("after the burst: %+v, %v (want day remaining %d)", v, err, 1000-L-1)
+	}
+}
+
+// A change on one instance makes the next check of every other instance
+// stale, whatever it cached; so does the loss of Redis's data (epoch), and
+// nothing is counted for a stale check.
+func TestRevisionAndEpoch(t *testing.T) {
+	url := testURL(t)
+	prefix := testPrefix(t, url)
+	a, b := open(t, url, prefix), open(t, url, prefix)
+	ctx := context.Background()
+	ws := "0123abcd-0000-4000-8000-000000000000"
+	c := btk.KeyCheck{KeyID: "key", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 2, PerDay: 10}, Now: time.Now()}
+	c.Seen = current(t, b, c)
+	if v, err := b.Allow(ctx, c); err != nil || !v.Allowed || v.Remaining != 1 {
+		t.Fatalf("first request: %+v %v", v, err)
+	}
+	if err := a.Changed(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	v, err := b.Allow(ctx, c)
+	if err != nil || !v.Stale || v.Current.Epoch != c.Seen.Epoch || v.Current.Token == c.Seen.Token {
+		t.Fatalf("after a change elsewhere: %+v %v (seen %+v)", v, err, c.Seen)
+	}
+	c.Seen = v.Current
+	if v, err := b.Allow(ctx, c); err != nil || !v.Allowed || v.Remaining != 0 {
+		t.Fatalf("the stale check counted: %+v %v", v, err)
+	}
+	// Redis loses everything: the epoch is made again, unlike the one seen.
+	if err := wipe(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	v, err = a.Allow(ctx, c)
+	if err != nil || !v.Stale || v.Current.Epoch == c.Seen.Epoch || v.Current.Epoch == "" || v.Current.Token != "" {
+		t.Fatalf("after the loss: %+v %v (seen %+v)", v, err, c.Seen)
+	}
+	// Another instance finds the epoch the first one made.
+	if v2, err := b.Allow(ctx, c); err != nil || v2.Current != v.Current {
+		t.Fatalf("second instance after the loss: %+v %v, want %+v", v2, err, v.Current)
+	}
+}
+
+// Password attempts are counted once for all instances.
+func TestThrottleShared(t *testing.T) {
+	url := testURL(t)
+	prefix := testPrefix(t, url)
+	a, b := open(t, url, prefix).Throttle(), open(t, url, prefix).Throttle()
+	lim := ratelimit.Limits{PerMinute: 3, PerDay: 100}
+	var got []bool
+	for i := range 5 {
+		th := a
+		if i%2 == 1 {
+			th = b
+		}
+		ok, err := th.Allow(context.Background(), "account:someone@example.com", lim, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ok)
+	}
+	if fmt.Sprint(got) != "[true true true false false]" {
+		t.Fatalf("attempts over two instances: %v", got)
+	}
+}
+
+// Redis unreachable: an error (the service answers 503), never a decision.
+func TestUnreachable(t *testing.T) {
+	s, err := Open("redis://127.0.0.1:1/0", "x:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := s.Allow(ctx, btk.KeyCheck{KeyID: "k", WorkspacePrefix: "01234567", Limits: ratelimit.Limits{PerMinute: 1, PerDay: 1}})
+	if err == nil {
+		t.Fatalf("decision without Redis: %+v", v)
+	}
+	if s.Ping(ctx) == nil {
+		t.Fatal("ping answered")
+	}
+}

@@ -1,0 +1,71 @@
+package redisstate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+)
+
+// testURL returns BTK_TEST_REDIS or skips.
+func testURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("BTK_TEST_REDIS")
+	if u == "" {
+		t.Skip("BTK_TEST_REDIS is not set (a redis:// URL); skipping the Redis tests")
+	}
+	return u
+}
+
+// testPrefix returns a key prefix of the test's own and deletes its keys at
+// the end: tests share the machine's Redis.
+func testPrefix(t testing.TB, url string) string {
+	t.Helper()
+	b := make([]byte, 6)
+	rand.Read(b)
+	prefix := "btktest:" + hex.EncodeToString(b) + ":"
+	t.Cleanup(func() {
+		s, err := Open(url, prefix)
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		wipe(context.Background(), s)
+	})
+	return prefix
+}
+
+// open returns a State on the test's prefix (one per simulated instance).
+func open(t testing.TB, url, prefix string) *State {
+	t.Helper()
+	s, err := Open(url, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("BTK_TEST_REDIS does not answer: %v", err)
+	}
+	return s
+}
+
+// wipe deletes every key under the State's prefix: what a Redis restarted
+// empty looks like to this prefix (FLUSHDB would hit the other tests).
+func wipe(ctx context.Context, s *State) error {
+	iter := s.rdb.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	return s.rdb.Del(ctx, keys...).Err()
+}
