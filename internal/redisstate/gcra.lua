@@ -4,7 +4,7 @@
 -- KEYS: [epoch, revision token, state] for a key check; [state] for a throttle.
 -- ARGV: 1 epoch seen, 2 token seen, 3 minute limit, 4 day limit (both
 --       clamped), 5-6 stored day state (unix s, ns; 0 0 if none), 7-8 now
---       (unix s, ns; '' '' for the server's clock), 9 epoch to create.
+--       (unix s, ns; '' '' for the server's clock), 9 this instance's random value (for a new epoch).
 --
 -- Lua numbers are doubles: every value below stays under 2^53 by working on
 -- differences from now (at most one day, 8.64e13 ns) and keeping absolute
@@ -23,8 +23,11 @@ if #KEYS == 3 then
   local epoch = redis.call('GET', KEYS[1])
   if not epoch then
     -- The shared state was lost (Redis restarted empty): a new epoch makes
-    -- every instance read each cached key again before using it.
-    epoch = ARGV[9]
+    -- every instance read each cached key again before using it. The
+    -- instance's random value and the server's time make it unlike any
+    -- epoch before, even one this instance made.
+    local t = redis.call('TIME')
+    epoch = ARGV[9] .. ':' .. t[1] .. '.' .. t[2]
     redis.call('SET', KEYS[1], epoch)
   end
   local token = redis.call('GET', KEYS[2]) or ''

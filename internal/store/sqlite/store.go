@@ -226,10 +226,13 @@ func (db *DB) run(ctx context.Context, pool *sql.DB, byHash *sql.Stmt, fn func(b
 }
 
 // updateUsage moves last_used_at forward only: batches may be flushed out of
-// order, and a key must never look less recently used than it was.
+// order, and a key must never look less recently used than it was. The day
+// state (a theoretical arrival time) only moves forward too: instances
+// sharing a database flush their views of one key in any order, and the
+// latest is the largest.
 const updateUsage = `UPDATE api_keys SET
 	last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < ?1 THEN ?1 ELSE last_used_at END,
-	day_state = ?2
+	day_state = MAX(day_state, ?2)
 	WHERE id = ?3`
 
 // usageBatchRows is how many keys one batched usage UPDATE carries (three
