@@ -46,6 +46,7 @@ type serveConfig struct {
 	TLSKey         string
 	TrustedProxies string
 	Redis          string
+	RedisPrefix    string
 }
 
 func newServeCmd(v *viper.Viper) *cobra.Command {
@@ -78,7 +79,7 @@ requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key.
 				ProxyAddr: v.GetString("proxy-addr"), Upstream: v.GetString("upstream"),
 				MetricsAddr: v.GetString("metrics-addr"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
 				TrustedProxies: v.GetString("trusted-proxies"),
-				Redis:          v.GetString("redis"),
+				Redis:          v.GetString("redis"), RedisPrefix: v.GetString("redis-prefix"),
 			}
 			cfg.Dashboard = v.GetBool("dashboard")
 			return serve(cmd.Context(), cfg, cmd.ErrOrStderr())
@@ -95,7 +96,8 @@ requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key.
 	f.String("proxy-addr", "", "also listen here as a reverse proxy to --upstream, checking X-Api-Key on every request (BTK_PROXY_ADDR)")
 	f.String("upstream", "", "the service the reverse proxy forwards accepted requests to, e.g. http://127.0.0.1:9000 (BTK_UPSTREAM)")
 	f.String("redis", "", "redis:// URL of the state several instances share; needed to run more than one on PostgreSQL (BTK_REDIS)")
-	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level", "dashboard", "proxy-addr", "upstream", "redis"} {
+	f.String("redis-prefix", "btk:", "prefix of btk's keys in Redis: instances that share state use the same (BTK_REDIS_PREFIX)")
+	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level", "dashboard", "proxy-addr", "upstream", "redis", "redis-prefix"} {
 		bind(v, name, f.Lookup(name))
 	}
 	addOpsFlags(v, f)
@@ -148,10 +150,15 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer db.Close()
-	svc, err := btk.NewService(ctx, db, []byte(cfg.Secret), btk.Config{
-		DefaultPerMinute: cfg.RatePerMinute, DefaultPerDay: cfg.RatePerDay,
-		Observer: ops.observer(),
-	})
+	svcCfg := btk.Config{DefaultPerMinute: cfg.RatePerMinute, DefaultPerDay: cfg.RatePerDay, Observer: ops.observer()}
+	if cfg.Redis != "" {
+		closeShared, err := openShared(ctx, cfg, &svcCfg, log)
+		if err != nil {
+			return err
+		}
+		defer closeShared()
+	}
+	svc, err := btk.NewService(ctx, db, []byte(cfg.Secret), svcCfg)
 	if err != nil {
 		return err
 	}

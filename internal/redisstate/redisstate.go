@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"time"
 
@@ -236,3 +237,12 @@ var (
 	_ btk.KeyGate  = (*State)(nil)
 	_ btk.Throttle = throttle{}
 )
+
+// Redact returns a Redis URL without its password, for logs.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "redis://(unparsable URL)"
+	}
+	return u.Redacted()
+}

@@ -26,7 +26,7 @@ func newCluster(t *testing.T) *cluster {
 	url := testURL(t)
 	prefix := testPrefix(t, url)
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "btk.db"))
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "btk.db"), true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,9 +256,9 @@ func (db *DB) run(ctx context.Context, opts pgx.TxOptions, write bool, fn func(b
 	return mapErr("transaction", err)
 }
 
-// RecordUsage writes a batch of usage in one statement. last_used_at only
-// moves forward: batches may be flushed out of order, and by several
-// instances.
+// RecordUsage writes a batch of usage in one statement. last_used_at and
+// the day state (a theoretical arrival time) only move forward: batches may
+// be flushed out of order, and by several instances.
 func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
 	if len(usage) == 0 {
 		return nil
@@ -275,7 +275,7 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
 	}
 	_, err := db.pool.Exec(ctx, `UPDATE api_keys k SET
 		last_used_at = CASE WHEN k.last_used_at IS NULL OR k.last_used_at < u.at THEN u.at ELSE k.last_used_at END,
-		day_state = u.day
+		day_state = GREATEST(k.day_state, u.day)
 		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, day)
 		WHERE k.id = u.id`, ids, ats, days)
 	return mapErr("record usage", err)
