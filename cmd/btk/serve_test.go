@@ -79,6 +79,14 @@ type serveProcess struct {
 // /readyz answers.
 func startServe(t *testing.T, db string, flags ...string) *serveProcess {
 	t.Helper()
+	p := launchServe(t, db, flags...)
+	p.waitReady()
+	return p
+}
+
+// launchServe starts `btk serve` without waiting for it to be ready.
+func launchServe(t *testing.T, db string, flags ...string) *serveProcess {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +126,13 @@ func startServe(t *testing.T, db string, flags ...string) *serveProcess {
 		}
 	})
 
-	// Poll /readyz, bounded; stop at once if the process dies.
+	return p
+}
+
+// waitReady polls /readyz, bounded; it stops at once if the process dies.
+func (p *serveProcess) waitReady() {
+	t := p.t
+	t.Helper()
 	deadline := time.After(procWait)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -126,7 +140,7 @@ func startServe(t *testing.T, db string, flags ...string) *serveProcess {
 		if res, err := testHTTP.Get(p.url + "/readyz"); err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return p
+				return
 			}
 		}
 		select {

@@ -1,0 +1,420 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// The cluster tests run three real `btk serve` processes on one PostgreSQL
+// schema and one Redis key prefix (DESIGN §10). They need BTK_TEST_POSTGRES
+// and BTK_TEST_REDIS.
+
+var clusterClient = &http.Client{Timeout: 10 * time.Second}
+
+func redisURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv("BTK_TEST_REDIS")
+	if u == "" {
+		t.Skip("BTK_TEST_REDIS is not set (a redis:// URL): skipping the cluster test")
+	}
+	return u
+}
+
+func randomPrefix() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return "btktest:" + hex.EncodeToString(b) + ":"
+}
+
+// startCluster starts n instances at once on db and waits for all.
+func startCluster(t *testing.T, n int, db string, flags ...string) []*serveProcess {
+	t.Helper()
+	procs := make([]*serveProcess, n)
+	for i := range procs {
+		procs[i] = launchServe(t, db, flags...)
+	}
+	for _, p := range procs {
+		p.waitReady()
+	}
+	return procs
+}
+
+// answer is what a request-level call returned.
+type answer struct {
+	status int
+	code   string // first error's extensions.code
+	data   json.RawMessage
+}
+
+// call posts a GraphQL request; it is safe in any goroutine.
+func call(base, bearer, key, query string, vars map[string]any, header ...string) (answer, error) {
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, err := http.NewRequest(http.MethodPost, base+"/graphql", bytes.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	if key != "" {
+		req.Header.Set("X-Api-Key", key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := clusterClient.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer res.Body.Close()
+	var out struct {
+		Data   json.RawMessage
+		Errors []struct{ Extensions struct{ Code string } }
+	}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		return answer{}, fmt.Errorf("HTTP %d, body not JSON: %w", res.StatusCode, err)
+	}
+	a := answer{status: res.StatusCode, data: out.Data}
+	if len(out.Errors) > 0 {
+		a.code = out.Errors[0].Extensions.Code
+	}
+	return a, nil
+}
+
+// mustCall runs a call that must succeed without errors and decodes data.
+func mustCall(t *testing.T, base, bearer, query string, vars map[string]any, v any, header ...string) {
+	t.Helper()
+	a, err := call(base, bearer, "", query, vars, header...)
+	if err != nil || a.status != http.StatusOK || a.code != "" {
+		t.Fatalf("%s on %s: %+v %v", query, base, a, err)
+	}
+	if v != nil {
+		if err := json.Unmarshal(a.data, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func loginAt(t *testing.T, base string) string {
+	t.Helper()
+	var out struct{ Login struct{ AccessToken string } }
+	mustCall(t, base, "", `mutation($e:String!,$p:String!){login(email:$e,password:$p){accessToken}}`,
+		map[string]any{"e": procAdminEmail, "p": procAdminPassword}, &out)
+	return out.Login.AccessToken
+}
+
+func createKeyAt(t *testing.T, base, token, name string, perMinute int) procKey {
+	t.Helper()
+	var out struct {
+		CreateApiKey struct {
+			PlaintextKey string
+			ApiKey       struct{ ID string }
+		}
+	}
+	vars := map[string]any{"n": name, "m": nil}
+	if perMinute > 0 {
+		vars["m"] = perMinute
+	}
+	mustCall(t, base, token, `mutation($n:String!,$m:Int){createApiKey(input:{name:$n,rateLimitPerMinute:$m}){plaintextKey apiKey{id}}}`, vars, &out)
+	return procKey{ID: out.CreateApiKey.ApiKey.ID, Plaintext: out.CreateApiKey.PlaintextKey}
+}
+
+const probeQuery = `{tenantInfo{id}}`
+
+// load sends key requests to every instance until stop is closed, and
+// counts answers other than 200, 401 and 429 (a dead instance's refusals
+// are counted apart by the caller's choice of bases).
+type load struct {
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	sent    atomic.Int64
+	unusual atomic.Int64
+	last    atomic.Value // string: the last unusual answer
+}
+
+func startLoad(bases func() []string, key *atomic.Value, workers int) *load {
+	l := &load{stop: make(chan struct{})}
+	for w := range workers {
+		l.wg.Go(func() {
+			for i := w; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				bs := bases()
+				a, err := call(bs[i%len(bs)], "", key.Load().(string), probeQuery, nil)
+				l.sent.Add(1)
+				if err != nil || (a.status != 200 && a.status != 401 && a.status != 429) {
+					l.unusual.Add(1)
+					l.last.Store(fmt.Sprintf("%+v %v", a, err))
+				}
+			}
+		})
+	}
+	return l
+}
+
+func (l *load) end() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve processes")
+	}
+	rurl := redisURL(t)
+	db := pgtest.URL(t)
+	prefix := randomPrefix()
+	t.Cleanup(func() { wipeRedis(rurl, prefix) })
+	flags := []string{"--redis", rurl, "--redis-prefix", prefix}
+	// Three instances started at once on an empty database.
+	procs := startCluster(t, 3, db, flags...)
+	bases := []string{procs[0].url, procs[1].url, procs[2].url}
+
+	t.Run("bootstrap once", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		var accounts, workspaces, defaults, migrations, files int
+		if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM workspaces),
+			(SELECT count(*) FROM workspaces WHERE name = 'Default'), (SELECT count(*) FROM schema_migrations)`).
+			Scan(&accounts, &workspaces, &defaults, &migrations); err != nil {
+			t.Fatal(err)
+		}
+		names, _ := filepath.Glob("../../internal/store/postgres/migrations/*.sql")
+		files = len(names)
+		if accounts != 1 || workspaces != 1 || defaults != 1 || migrations != files || files == 0 {
+			t.Fatalf("after three started at once: %d accounts, %d workspaces (%d Default), %d migrations applied of %d",
+				accounts, workspaces, defaults, migrations, files)
+		}
+		created := 0
+		for _, p := range procs {
+			created += strings.Count(p.out.String(), "bootstrapped an empty database")
+		}
+		if created != 1 {
+			t.Fatalf("%d instances say they bootstrapped", created)
+		}
+	})
+
+	token := loginAt(t, bases[0])
+
+	t.Run("exact limit across instances", func(t *testing.T) {
+		const L, N = 40, 400
+		k := createKeyAt(t, bases[1], token, "exact", L)
+		var ok, limited, other atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range N {
+			wg.Go(func() {
+				<-start
+				a, err := call(bases[i%3], "", k.Plaintext, probeQuery, nil)
+				switch {
+				case err != nil:
+					other.Add(1)
+				case a.status == 200:
+					ok.Add(1)
+				case a.status == 429 && a.code == "RATE_LIMITED":
+					limited.Add(1)
+				default:
+					other.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if ok.Load() != L || limited.Load() != N-L || other.Load() != 0 {
+			t.Fatalf("%d requests over three instances against %d/min: %d accepted, %d limited, %d other",
+				N, L, ok.Load(), limited.Load(), other.Load())
+		}
+	})
+
+	t.Run("16 creates of one name", func(t *testing.T) {
+		var wins, taken, other atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 16 {
+			wg.Go(func() {
+				<-start
+				a, err := call(bases[i%3], token, "", `mutation{createApiKey(input:{name:"race"}){apiKey{id}}}`, nil)
+				switch {
+				case err == nil && a.status == 200 && a.code == "":
+					wins.Add(1)
+				case err == nil && a.code == "NAME_TAKEN":
+					taken.Add(1)
+				default:
+					other.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if wins.Load() != 1 || taken.Load() != 15 {
+			t.Fatalf("16 creates of one name: %d succeeded, %d NAME_TAKEN, %d other", wins.Load(), taken.Load(), other.Load())
+		}
+	})
+
+	t.Run("revocation under load", func(t *testing.T) {
+		var elev struct{ Elevate struct{ Token string } }
+		mustCall(t, bases[0], token, `mutation($p:String!){elevate(password:$p){token}}`, map[string]any{"p": procAdminPassword}, &elev)
+		var loadKey atomic.Value
+		loadKey.Store(createKeyAt(t, bases[0], token, "load", 0).Plaintext)
+		l := startLoad(func() []string { return bases }, &loadKey, 2)
+		defer l.end()
+
+		session := token
+		ops := []string{"revoke", "rotate", "revoke-all"}
+		for round := range 100 {
+			on := round % 3
+			op := ops[round%3]
+			if round%12 == 11 {
+				op = "logout"
+			}
+			var cred, bearer string
+			if op == "logout" {
+				// A fresh session on another instance, used on all three.
+				bearer = loginAt(t, bases[(on+1)%3])
+				for _, b := range bases {
+					mustCall(t, b, bearer, `{me{email}}`, nil, nil)
+				}
+				mustCall(t, bases[on], bearer, `mutation{logout}`, nil, nil)
+				for i, b := range bases {
+					if i == on {
+						continue
+					}
+					a, err := call(b, bearer, "", `{me{email}}`, nil)
+					if err != nil || a.status != http.StatusUnauthorized {
+						t.Fatalf("round %d: a session logged out on instance %d answered on %d: %+v %v", round, on, i, a, err)
+					}
+				}
+				continue
+			}
+			k := createKeyAt(t, bases[(on+1)%3], session, fmt.Sprintf("r%d", round), 0)
+			cred = k.Plaintext
+			for _, b := range bases { // cached and verified everywhere
+				if a, err := call(b, "", cred, probeQuery, nil); err != nil || a.status != 200 {
+					t.Fatalf("round %d: a new key on %s: %+v %v", round, b, a, err)
+				}
+			}
+			switch op {
+			case "revoke":
+				mustCall(t, bases[on], session, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, nil)
+			case "rotate":
+				mustCall(t, bases[on], session, `mutation($id:ID!){rotateApiKey(id:$id){apiKey{id}}}`, map[string]any{"id": k.ID}, nil,
+					"X-Elevation", elev.Elevate.Token)
+			case "revoke-all":
+				mustCall(t, bases[on], session, `mutation{revokeAllApiKeys{revokedCount}}`, nil, nil)
+			}
+			for i, b := range bases {
+				if i == on {
+					continue
+				}
+				a, err := call(b, "", cred, probeQuery, nil)
+				if err != nil || a.status != http.StatusUnauthorized {
+					t.Fatalf("round %d: %s answered on instance %d, then the old key on %d: %+v %v", round, op, on, i, a, err)
+				}
+			}
+			if op == "revoke-all" {
+				loadKey.Store(createKeyAt(t, bases[on], session, fmt.Sprintf("load%d", round), 0).Plaintext)
+			}
+		}
+		l.end()
+		l.stop = make(chan struct{}) // the deferred end is a no-op now
+		if l.unusual.Load() != 0 || l.sent.Load() == 0 {
+			t.Fatalf("load: %d requests, %d unusual answers (last %v)", l.sent.Load(), l.unusual.Load(), l.last.Load())
+		}
+		t.Logf("load meanwhile: %d requests", l.sent.Load())
+	})
+
+	t.Run("kill -9 under load", func(t *testing.T) {
+		var loadKey atomic.Value
+		loadKey.Store(createKeyAt(t, bases[0], token, "survivor", 0).Plaintext)
+		var mu sync.Mutex
+		live := []string{bases[0], bases[1], bases[2]}
+		l := startLoad(func() []string { mu.Lock(); defer mu.Unlock(); return live }, &loadKey, 4)
+		time.Sleep(200 * time.Millisecond)
+		mu.Lock()
+		live = live[:2] // the load stops using the third before it dies
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		procs[2].kill()
+		time.Sleep(300 * time.Millisecond)
+		before := l.sent.Load()
+		time.Sleep(300 * time.Millisecond)
+		if l.sent.Load() == before {
+			t.Fatal("the other instances stopped answering")
+		}
+		// It restarts and rejoins: same database, same shared state.
+		p := startServe(t, db, flags...)
+		mu.Lock()
+		live = append(live, p.url)
+		mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+		l.end()
+		if l.unusual.Load() != 0 {
+			t.Fatalf("load: %d requests, %d unusual answers (last %v)", l.sent.Load(), l.unusual.Load(), l.last.Load())
+		}
+		// The rejoined instance shares the limits: a key spent elsewhere is
+		// spent there.
+		k := createKeyAt(t, bases[0], token, "spent", 2)
+		for _, b := range []string{bases[0], bases[1]} {
+			if a, err := call(b, "", k.Plaintext, probeQuery, nil); err != nil || a.status != 200 {
+				t.Fatalf("%+v %v", a, err)
+			}
+		}
+		if a, err := call(p.url, "", k.Plaintext, probeQuery, nil); err != nil || a.status != http.StatusTooManyRequests {
+			t.Fatalf("the rejoined instance, a key spent on the others: %+v %v", a, err)
+		}
+	})
+}
+
+// wipeRedis deletes the keys under prefix.
+func wipeRedis(url, prefix string) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		rdb.Del(ctx, iter.Val())
+	}
+}
+
+// freePort returns a TCP port free at the moment.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
