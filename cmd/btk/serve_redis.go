@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/redisstate"
+	"github.com/redis/go-redis/v9"
 )
 
 // openShared puts the state instances share (rate limits, revocation,
@@ -23,14 +25,32 @@ func openShared(ctx context.Context, cfg serveConfig, svcCfg *btk.Config, log *s
 	defer cancel()
 	if err := st.Ping(pctx); err != nil {
 		st.Close()
-		return nil, fmt.Errorf("--redis %s: %w", displayRedis(cfg.Redis), err)
+		return nil, fmt.Errorf("--redis %s: %w", redisstate.Redact(cfg.Redis), err)
 	}
+	redis.SetLogger(&redisLog{log: log})
 	svcCfg.KeyGate, svcCfg.Throttle = st, st.Throttle()
-	log.Info("shared state in Redis", "redis", displayRedis(cfg.Redis), "prefix", cfg.RedisPrefix)
+	log.Info("shared state in Redis", "redis", redisstate.Redact(cfg.Redis), "prefix", cfg.RedisPrefix)
 	return func() { st.Close() }, nil
 }
 
-// displayRedis is the --redis value as it may be logged: without its password.
-func displayRedis(raw string) string {
-	return redisstate.Redact(raw)
+// redisLog sends go-redis's own messages (dial failures while Redis is
+// down) to the server log, at warning level, once per 10 seconds at most:
+// every key check reports the outage already (503).
+type redisLog struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (l *redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.mu.Lock()
+	now := time.Now()
+	quiet := now.Sub(l.last) < 10*time.Second
+	if !quiet {
+		l.last = now
+	}
+	l.mu.Unlock()
+	if !quiet {
+		l.log.WarnContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+	}
 }

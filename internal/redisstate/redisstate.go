@@ -73,6 +73,11 @@ func Open(url, prefix string) (*State, error) {
 		opt.PoolTimeout = time.Second
 	}
 	opt.MaxRetries = 1
+	if opt.DialerRetries == 0 {
+		// A Redis that refuses connections should cost a request
+		// milliseconds, not the default half second of dial retries.
+		opt.DialerRetries, opt.DialerRetryTimeout = 2, 20*time.Millisecond
+	}
 	return New(redis.NewClient(opt), prefix), nil
 }
 

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+)
+
+// ownRedis is a redis-server of the test's own (the machine's shared one
+// must not be stopped: other tests use it), without persistence, so a
+// restart is a Redis that lost its data.
+type ownRedis struct {
+	t    *testing.T
+	port string
+	dir  string
+	cmd  *exec.Cmd
+}
+
+func startOwnRedis(t *testing.T, port string) *ownRedis {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server is not installed (Debian package redis-server): skipping")
+	}
+	r := &ownRedis{t: t, port: port, dir: t.TempDir()}
+	r.cmd = exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", r.dir)
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+		if err == nil {
+			c.Close()
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not start: %v", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *ownRedis) stop() {
+	if r.cmd.ProcessState == nil {
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+	}
+}
+
+// Redis stopped: keys are refused 503 UNAVAILABLE (nothing accepted) and
+// /readyz fails; Redis back, empty: service resumes by itself, and a key
+// revoked before the outage stays refused on every instance.
+func TestClusterRedisDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve and redis-server processes")
+	}
+	redisURL(t) // the same requirement as the other cluster tests
+	db := pgtest.URL(t)
+	port := freePort(t)
+	r := startOwnRedis(t, port)
+	url := "redis://127.0.0.1:" + port + "/0"
+	procs := startCluster(t, 2, db, "--redis", url)
+	bases := []string{procs[0].url, procs[1].url}
+	token := loginAt(t, bases[0])
+	good := createKeyAt(t, bases[0], token, "good", 0)
+	gone := createKeyAt(t, bases[0], token, "gone", 0)
+	during := createKeyAt(t, bases[0], token, "during", 0)
+	for _, b := range bases {
+		for _, k := range []procKey{good, gone, during} {
+			if a, err := call(b, "", k.Plaintext, probeQuery, nil); err != nil || a.status != 200 {
+				t.Fatalf("%+v %v", a, err)
+			}
+		}
+	}
+	mustCall(t, bases[1], token, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": gone.ID}, nil)
+
+	r.stop()
+	for i := range 20 {
+		a, err := call(bases[i%2], "", good.Plaintext, probeQuery, nil)
+		if err != nil || a.status != http.StatusServiceUnavailable || a.code != "UNAVAILABLE" {
+			t.Fatalf("request %d with Redis down: %+v %v", i, a, err)
+		}
+	}
+	for _, b := range bases {
+		res, err := clusterClient.Get(b + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz with Redis down: %d", res.StatusCode)
+		}
+	}
+	// A session (database only) still works, and a revoke is answered
+	// UNAVAILABLE rather than as done without telling the other instance.
+	mustCall(t, bases[0], token, `{me{email}}`, nil, nil)
+	if a, err := call(bases[0], token, "", `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": during.ID}); err != nil || a.code != "UNAVAILABLE" {
+		t.Fatalf("revoke with Redis down: %+v %v", a, err)
+	}
+
+	startOwnRedis(t, port) // back, and empty
+	deadline := time.Now().Add(20 * time.Second)
+	for _, b := range bases {
+		for {
+			a, err := call(b, "", good.Plaintext, probeQuery, nil)
+			if err == nil && a.status == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no recovery on %s after Redis came back: %+v %v", b, a, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for _, k := range []procKey{gone, during} {
+			if a, err := call(b, "", k.Plaintext, probeQuery, nil); err != nil || a.status != http.StatusUnauthorized {
+				t.Fatalf("a key revoked before or during the outage, on %s after Redis came back empty: %+v %v", b, a, err)
+			}
+		}
+		res, err := clusterClient.Get(b + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("/readyz after recovery: %d", res.StatusCode)
+		}
+	}
+}
+
+// On PostgreSQL without --redis, a second instance refuses to start and
+// says to give --redis.
+func TestClusterNeedsRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve processes")
+	}
+	db := pgtest.URL(t)
+	startServe(t, db)
+	p := launchServe(t, db)
+	select {
+	case <-p.exited:
+	case <-time.After(procWait):
+		t.Fatal("the second instance did not exit")
+	}
+	if p.err == nil || !strings.Contains(p.out.String(), "--redis") {
+		t.Fatalf("second instance without --redis: %v\n%s", p.err, p.out.String())
+	}
+}
