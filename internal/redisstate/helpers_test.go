@@ -53,19 +53,5 @@ func open(t testing.TB, url, prefix string) *State {
 	return s
 }
 
-// wipe deletes every key under the State's prefix: what a Redis restarted
-// empty looks like to this prefix (FLUSHDB would hit the other tests).
-func wipe(ctx context.Context, s *State) error {
-	iter := s.rdb.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	return s.rdb.Del(ctx, keys...).Err()
-}
+// wipe: see State.Wipe.
+func wipe(ctx context.Context, s *State) error { return s.Wipe(ctx) }

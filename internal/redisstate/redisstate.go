@@ -86,6 +86,11 @@ func New(rdb *redis.Client, prefix string) *State {
 	return &State{rdb: rdb, prefix: prefix, epoch: random(), usage: make(map[string]ratelimit.State)}
 }
 
+// UseClock makes the rate limits follow now instead of the Redis server's
+// clock: for tests that move time. Instances that share state must use
+// one clock; in production that is the Redis server's.
+func (s *State) UseClock(now func() time.Time) { s.now = now }
+
 // Close closes the connections.
 func (s *State) Close() error { return s.rdb.Close() }
 
@@ -250,4 +255,18 @@ func Redact(raw string) string {
 		return "redis://(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// Wipe deletes every key under the prefix (tests; what a Redis restarted
+// empty looks like to this prefix).
+func (s *State) Wipe(ctx context.Context) error {
+	iter := s.rdb.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil || len(keys) == 0 {
+		return err
+	}
+	return s.rdb.Del(ctx, keys...).Err()
 }

@@ -69,7 +69,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 func newWrappedEnv(t testing.TB, wrap func(btk.Store) btk.Store, opts ...envOption) *env {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "btk.db")
-	if onPostgres(t) {
+	if onPostgres(t) || onRedis(t) {
 		path = pgtest.URL(t)
 	}
 	return newEnvOn(t, path, wrap, opts...)
@@ -92,6 +92,9 @@ func newEnvOn(t testing.TB, path string, wrap func(btk.Store) btk.Store, opts ..
 	cfg := btk.Config{Now: clk.Now}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if onRedis(t) {
+		useRedis(t, &cfg, clk.Now)
 	}
 	svc, err := btk.NewService(ctx, st, nil, cfg)
 	if err != nil {

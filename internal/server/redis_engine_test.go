@@ -1,0 +1,76 @@
+package server_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/redisstate"
+	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+)
+
+// onRedis reports whether t runs under TestPostgresRedis: newEnv then opens
+// a PostgreSQL schema and keeps the shared state in Redis, under a key
+// prefix of the test's own, as a cluster instance does.
+func onRedis(t testing.TB) bool { return strings.HasPrefix(t.Name(), "TestPostgresRedis/") }
+
+// useRedis puts cfg's shared state in BTK_TEST_REDIS, following the test's
+// clock (the tests move time).
+func useRedis(t testing.TB, cfg *btk.Config, now func() time.Time) {
+	t.Helper()
+	b := make([]byte, 6)
+	rand.Read(b)
+	st, err := redisstate.Open(os.Getenv("BTK_TEST_REDIS"), "btktest:"+hex.EncodeToString(b)+":")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := st.Ping(ctx); err != nil {
+		t.Fatalf("BTK_TEST_REDIS: %v", err)
+	}
+	st.UseClock(now)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st.Wipe(ctx)
+		st.Close()
+	})
+	cfg.KeyGate, cfg.Throttle = st, st.Throttle()
+}
+
+// TestPostgresRedis runs the server's HTTP tests once more on the engines
+// of a cluster instance: PostgreSQL for the data, Redis for the shared
+// state (rate limits, revocation, throttles). Same test functions; only
+// newEnv differs.
+func TestPostgresRedis(t *testing.T) {
+	if os.Getenv(pgtest.Env) == "" || os.Getenv("BTK_TEST_REDIS") == "" {
+		t.Skip(pgtest.Env + " or BTK_TEST_REDIS is not set: skipping the HTTP tests on PostgreSQL + Redis")
+	}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"TestCreateKeyAuthenticatesAndIsAudited", TestCreateKeyAuthenticatesAndIsAudited},
+		{"TestRotateInheritsAndRevokesOldKeyAtOnce", TestRotateInheritsAndRevokesOldKeyAtOnce},
+		{"TestRevoke", TestRevoke},
+		{"TestRevokeAll", TestRevokeAll},
+		{"TestLogout", TestLogout},
+		{"TestConcurrentCreateSameName", TestConcurrentCreateSameName},
+		{"TestRevokeUnderLoad", TestRevokeUnderLoad},
+		{"TestRotateUnderLoad", TestRotateUnderLoad},
+		{"TestRevokeAllUnderLoad", TestRevokeAllUnderLoad},
+		{"TestRevokeUnderLoadColdCache", TestRevokeUnderLoadColdCache},
+		{"TestRoleMatrix", TestRoleMatrix},
+		{"TestRateLimitDayCountsSurviveRestart", TestRateLimitDayCountsSurviveRestart},
+		{"TestLastUsedAt", TestLastUsedAt},
+		{"TestHealthEndpoints", TestHealthEndpoints},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
+}
