@@ -1,0 +1,70 @@
+package redisstate
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// counter counts the round trips a client makes (a pipeline is one).
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// A key-authenticated request whose key is cached costs one round trip to
+// Redis (the target of issue 9); the first one on an instance, and the
+// first after a change elsewhere, cost one more (the stale answer).
+func TestOneRoundTripPerRequest(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	var n counter
+	c.sb.Client().AddHook(&n)
+	k := c.key(t, "k")
+	if !accepts(t, c.b, k.Plaintext) {
+		t.Fatal("refused")
+	}
+	if got := n.n.Load(); got != 2 {
+		t.Fatalf("first request on an instance: %d round trips, want 2 (stale, then decided)", got)
+	}
+	n.n.Store(0)
+	for range 100 {
+		if !accepts(t, c.b, k.Plaintext) {
+			t.Fatal("refused")
+		}
+	}
+	if got := n.n.Load(); got != 100 {
+		t.Fatalf("100 requests: %d round trips", got)
+	}
+	// A change on the other instance: one stale answer, then one per request.
+	if _, err := c.a.RevokeKey(ctx, c.owner, c.key(t, "other").Key.ID); err != nil {
+		t.Fatal(err)
+	}
+	n.n.Store(0)
+	for range 10 {
+		if !accepts(t, c.b, k.Plaintext) {
+			t.Fatal("refused")
+		}
+	}
+	if got := n.n.Load(); got != 11 {
+		t.Fatalf("10 requests after a change elsewhere: %d round trips, want 11", got)
+	}
+}
