@@ -24,7 +24,7 @@
 # Redis is a redis-server of the run's own on PORT+2 (so that its command
 # count and CPU are btk's alone).
 #
-# Knobs: ROUNDS [3] DURATION [10] CONNECTIONS [32] THREADS [2] PORT [18090]
+# Knobs: ROUNDS [3] DURATION [10] CONNECTIONS [32] THREADS [2] PORT [27190]
 #        (SQLite on PORT, the cluster instance on PORT+1)
 set -euo pipefail
 
@@ -32,7 +32,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 CONNECTIONS=${CONNECTIONS:-32}
 THREADS=${THREADS:-2}
-PORT=${PORT:-18090}
+PORT=${PORT:-27190}
 PG=${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
 REDIS="redis://127.0.0.1:$((PORT + 2))/0"
 EMAIL="bench@example.com"
@@ -67,6 +67,7 @@ echo "# building btk" >&2
 (cd "$repo" && go build -o "$work/btk" ./cmd/btk)
 psql "$PG" -qAtc "CREATE DATABASE $dbname" >/dev/null
 pgurl=$(sed -E "s#^(postgres(ql)?://[^/]*/)[^?]*#\1$dbname#" <<<"$PG")
+redis-cli -p "$((PORT + 2))" PING >/dev/null 2>&1 && die "port $((PORT + 2)) is in use (set PORT)"
 redis-server --bind 127.0.0.1 --port "$((PORT + 2))" --save "" --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
 pids+=($!)
 redis_pid=$!
@@ -75,6 +76,9 @@ for _ in $(seq 100); do redis-cli -u "$REDIS" PING >/dev/null 2>&1 && break; sle
 start() { # start NAME PORT ARGS...
 	local name=$1 port=$2
 	shift 2
+	if curl -sS -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null; then
+		die "port $port is in use (set PORT)"
+	fi
 	BTK_BOOTSTRAP_EMAIL="$EMAIL" BTK_BOOTSTRAP_PASSWORD="$PASSWORD" "$work/btk" serve --addr "127.0.0.1:$port" \
 		--rate-per-minute 1000000 --rate-per-day 100000000 --log-level warn "$@" >"$work/$name.log" 2>&1 &
 	pids+=($!)
