@@ -43,7 +43,9 @@
 //
 // The day allowance survives a restart (the server persists it about once a
 // second; a crash can lose at most the last flush interval of use); the minute
-// allowance starts full after a restart. Each instance limits on its own.
+// allowance starts full after a restart. This package is one node's limiter;
+// instances started with --redis share the same windows through one Redis
+// script of the same arithmetic (internal/redisstate, using Decide).
 //
 // # Algorithm
 //
