@@ -194,6 +194,12 @@ func TestThrottleShared(t *testing.T) {
 	if fmt.Sprint(got) != "[true true true false false]" {
 		t.Fatalf("attempts over two instances: %v", got)
 	}
+	if err := b.Forget(context.Background(), "account:someone@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.Allow(context.Background(), "account:someone@example.com", lim, time.Now()); err != nil || !ok {
+		t.Fatalf("after Forget on the other instance: %v %v", ok, err)
+	}
 }
 
 // Redis unreachable: an error (the service answers 503), never a decision.

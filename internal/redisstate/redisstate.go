@@ -231,14 +231,24 @@ func (s *State) Throttle() btk.Throttle { return throttle{s} }
 
 type throttle struct{ s *State }
 
-// Allow counts one attempt under key (hashed: no email is written to Redis).
+// Allow counts one attempt under key.
 func (t throttle) Allow(ctx context.Context, key string, lim ratelimit.Limits, _ time.Time) (bool, error) {
 	lm, ld := lim.Clamp()
 	nowS, nowN := t.s.nowArgs()
-	h := sha256.Sum256([]byte(key))
-	verdict, _, _, err := t.s.run(ctx, []string{t.s.prefix + "th:" + hex.EncodeToString(h[:16])},
-		"", "", lm, ld, 0, 0, nowS, nowN, "")
+	verdict, _, _, err := t.s.run(ctx, []string{t.key(key)}, "", "", lm, ld, 0, 0, nowS, nowN, "")
 	return verdict == "A", err
+}
+
+// Forget drops the count under key.
+func (t throttle) Forget(ctx context.Context, key string) error {
+	return t.s.rdb.Del(ctx, t.key(key)).Err()
+}
+
+// key is the Redis key of a throttle key: hashed, so that no email or
+// address is written to Redis.
+func (t throttle) key(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return t.s.prefix + "th:" + hex.EncodeToString(h[:16])
 }
 
 func (throttle) Sweep(time.Time) {}
