@@ -61,6 +61,7 @@ func TestClusterRedisDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts btk serve and redis-server processes")
 	}
+	t.Parallel()
 	redisURL(t) // the same requirement as the other cluster tests
 	db := pgtest.URL(t)
 	port := freePort(t)
@@ -140,6 +141,7 @@ func TestClusterNeedsRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts btk serve processes")
 	}
+	t.Parallel()
 	db := pgtest.URL(t)
 	startServe(t, db)
 	p := launchServe(t, db)
