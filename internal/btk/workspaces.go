@@ -27,7 +27,9 @@ func (s *Service) Workspace(ctx context.Context, a *Actor) (*Workspace, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.cache.fillWorkspace(gen, w)
+	if !s.clustered { // with several instances, only a key check fills (under its revision)
+		s.cache.fillWorkspace(gen, w)
+	}
 	return w, nil
 }
 
