@@ -324,8 +324,14 @@ func TestCluster(t *testing.T) {
 			case "revoke":
 				mustCall(t, bases[on], session, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, nil)
 			case "rotate":
-				mustCall(t, bases[on], session, `mutation($id:ID!){rotateApiKey(id:$id){apiKey{id}}}`, map[string]any{"id": k.ID}, nil,
+				var rot struct{ RotateApiKey struct{ PlaintextKey string } }
+				mustCall(t, bases[on], session, `mutation($id:ID!){rotateApiKey(id:$id){plaintextKey}}`, map[string]any{"id": k.ID}, &rot,
 					"X-Elevation", elev.Elevate.Token)
+				for i, b := range bases {
+					if a, err := call(b, "", rot.RotateApiKey.PlaintextKey, probeQuery, nil); err != nil || a.status != 200 {
+						t.Fatalf("round %d: the new key of a rotation on %d, on %d: %+v %v", round, on, i, a, err)
+					}
+				}
 			case "revoke-all":
 				mustCall(t, bases[on], session, `mutation{revokeAllApiKeys{revokedCount}}`, nil, nil)
 			}
