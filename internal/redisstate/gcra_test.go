@@ -93,9 +93,13 @@ func TestScriptMatchesLimiter(t *testing.T) {
 func TestScriptExactUnderConcurrency(t *testing.T) {
 	url := testURL(t)
 	prefix := testPrefix(t, url)
+	// One fixed clock for all: with the server's, a slow run (-race) would
+	// see the minute window refill during the burst.
+	now := time.Now()
 	var inst [3]*State
 	for i := range inst {
 		inst[i] = open(t, url, prefix)
+		inst[i].UseClock(func() time.Time { return now })
 	}
 	const L, N = 50, 600
 	c := btk.KeyCheck{KeyID: "key", WorkspacePrefix: "0123abcd", Limits: ratelimit.Limits{PerMinute: L, PerDay: 1000}, Now: time.Now()}
@@ -128,6 +132,7 @@ func TestScriptExactUnderConcurrency(t *testing.T) {
 	}
 	// The day window counted only the accepted ones.
 	c.Limits.PerMinute = 1 << 30
+	now = now.Add(time.Second) // the minute window is spent: its TAT is one minute ahead
 	v, err := inst[1].Allow(context.Background(), c)
 	if err != nil || !v.Allowed || v.Limit != 1000 || v.Remaining != 1000-L-1 {
 		t.Fatalf("after the burst: %+v, %v (want day remaining %d)", v, err, 1000-L-1)
