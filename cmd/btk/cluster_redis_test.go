@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -132,25 +131,5 @@ func TestClusterRedisDown(t *testing.T) {
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("/readyz after recovery: %d", res.StatusCode)
 		}
-	}
-}
-
-// On PostgreSQL without --redis, a second instance refuses to start and
-// says to give --redis.
-func TestClusterNeedsRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
-	db := pgtest.URL(t)
-	startServe(t, db)
-	p := launchServe(t, db)
-	select {
-	case <-p.exited:
-	case <-time.After(procWait):
-		t.Fatal("the second instance did not exit")
-	}
-	if p.err == nil || !strings.Contains(p.out.String(), "--redis") {
-		t.Fatalf("second instance without --redis: %v\n%s", p.err, p.out.String())
 	}
 }
