@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,5 +132,24 @@ func TestClusterRedisDown(t *testing.T) {
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("/readyz after recovery: %d", res.StatusCode)
 		}
+	}
+}
+
+// A --redis that does not answer stops btk serve at start, naming it
+// without its password.
+func TestServeRedisUnreachableAtStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a btk serve process")
+	}
+	t.Parallel()
+	p := launchServe(t, t.TempDir()+"/btk.db", "--redis", "redis://:hunter2-secret@127.0.0.1:1/0")
+	select {
+	case <-p.exited:
+	case <-time.After(procWait):
+		t.Fatal("btk serve did not exit")
+	}
+	out := p.out.String()
+	if p.err == nil || !strings.Contains(out, "--redis redis://:xxxxx@127.0.0.1:1/0") || strings.Contains(out, "hunter2") {
+		t.Fatalf("btk serve with an unreachable --redis: %v\n%s", p.err, out)
 	}
 }
