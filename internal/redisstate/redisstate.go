@@ -173,7 +173,9 @@ func (s *State) Allow(ctx context.Context, c btk.KeyCheck) (btk.KeyVerdict, erro
 func (s *State) record(keyID string, dayState, at int64) {
 	s.mu.Lock()
 	u := s.usage[keyID]
-	u.Key, u.DayState, u.LastAllowed = keyID, dayState, max(u.LastAllowed, at)
+	// Concurrent requests of a key record in any order: the latest day
+	// state is the largest.
+	u.Key, u.DayState, u.LastAllowed = keyID, max(u.DayState, dayState), max(u.LastAllowed, at)
 	s.usage[keyID] = u
 	s.mu.Unlock()
 }
@@ -210,8 +212,7 @@ func (s *State) Restore(states []ratelimit.State) {
 	defer s.mu.Unlock()
 	for _, st := range states {
 		if u, ok := s.usage[st.Key]; ok {
-			// Newer use since: its day state is the later one.
-			u.LastAllowed = max(u.LastAllowed, st.LastAllowed)
+			u.DayState, u.LastAllowed = max(u.DayState, st.DayState), max(u.LastAllowed, st.LastAllowed)
 			s.usage[st.Key] = u
 			continue
 		}

@@ -245,7 +245,7 @@ func updateUsageBatch(rows int) string {
 	var b strings.Builder
 	b.WriteString(`UPDATE api_keys SET
 	last_used_at = CASE WHEN api_keys.last_used_at IS NULL OR api_keys.last_used_at < v.column2 THEN v.column2 ELSE api_keys.last_used_at END,
-	day_state = v.column3
+	day_state = MAX(api_keys.day_state, v.column3)
 	FROM (VALUES `)
 	for i := range rows {
 		if i > 0 {
