@@ -30,7 +30,7 @@ func Decide(lim Limits, allowed bool, minute, day Relative) Decision {
 	lm, ld := lim.Clamp()
 	m := window{tat: minute.D, frac: minute.Frac, lim: lm, q: minutePeriod / lm, r: minutePeriod % lm}
 	dw := window{tat: day.D, frac: day.Frac, lim: ld, q: dayPeriod / ld, r: dayPeriod % ld}
-	d := Decision{Allowed: allowed}
+	d := Decision{Allowed: allowed, PerMinute: int(lm), PerDay: int(ld)}
 	if !allowed {
 		mt, mf := m.next()
 		dt, df := dw.next()
@@ -47,7 +47,7 @@ func Decide(lim Limits, allowed bool, minute, day Relative) Decision {
 	if mRem <= dRem {
 		d.Limit, d.Remaining, d.Reset = int(lm), int(mRem), m.untilFull(0)
 	} else {
-		d.Limit, d.Remaining, d.Reset = int(ld), int(dRem), dw.untilFull(0)
+		d.Limit, d.Remaining, d.Reset, d.Day = int(ld), int(dRem), dw.untilFull(0), true
 	}
 	return d
 }
