@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
@@ -40,6 +41,15 @@ func (h *Handler) Proxy(upstream *url.URL) http.Handler {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
+			stripIdentityHeaders(pr.Out.Header)
+			// btk's own headers are set on the outgoing request, after
+			// ReverseProxy removed what the client's Connection header
+			// named: a client cannot strip them.
+			for _, name := range [...]string{headerTenantID, headerKeyID} {
+				if v := pr.In.Header[name]; len(v) > 0 {
+					pr.Out.Header[name] = v
+				}
+			}
 		},
 		Transport: ProxyTransport(),
 		ErrorLog:  slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
@@ -61,9 +71,23 @@ func (h *Handler) Proxy(upstream *url.URL) http.Handler {
 		case credKey:
 			setKeyHeaders(r.Header, a)
 		}
-		// The upstream never sees a key, checked (a key) or not (beside a
-		// bearer token, where it is not consulted).
-		delete(r.Header, "X-Api-Key")
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// stripIdentityHeaders removes every header that names a key or a tenant in
+// any spelling: X-Api-Key (the upstream never sees a key, checked or not),
+// and X-Tenant-Id and X-Api-Key-Id, also as X_Tenant_Id and the like, which
+// CGI-style upstreams (PHP, WSGI, Rack) read as the same variable. Go does
+// not canonicalise names with underscores, so exact deletes would miss them.
+func stripIdentityHeaders(h http.Header) {
+	for name := range h {
+		switch len(name) {
+		case len("X-Api-Key"), len("X-Tenant-Id"), len("X-Api-Key-Id"):
+			switch strings.ReplaceAll(strings.ToLower(name), "_", "-") {
+			case "x-api-key", "x-tenant-id", "x-api-key-id":
+				delete(h, name)
+			}
+		}
+	}
 }

@@ -100,6 +100,28 @@ func TestProxyHeaders(t *testing.T) {
 	if h.Get("X-Hop") != "" || h.Get("X-End") != "end-to-end" {
 		t.Errorf("hop-by-hop X-Hop %q (want none), X-End %q", h.Get("X-Hop"), h.Get("X-End"))
 	}
+
+	// Spellings a CGI-style upstream reads as X-Tenant-Id, and a Connection
+	// header naming btk's own headers: neither forges nor strips them.
+	r = send(t, client, "GET", p.URL+"/", map[string]string{
+		"X-Api-Key": k.Plaintext, "X_Tenant_Id": "forged", "x_api_key_id": "forged", "X_Api_Key": "btk_smuggled",
+		"Connection": "X-Tenant-Id, X-Api-Key-Id",
+	}, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("underscores: HTTP %d", r.Status)
+	}
+	hu := rec.last(t)
+	for name, v := range hu {
+		if n := strings.ReplaceAll(strings.ToLower(name), "_", "-"); n == "x-tenant-id" || n == "x-api-key-id" || n == "x-api-key" {
+			if name != "X-Tenant-Id" && name != "X-Api-Key-Id" {
+				t.Errorf("upstream got %s: %q", name, v)
+			}
+		}
+	}
+	if hu.Get("X-Tenant-Id") != e.adminWS || hu.Get("X-Api-Key-Id") != k.ID {
+		t.Errorf("upstream X-Tenant-Id %q, X-Api-Key-Id %q after Connection named them", hu.Get("X-Tenant-Id"), hu.Get("X-Api-Key-Id"))
+	}
+
 	pu, _ := url.Parse(p.URL)
 	if h.Get("X-Forwarded-For") != "127.0.0.1" || h.Get("X-Forwarded-Host") != pu.Host || h.Get("X-Forwarded-Proto") != "http" {
 		t.Errorf("X-Forwarded-For %q, -Host %q, -Proto %q", h.Get("X-Forwarded-For"), h.Get("X-Forwarded-Host"), h.Get("X-Forwarded-Proto"))
