@@ -30,7 +30,16 @@ if #KEYS == 3 then
     epoch = ARGV[9] .. ':' .. t[1] .. '.' .. t[2]
     redis.call('SET', KEYS[1], epoch)
   end
-  local token = redis.call('GET', KEYS[2]) or ''
+  local token = redis.call('GET', KEYS[2])
+  if not token then
+    -- No revision yet, or it was lost (evicted, or a replica that never
+    -- had it): a new token unlike any before makes every instance read its
+    -- cached records of the workspace again. A missing token must never
+    -- read as an old value, or a record cached before a revoke would pass.
+    local t = redis.call('TIME')
+    token = ARGV[9] .. ':' .. t[1] .. '.' .. t[2]
+    redis.call('SET', KEYS[2], token)
+  end
   if epoch ~= ARGV[1] or token ~= ARGV[2] then
     return {'S', epoch, token}
   end

@@ -169,12 +169,25 @@ func TestRevisionAndEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, err = a.Allow(ctx, c)
-	if err != nil || !v.Stale || v.Current.Epoch == c.Seen.Epoch || v.Current.Epoch == "" || v.Current.Token != "" {
+	if err != nil || !v.Stale || v.Current.Epoch == c.Seen.Epoch || v.Current.Epoch == "" || v.Current.Token == "" || v.Current.Token == c.Seen.Token {
 		t.Fatalf("after the loss: %+v %v (seen %+v)", v, err, c.Seen)
 	}
 	// Another instance finds the epoch the first one made.
 	if v2, err := b.Allow(ctx, c); err != nil || v2.Current != v.Current {
 		t.Fatalf("second instance after the loss: %+v %v, want %+v", v2, err, v.Current)
+	}
+	// The revision alone is lost (evicted; a replica that never had it):
+	// a record read under the old token must be read again, never pass.
+	c.Seen = v.Current
+	if v, err := b.Allow(ctx, c); err != nil || v.Stale {
+		t.Fatalf("with the current revision: %+v %v", v, err)
+	}
+	if err := a.rdb.Del(ctx, a.revKey(ws[:8])).Err(); err != nil {
+		t.Fatal(err)
+	}
+	v, err = b.Allow(ctx, c)
+	if err != nil || !v.Stale || v.Current.Epoch != c.Seen.Epoch || v.Current.Token == "" || v.Current.Token == c.Seen.Token {
+		t.Fatalf("after the revision was lost: %+v %v (seen %+v)", v, err, c.Seen)
 	}
 }
 
