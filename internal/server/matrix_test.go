@@ -51,6 +51,7 @@ type matrix struct {
 	seq      int
 	spareID  string // a MEMBER of A whose role setMembership changes (operator matrix only)
 	spare    cred
+	targetID string // a MEMBER of A that disableAccount and enableAccount act on (operator matrix only)
 }
 
 func newMatrix(t *testing.T) *matrix {
@@ -608,6 +609,54 @@ var operatorOps = []operatorOp{
 			}
 		},
 	},
+	{
+		name:  "disableAccount",
+		query: `mutation($id:ID){disableAccount(id:$id){disabled}}`,
+		vars:  func(m *matrix) map[string]any { return map[string]any{"id": m.targetID} },
+		reset: func(m *matrix) { m.setTargetDisabled("enableAccount") },
+		want:  [nCallers]string{wU, wU, wF, wF, wF, wOK, wOK, wF, wOK},
+		check: func(t *testing.T, m *matrix, _ map[string]any, success bool) {
+			if got := m.accountDisabled(t); got != success {
+				t.Errorf("target disabled %v, want %v", got, success)
+			}
+		},
+	},
+	{
+		name:  "enableAccount",
+		query: `mutation($id:ID){enableAccount(id:$id){disabled}}`,
+		vars:  func(m *matrix) map[string]any { return map[string]any{"id": m.targetID} },
+		reset: func(m *matrix) { m.setTargetDisabled("disableAccount") },
+		want:  [nCallers]string{wU, wU, wF, wF, wF, wOK, wOK, wF, wOK},
+		check: func(t *testing.T, m *matrix, _ map[string]any, success bool) {
+			if got := m.accountDisabled(t); got == success {
+				t.Errorf("target disabled %v, want %v", got, !success)
+			}
+		},
+	},
+}
+
+// accountDisabled reads, as the bootstrap admin, whether the matrix's target
+// account is disabled.
+func (m *matrix) accountDisabled(t *testing.T) bool {
+	var out struct {
+		Accounts []struct {
+			ID       string
+			Disabled bool
+		}
+	}
+	m.e.must(m.root, `{accounts{id disabled}}`, nil, &out)
+	for _, a := range out.Accounts {
+		if a.ID == m.targetID {
+			return a.Disabled
+		}
+	}
+	t.Fatalf("target account %s not listed", m.targetID)
+	return false
+}
+
+// setTargetDisabled disables or enables the target account as the bootstrap admin.
+func (m *matrix) setTargetDisabled(op string) {
+	m.e.must(m.root, `mutation($id:ID){`+op+`(id:$id){id}}`, map[string]any{"id": m.targetID}, &struct{}{})
 }
 
 // operatorOperationMatrix: operator mutations are platform admin only;
@@ -618,6 +667,8 @@ func operatorOperationMatrix(t *testing.T, m *matrix) {
 	m.spareID = e.createAccount(m.root, "spare@a.example", mpwd, false)
 	e.setMember(m.root, m.wsA, m.spareID, "MEMBER")
 	m.spare = cred{Bearer: e.login("spare@a.example", mpwd, "")}
+	m.targetID = e.createAccount(m.root, "target@a.example", mpwd, false)
+	e.setMember(m.root, m.wsA, m.targetID, "MEMBER")
 	for _, op := range operatorOps {
 		for who := range nCallers {
 			t.Run(op.name+"/"+callerNames[who], func(t *testing.T) {
