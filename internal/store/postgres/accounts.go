@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
 // Settings, workspaces, accounts, memberships and sessions.
@@ -55,7 +56,7 @@ func scanWorkspace(row pgx.Row) (*btk.Workspace, error) {
 		return nil, err
 	}
 	w.RateLimitPerMinute, w.RateLimitPerDay = fromOptInt(perMin), fromOptInt(perD)
-	w.CreatedAt = fromNano(created)
+	w.CreatedAt = sqlshared.FromNano(created)
 	return &w, nil
 }
 
@@ -90,7 +91,7 @@ func (t *tx) CreateWorkspace(ctx context.Context, w *btk.Workspace) error {
 	if len(w.ID) < btk.WorkspacePrefixLen {
 		return fmt.Errorf("store: create workspace: id %q is shorter than its prefix", w.ID)
 	}
-	created, err := unixNano(w.CreatedAt)
+	created, err := sqlshared.UnixNano(w.CreatedAt)
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func scanAccount(row pgx.Row) (*btk.Account, error) {
 	if err := row.Scan(&a.ID, &a.Email, &a.PasswordHash, &a.PlatformAdmin, &created, &disabled); err != nil {
 		return nil, err
 	}
-	a.CreatedAt, a.DisabledAt = fromNano(created), fromOptNano(disabled)
+	a.CreatedAt, a.DisabledAt = sqlshared.FromNano(created), fromOptNano(disabled)
 	return &a, nil
 }
 
@@ -135,7 +136,7 @@ func (t *tx) AccountByEmail(ctx context.Context, email string) (*btk.Account, er
 }
 
 func (t *tx) CreateAccount(ctx context.Context, a *btk.Account) error {
-	created, err := unixNano(a.CreatedAt)
+	created, err := sqlshared.UnixNano(a.CreatedAt)
 	if err != nil {
 		return err
 	}
@@ -200,16 +201,16 @@ func (t *tx) Session(ctx context.Context, id string) (*btk.Session, error) {
 		return nil, mapErr("session", err)
 	}
 	s.WorkspaceID = str(ws)
-	s.CreatedAt, s.ExpiresAt, s.RevokedAt = fromNano(created), fromNano(expires), fromOptNano(revoked)
+	s.CreatedAt, s.ExpiresAt, s.RevokedAt = sqlshared.FromNano(created), sqlshared.FromNano(expires), fromOptNano(revoked)
 	return &s, nil
 }
 
 func (t *tx) CreateSession(ctx context.Context, s *btk.Session) error {
-	created, err := unixNano(s.CreatedAt)
+	created, err := sqlshared.UnixNano(s.CreatedAt)
 	if err != nil {
 		return err
 	}
-	expires, err := unixNano(s.ExpiresAt)
+	expires, err := sqlshared.UnixNano(s.ExpiresAt)
 	if err != nil {
 		return err
 	}
@@ -227,7 +228,7 @@ func (t *tx) CreateSession(ctx context.Context, s *btk.Session) error {
 // RevokeSession keeps the first revocation time when called twice; only a
 // missing session is ErrNotFound.
 func (t *tx) RevokeSession(ctx context.Context, id string, at time.Time) error {
-	n, err := unixNano(at)
+	n, err := sqlshared.UnixNano(at)
 	if err != nil {
 		return err
 	}
@@ -237,7 +238,7 @@ func (t *tx) RevokeSession(ctx context.Context, id string, at time.Time) error {
 }
 
 func (t *tx) RevokeMemberSessions(ctx context.Context, workspaceID, accountID string, at time.Time) error {
-	n, err := unixNano(at)
+	n, err := sqlshared.UnixNano(at)
 	if err != nil {
 		return err
 	}

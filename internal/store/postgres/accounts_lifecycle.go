@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"time"
+
+	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
 // SetAccountPassword replaces the account's password hash.
@@ -26,7 +28,7 @@ func (t *tx) SetAccountDisabled(ctx context.Context, accountID string, at *time.
 // RevokeAccountSessions ends every session of the account, impersonation
 // included, except the session exceptID ("" for none).
 func (t *tx) RevokeAccountSessions(ctx context.Context, accountID, exceptID string, at time.Time) error {
-	n, err := unixNano(at)
+	n, err := sqlshared.UnixNano(at)
 	if err != nil {
 		return err
 	}

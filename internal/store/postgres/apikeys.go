@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
 const selectKey = `SELECT seq, id, workspace_id, name, hash, display_prefix, hint,
@@ -40,7 +41,7 @@ func scanKey(row pgx.Row) (*btk.APIKey, int64, error) {
 	}
 	k.RateLimitPerMinute, k.RateLimitPerDay = fromOptInt(perMin), fromOptInt(perDay)
 	k.ExpiresAt, k.LastUsedAt, k.RevokedAt = fromOptNano(expires), fromOptNano(lastUsed), fromOptNano(revoked)
-	k.CreatedAt = fromNano(created)
+	k.CreatedAt = sqlshared.FromNano(created)
 	k.CreatedBy, k.RevokedBy = str(createdBy), str(revokedBy)
 	k.RotatedFromID, k.ReplacedByID = str(from), str(to)
 	return &k, seq, nil
@@ -79,7 +80,7 @@ func (t *tx) APIKeys(ctx context.Context, f btk.KeyFilter) ([]*btk.APIKey, strin
 }
 
 func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
-	created, err := unixNano(k.CreatedAt)
+	created, err := sqlshared.UnixNano(k.CreatedAt)
 	if err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
 }
 
 func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, replacedBy string) error {
-	n, err := unixNano(at)
+	n, err := sqlshared.UnixNano(at)
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, repl
 // later insert waits until this transaction commits. Locking the workspace
 // first instead could deadlock with a rotation holding its key's row.
 func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error) {
-	n, err := unixNano(at)
+	n, err := sqlshared.UnixNano(at)
 	if err != nil {
 		return 0, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
 const (
@@ -23,7 +24,7 @@ func (t *tx) AddAudit(ctx context.Context, e *btk.AuditEntry, ev *btk.AuditEvent
 		if e.ID == "" {
 			e.ID = uuid.NewString()
 		}
-		created, err := unixNano(e.CreatedAt)
+		created, err := sqlshared.UnixNano(e.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -44,7 +45,7 @@ func (t *tx) AddAudit(ctx context.Context, e *btk.AuditEntry, ev *btk.AuditEvent
 		if ev.Metadata == "" {
 			ev.Metadata = "{}"
 		}
-		created, err := unixNano(ev.CreatedAt)
+		created, err := sqlshared.UnixNano(ev.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -98,7 +99,7 @@ func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, args, 
 		if c.t == nil {
 			continue
 		}
-		n, err := unixNano(*c.t)
+		n, err := sqlshared.UnixNano(*c.t)
 		if err != nil {
 			return "", nil, err
 		}
@@ -124,7 +125,7 @@ func (t *tx) AuditEntries(ctx context.Context, f btk.AuditFilter) ([]*btk.AuditE
 		err := rows.Scan(&seq, &e.ID, &e.WorkspaceID, &e.Action, &keyID, &e.APIKeyName, &newKeyID, &count,
 			&actor, &e.ActorEmail, &imp, &e.IP, &e.UserAgent, &created)
 		e.APIKeyID, e.NewAPIKeyID, e.ActorID, e.ImpersonatorID = str(keyID), str(newKeyID), str(actor), str(imp)
-		e.RevokedCount, e.CreatedAt = fromOptInt(count), fromNano(created)
+		e.RevokedCount, e.CreatedAt = fromOptInt(count), sqlshared.FromNano(created)
 		return &e, seq, err
 	})
 }
@@ -145,7 +146,7 @@ func (t *tx) AuditEvents(ctx context.Context, f btk.AuditFilter) ([]*btk.AuditEv
 		err := rows.Scan(&seq, &ev.ID, &ws, &ev.Action, &actor, &ev.ActorEmail, &imp,
 			&ev.TargetType, &targetID, &ev.Metadata, &created)
 		ev.WorkspaceID, ev.ActorID, ev.ImpersonatorID, ev.TargetID = str(ws), str(actor), str(imp), str(targetID)
-		ev.CreatedAt = fromNano(created)
+		ev.CreatedAt = sqlshared.FromNano(created)
 		return &ev, seq, err
 	})
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
 var _ btk.Store = (*DB)(nil)
@@ -267,7 +268,7 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
 	ats := make([]int64, len(usage))
 	days := make([]int64, len(usage))
 	for i, u := range usage {
-		at, err := unixNano(u.LastUsedAt)
+		at, err := sqlshared.UnixNano(u.LastUsedAt)
 		if err != nil {
 			return err
 		}

@@ -2,15 +2,13 @@ package postgres
 
 import (
 	"context"
-	"encoding/base64"
-	"errors"
-	"math"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
 // tx implements btk.Tx on one pgx transaction.
@@ -55,29 +53,6 @@ func (t *tx) exec(ctx context.Context, op string, mustChange bool, query string,
 	return n, nil
 }
 
-// Cursors are base64url of a table tag and the seq of the last row handed
-// out (the same form as the SQLite store's); the tag keeps a key cursor from
-// being replayed on an audit list.
-func cursor(tag byte, seq int64) string {
-	return base64.RawURLEncoding.EncodeToString(strconv.AppendInt([]byte{tag}, seq, 10))
-}
-
-// afterSeq decodes a cursor of tag into the seq rows must be below.
-func afterSeq(tag byte, c string) (int64, error) {
-	if c == "" {
-		return math.MaxInt64, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || len(b) < 2 || b[0] != tag {
-		return 0, btk.ErrBadCursor
-	}
-	seq, err := strconv.ParseInt(string(b[1:]), 10, 64)
-	if err != nil || seq <= 0 || strconv.FormatInt(seq, 10) != string(b[1:]) {
-		return 0, btk.ErrBadCursor
-	}
-	return seq, nil
-}
-
 // args numbers the parameters of a query built piece by piece.
 type args []any
 
@@ -91,11 +66,11 @@ func (a *args) add(v any) string {
 // know whether another page follows.
 func list[T any](ctx context.Context, t *tx, op string, tag byte, p btk.Page, query string, a args,
 	scan func(pgx.Row) (T, int64, error)) ([]T, string, error) {
-	after, err := afterSeq(tag, p.After)
+	after, err := sqlshared.AfterSeq(tag, p.After)
 	if err != nil {
 		return nil, "", err
 	}
-	n := pageSize(p.First)
+	n := sqlshared.PageSize(p.First)
 	query += ` AND seq < ` + a.add(after) + ` ORDER BY seq DESC LIMIT ` + a.add(n+1)
 	rows, err := t.tx.Query(ctx, query, a...)
 	if err != nil {
@@ -119,34 +94,7 @@ func list[T any](ctx context.Context, t *tx, op string, tag byte, p btk.Page, qu
 	if len(items) <= n {
 		return items, "", nil
 	}
-	return items[:n], cursor(tag, seqs[n-1]), nil
-}
-
-// pageSize is the number of rows to return; the caller already clamps it.
-func pageSize(first int) int {
-	if first <= 0 {
-		return btk.DefaultPageSize
-	}
-	return min(first, btk.MaxPageSize)
-}
-
-// Times are stored as BIGINT unix nanoseconds, which only covers the years
-// 1678 to 2262; a time outside is refused rather than silently wrapped.
-var (
-	minTime = time.Unix(0, -1<<63)
-	maxTime = time.Unix(0, 1<<63-1)
-)
-
-var errTimeRange = &btk.Error{Code: btk.CodeBadUserInput, Message: "time must be between the years 1678 and 2262"}
-
-func unixNano(t time.Time) (int64, error) {
-	if t.IsZero() {
-		return 0, errors.New("store: zero time") // a bug of the caller, not user input
-	}
-	if t.Before(minTime) || t.After(maxTime) {
-		return 0, errTimeRange
-	}
-	return t.UnixNano(), nil
+	return items[:n], sqlshared.Cursor(tag, seqs[n-1]), nil
 }
 
 // optTime is the column value of an optional time.
@@ -154,17 +102,15 @@ func optTime(t *time.Time) (*int64, error) {
 	if t == nil {
 		return nil, nil
 	}
-	n, err := unixNano(*t)
+	n, err := sqlshared.UnixNano(*t)
 	return &n, err
 }
-
-func fromNano(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 func fromOptNano(n *int64) *time.Time {
 	if n == nil {
 		return nil
 	}
-	t := fromNano(*n)
+	t := sqlshared.FromNano(*n)
 	return &t
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
 // Settings, workspaces, accounts, memberships and sessions.
@@ -44,7 +45,7 @@ func scanWorkspace(row rowScanner) (*btk.Workspace, error) {
 		return nil, err
 	}
 	w.RateLimitPerMinute, w.RateLimitPerDay = fromOptInt(perMin), fromOptInt(perD)
-	w.CreatedAt = fromNano(created)
+	w.CreatedAt = sqlshared.FromNano(created)
 	return &w, nil
 }
 
@@ -79,7 +80,7 @@ func (t *tx) CreateWorkspace(ctx context.Context, w *btk.Workspace) error {
 	if len(w.ID) < btk.WorkspacePrefixLen {
 		return fmt.Errorf("store: create workspace: id %q is shorter than its prefix", w.ID)
 	}
-	created, err := unixNano(w.CreatedAt)
+	created, err := sqlshared.UnixNano(w.CreatedAt)
 	if err != nil {
 		return err
 	}
@@ -108,7 +109,7 @@ func scanAccount(row rowScanner) (*btk.Account, error) {
 	if err := row.Scan(&a.ID, &a.Email, &a.PasswordHash, &a.PlatformAdmin, &created, &disabled); err != nil {
 		return nil, err
 	}
-	a.CreatedAt, a.DisabledAt = fromNano(created), fromOptNano(disabled)
+	a.CreatedAt, a.DisabledAt = sqlshared.FromNano(created), fromOptNano(disabled)
 	return &a, nil
 }
 
@@ -125,7 +126,7 @@ func (t *tx) AccountByEmail(ctx context.Context, email string) (*btk.Account, er
 }
 
 func (t *tx) CreateAccount(ctx context.Context, a *btk.Account) error {
-	created, err := unixNano(a.CreatedAt)
+	created, err := sqlshared.UnixNano(a.CreatedAt)
 	if err != nil {
 		return err
 	}
@@ -190,16 +191,16 @@ func (t *tx) Session(ctx context.Context, id string) (*btk.Session, error) {
 		return nil, mapErr("session", err)
 	}
 	s.WorkspaceID = ws.String
-	s.CreatedAt, s.ExpiresAt, s.RevokedAt = fromNano(created), fromNano(expires), fromOptNano(revoked)
+	s.CreatedAt, s.ExpiresAt, s.RevokedAt = sqlshared.FromNano(created), sqlshared.FromNano(expires), fromOptNano(revoked)
 	return &s, nil
 }
 
 func (t *tx) CreateSession(ctx context.Context, s *btk.Session) error {
-	created, err := unixNano(s.CreatedAt)
+	created, err := sqlshared.UnixNano(s.CreatedAt)
 	if err != nil {
 		return err
 	}
-	expires, err := unixNano(s.ExpiresAt)
+	expires, err := sqlshared.UnixNano(s.ExpiresAt)
 	if err != nil {
 		return err
 	}
@@ -217,7 +218,7 @@ func (t *tx) CreateSession(ctx context.Context, s *btk.Session) error {
 // RevokeSession keeps the first revocation time when called twice; only a
 // missing session is ErrNotFound.
 func (t *tx) RevokeSession(ctx context.Context, id string, at time.Time) error {
-	n, err := unixNano(at)
+	n, err := sqlshared.UnixNano(at)
 	if err != nil {
 		return err
 	}
@@ -227,7 +228,7 @@ func (t *tx) RevokeSession(ctx context.Context, id string, at time.Time) error {
 }
 
 func (t *tx) RevokeMemberSessions(ctx context.Context, workspaceID, accountID string, at time.Time) error {
-	n, err := unixNano(at)
+	n, err := sqlshared.UnixNano(at)
 	if err != nil {
 		return err
 	}
@@ -258,7 +259,7 @@ func (t *tx) SetAccountDisabled(ctx context.Context, accountID string, at *time.
 // RevokeAccountSessions ends every session of the account, impersonation
 // included, except the session exceptID ("" for none).
 func (t *tx) RevokeAccountSessions(ctx context.Context, accountID, exceptID string, at time.Time) error {
-	n, err := unixNano(at)
+	n, err := sqlshared.UnixNano(at)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
 const selectKey = `SELECT seq, id, workspace_id, name, hash, display_prefix, hint,
@@ -39,7 +40,7 @@ func scanKey(row rowScanner) (*btk.APIKey, int64, error) {
 	}
 	k.RateLimitPerMinute, k.RateLimitPerDay = fromOptInt(perMin), fromOptInt(perDay)
 	k.ExpiresAt, k.LastUsedAt, k.RevokedAt = fromOptNano(expires), fromOptNano(lastUsed), fromOptNano(revoked)
-	k.CreatedAt = fromNano(created)
+	k.CreatedAt = sqlshared.FromNano(created)
 	k.CreatedBy, k.RevokedBy = createdBy.String, revokedBy.String
 	k.RotatedFromID, k.ReplacedByID = from.String, to.String
 	return &k, seq, nil
@@ -74,7 +75,7 @@ func (t *tx) APIKeys(ctx context.Context, f btk.KeyFilter) ([]*btk.APIKey, strin
 }
 
 func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
-	created, err := unixNano(k.CreatedAt)
+	created, err := sqlshared.UnixNano(k.CreatedAt)
 	if err != nil {
 		return err
 	}
@@ -104,7 +105,7 @@ func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
 }
 
 func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, replacedBy string) error {
-	n, err := unixNano(at)
+	n, err := sqlshared.UnixNano(at)
 	if err != nil {
 		return err
 	}
@@ -117,7 +118,7 @@ func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, repl
 // RevokeAllAPIKeys also revokes expired keys: they are not revoked yet, and
 // listing shows them until they are.
 func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error) {
-	n, err := unixNano(at)
+	n, err := sqlshared.UnixNano(at)
 	if err != nil {
 		return 0, err
 	}

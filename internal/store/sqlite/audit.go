@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
 const (
@@ -23,7 +24,7 @@ func (t *tx) AddAudit(ctx context.Context, e *btk.AuditEntry, ev *btk.AuditEvent
 		if e.ID == "" {
 			e.ID = uuid.NewString()
 		}
-		created, err := unixNano(e.CreatedAt)
+		created, err := sqlshared.UnixNano(e.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -47,7 +48,7 @@ func (t *tx) AddAudit(ctx context.Context, e *btk.AuditEntry, ev *btk.AuditEvent
 		if ev.Metadata == "" {
 			ev.Metadata = "{}"
 		}
-		created, err := unixNano(ev.CreatedAt)
+		created, err := sqlshared.UnixNano(ev.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -109,7 +110,7 @@ func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, []any,
 		if c.t == nil {
 			continue
 		}
-		n, err := unixNano(*c.t)
+		n, err := sqlshared.UnixNano(*c.t)
 		if err != nil {
 			return "", nil, err
 		}
@@ -136,7 +137,7 @@ func (t *tx) AuditEntries(ctx context.Context, f btk.AuditFilter) ([]*btk.AuditE
 		err := rows.Scan(&seq, &e.ID, &e.WorkspaceID, &e.Action, &keyID, &e.APIKeyName, &newKeyID, &count,
 			&actor, &e.ActorEmail, &imp, &e.IP, &e.UserAgent, &created)
 		e.APIKeyID, e.NewAPIKeyID, e.ActorID, e.ImpersonatorID = keyID.String, newKeyID.String, actor.String, imp.String
-		e.RevokedCount, e.CreatedAt = fromOptInt(count), fromNano(created)
+		e.RevokedCount, e.CreatedAt = fromOptInt(count), sqlshared.FromNano(created)
 		return &e, seq, err
 	})
 }
@@ -157,7 +158,7 @@ func (t *tx) AuditEvents(ctx context.Context, f btk.AuditFilter) ([]*btk.AuditEv
 		err := rows.Scan(&seq, &ev.ID, &ws, &ev.Action, &actor, &ev.ActorEmail, &imp,
 			&ev.TargetType, &targetID, &ev.Metadata, &created)
 		ev.WorkspaceID, ev.ActorID, ev.ImpersonatorID, ev.TargetID = ws.String, actor.String, imp.String, targetID.String
-		ev.CreatedAt = fromNano(created)
+		ev.CreatedAt = sqlshared.FromNano(created)
 		return &ev, seq, err
 	})
 }

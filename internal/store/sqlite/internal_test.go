@@ -50,12 +50,3 @@ func TestPragmasOnEveryConnection(t *testing.T) {
 		return v
 	}, "0")
 }
-
-func TestCursorRoundTrip(t *testing.T) {
-	for _, seq := range []int64{1, 42, 1 << 40} {
-		got, err := afterSeq('k', cursor('k', seq))
-		if err != nil || got != seq {
-			t.Errorf("afterSeq(cursor(%d)) = %d, %v", seq, got, err)
-		}
-	}
-}

@@ -9,11 +9,9 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"net/url"
 	"os"
 	"runtime"
@@ -26,6 +24,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
 var _ btk.Store = (*DB)(nil)
@@ -267,7 +266,7 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
 	err := inTx(ctx, db.w, func(t *sql.Tx) error {
 		if len(usage) == 1 {
 			u := usage[0]
-			at, err := unixNano(u.LastUsedAt)
+			at, err := sqlshared.UnixNano(u.LastUsedAt)
 			if err != nil {
 				return err
 			}
@@ -280,7 +279,7 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
 			usage = usage[len(chunk):]
 			args = args[:0]
 			for _, u := range chunk {
-				at, err := unixNano(u.LastUsedAt)
+				at, err := sqlshared.UnixNano(u.LastUsedAt)
 				if err != nil {
 					return err
 				}
@@ -395,28 +394,6 @@ func (t *tx) exec(ctx context.Context, op string, mustChange bool, query string,
 	return n, nil
 }
 
-// Cursors are base64url of a table tag and the seq of the last row handed
-// out; the tag keeps a key cursor from being replayed on an audit list.
-func cursor(tag byte, seq int64) string {
-	return base64.RawURLEncoding.EncodeToString(strconv.AppendInt([]byte{tag}, seq, 10))
-}
-
-// afterSeq decodes a cursor of tag into the seq rows must be below.
-func afterSeq(tag byte, c string) (int64, error) {
-	if c == "" {
-		return math.MaxInt64, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || len(b) < 2 || b[0] != tag {
-		return 0, btk.ErrBadCursor
-	}
-	seq, err := strconv.ParseInt(string(b[1:]), 10, 64)
-	if err != nil || seq <= 0 || strconv.FormatInt(seq, 10) != string(b[1:]) {
-		return 0, btk.ErrBadCursor
-	}
-	return seq, nil
-}
-
 type rowScanner interface{ Scan(...any) error }
 
 // list pages newest first through the rows query selects (its WHERE clause
@@ -424,11 +401,11 @@ type rowScanner interface{ Scan(...any) error }
 // know whether another page follows.
 func list[T any](ctx context.Context, t *tx, op string, tag byte, p btk.Page, query string, args []any,
 	scan func(rowScanner) (T, int64, error)) ([]T, string, error) {
-	after, err := afterSeq(tag, p.After)
+	after, err := sqlshared.AfterSeq(tag, p.After)
 	if err != nil {
 		return nil, "", err
 	}
-	n := pageSize(p.First)
+	n := sqlshared.PageSize(p.First)
 	rows, err := t.tx.QueryContext(ctx, query+` AND seq < ? ORDER BY seq DESC LIMIT ?`, append(args, after, n+1)...)
 	if err != nil {
 		return nil, "", mapErr(op, err)
@@ -451,34 +428,7 @@ func list[T any](ctx context.Context, t *tx, op string, tag byte, p btk.Page, qu
 	if len(items) <= n {
 		return items, "", nil
 	}
-	return items[:n], cursor(tag, seqs[n-1]), nil
-}
-
-// pageSize is the number of rows to return; the caller already clamps it.
-func pageSize(first int) int {
-	if first <= 0 {
-		return btk.DefaultPageSize
-	}
-	return min(first, btk.MaxPageSize)
-}
-
-// Times are stored as INTEGER unix nanoseconds, which only covers the years
-// 1678 to 2262; a time outside is refused rather than silently wrapped.
-var (
-	minTime = time.Unix(0, -1<<63)
-	maxTime = time.Unix(0, 1<<63-1)
-)
-
-var errTimeRange = &btk.Error{Code: btk.CodeBadUserInput, Message: "time must be between the years 1678 and 2262"}
-
-func unixNano(t time.Time) (int64, error) {
-	if t.IsZero() {
-		return 0, errors.New("store: zero time") // a bug of the caller, not user input
-	}
-	if t.Before(minTime) || t.After(maxTime) {
-		return 0, errTimeRange
-	}
-	return t.UnixNano(), nil
+	return items[:n], sqlshared.Cursor(tag, seqs[n-1]), nil
 }
 
 // optTime is the column value of an optional time.
@@ -486,16 +436,14 @@ func optTime(t *time.Time) (any, error) {
 	if t == nil {
 		return nil, nil
 	}
-	return unixNano(*t)
+	return sqlshared.UnixNano(*t)
 }
-
-func fromNano(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 func fromOptNano(n sql.NullInt64) *time.Time {
 	if !n.Valid {
 		return nil
 	}
-	t := fromNano(n.Int64)
+	t := sqlshared.FromNano(n.Int64)
 	return &t
 }
 
