@@ -2,6 +2,8 @@ package btk
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +82,9 @@ func (s *Service) flushUsage(ctx context.Context, all bool) error {
 		}
 	}
 	if len(batch) > 0 {
+		// One order for every instance's batch (the stores also lock rows
+		// in this order): concurrent flushes wait rather than deadlock.
+		slices.SortFunc(batch, func(a, b KeyUsage) int { return strings.Compare(a.KeyID, b.KeyID) })
 		if err := s.store.RecordUsage(ctx, batch); err != nil {
 			return err // still pending: the next flush tries again
 		}

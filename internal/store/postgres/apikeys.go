@@ -135,7 +135,12 @@ func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.T
 	if err != nil {
 		return 0, err
 	}
-	const revoke = `UPDATE api_keys SET revoked_at = $1, revoked_by = $2 WHERE workspace_id = $3 AND revoked_at IS NULL`
+	// Rows are locked in id order, the order RecordUsage takes them in, so
+	// that a usage flush and a revoke-all never deadlock.
+	const revoke = `WITH locked AS MATERIALIZED (
+			SELECT id FROM api_keys WHERE workspace_id = $3 AND revoked_at IS NULL ORDER BY id FOR UPDATE
+		)
+		UPDATE api_keys k SET revoked_at = $1, revoked_by = $2 FROM locked l WHERE k.id = l.id AND k.revoked_at IS NULL`
 	first, err := t.exec(ctx, "revoke all api keys", false, revoke, n, optStr(by), workspaceID)
 	if err != nil {
 		return 0, err

@@ -274,11 +274,18 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
 		}
 		ids[i], ats[i], days[i] = u.KeyID, at, u.DayState
 	}
-	_, err := db.pool.Exec(ctx, `UPDATE api_keys k SET
+	// The rows are locked first, in id order (the locking CTE is
+	// materialised, and LockRows sits above the sort): instances flushing
+	// overlapping batches at once wait for each other instead of taking the
+	// rows in the join's order and deadlocking (issue 15, row 11).
+	_, err := db.pool.Exec(ctx, `WITH locked AS MATERIALIZED (
+			SELECT id FROM api_keys WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
+		)
+		UPDATE api_keys k SET
 		last_used_at = CASE WHEN k.last_used_at IS NULL OR k.last_used_at < u.at THEN u.at ELSE k.last_used_at END,
 		day_state = GREATEST(k.day_state, u.day)
-		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, day)
-		WHERE k.id = u.id`, ids, ats, days)
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, day), locked l
+		WHERE k.id = u.id AND l.id = u.id`, ids, ats, days)
 	return mapErr("record usage", err)
 }
 

@@ -37,6 +37,7 @@ var tests = []struct {
 	{"BadCursor", testBadCursor},
 	{"RecordUsage", testRecordUsage},
 	{"RecordUsageBatches", testRecordUsageBatches},
+	{"RecordUsageConcurrentOrders", testRecordUsageConcurrentOrders},
 	{"AuditRoundTrip", testAuditRoundTrip},
 	{"AuditFilters", testAuditFilters},
 	{"AuditPaging", testAuditPaging},

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,4 +52,43 @@ func testRecordUsageBatches(t *testing.T, db btk.Store) {
 		}
 		return nil
 	})
+}
+
+// Instances flush their usage batches at the same time, each listing the
+// same keys in its own order (issue 15, row 11): every flush succeeds, none
+// is picked as a deadlock victim, because the store takes the rows in one
+// fixed order whatever the order of the batch.
+func testRecordUsageConcurrentOrders(t *testing.T, db btk.Store) {
+	ws := newWorkspace(t, db)
+	const n, flushers, rounds = 200, 3, 15
+	ids := make([]string, n)
+	write(t, db, func(tx btk.Tx) error {
+		for i := range ids {
+			k := key(ws, fmt.Sprintf("k%04d", i))
+			if err := tx.CreateAPIKey(ctx, k); err != nil {
+				return err
+			}
+			ids[i] = k.ID
+		}
+		return nil
+	})
+	var mu sync.Mutex
+	var failures []error
+	race(db, flushers, func(f int) {
+		rng := rand.New(rand.NewPCG(uint64(f), 15))
+		for r := range rounds {
+			batch := make([]btk.KeyUsage, n)
+			for i, p := range rng.Perm(n) {
+				batch[i] = btk.KeyUsage{KeyID: ids[p], LastUsedAt: t0.Add(time.Duration(r) * time.Second), DayState: int64(r + 1)}
+			}
+			if err := db.RecordUsage(ctx, batch); err != nil {
+				mu.Lock()
+				failures = append(failures, err)
+				mu.Unlock()
+			}
+		}
+	})
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d concurrent flushes failed, first: %v", len(failures), flushers*rounds, failures[0])
+	}
 }
