@@ -14,7 +14,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/btk-project/btk/internal/server"
+	"github.com/btk-project/btk/internal/gateway"
 )
 
 func main() {
@@ -41,7 +41,7 @@ func main() {
 				pr.SetURL(u)
 				pr.SetXForwarded()
 			},
-			Transport: server.ProxyTransport(),
+			Transport: gateway.ProxyTransport(),
 		}
 		log.Fatal(serve(*bare, rp))
 	default:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/gateway"
 	"github.com/btk-project/btk/internal/server"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -35,7 +36,7 @@ func addOpsFlags(v *viper.Viper, f *pflag.FlagSet) {
 // metrics or TLS.
 type opsState struct {
 	cert    *server.Certificate // nil: plain HTTP
-	proxies *server.TrustedProxies
+	proxies *gateway.TrustedProxies
 	metrics *server.Metrics // nil: no metrics
 
 	metricsAddr string
@@ -48,7 +49,7 @@ type opsState struct {
 func newOps(cfg serveConfig, build server.BuildInfo) (*opsState, error) {
 	o := &opsState{metricsAddr: cfg.MetricsAddr}
 	var err error
-	if o.proxies, err = server.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
+	if o.proxies, err = gateway.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	switch {

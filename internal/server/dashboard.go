@@ -12,4 +12,4 @@ func (h *Handler) Mount(handler http.Handler, patterns ...string) {
 
 // ClientIP is the address a request is attributed to (password throttles,
 // audit rows), decided the same way for every entry point.
-func (h *Handler) ClientIP(r *http.Request) string { return h.clientIP(r) }
+func (h *Handler) ClientIP(r *http.Request) string { return h.gw.ClientIP(r) }

@@ -1,4 +1,4 @@
-package server
+package gateway
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func ProxyTransport() *http.Transport {
 // Bodies stream both ways and upgrades (WebSocket) pass: httputil.ReverseProxy
 // copies as data arrives and flushes at once a response of unknown length or
 // an event stream.
-func (h *Handler) Proxy(upstream *url.URL) http.Handler {
+func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -45,7 +45,7 @@ func (h *Handler) Proxy(upstream *url.URL) http.Handler {
 			// btk's own headers are set on the outgoing request, after
 			// ReverseProxy removed what the client's Connection header
 			// named: a client cannot strip them.
-			for _, name := range [...]string{headerTenantID, headerKeyID} {
+			for _, name := range [...]string{HeaderTenantID, headerKeyID} {
 				if v := pr.In.Header[name]; len(v) > 0 {
 					pr.Out.Header[name] = v
 				}
@@ -58,17 +58,17 @@ func (h *Handler) Proxy(upstream *url.URL) http.Handler {
 				return // the client went away; nobody to answer
 			}
 			h.log.WarnContext(r.Context(), "upstream unreachable", "err", err, "path", r.URL.Path)
-			writeError(w, http.StatusBadGateway, errBadGateway)
+			WriteError(w, http.StatusBadGateway, errBadGateway)
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch c, a := h.checkCredential(w, r); c {
-		case credRefused:
+		switch c, a := h.Check(w, r); c {
+		case Refused:
 			return
-		case credNone:
-			writeError(w, http.StatusUnauthorized, errKeyRequired)
+		case None:
+			WriteError(w, http.StatusUnauthorized, errKeyRequired)
 			return
-		case credKey:
+		case Key:
 			setKeyHeaders(r.Header, a)
 		}
 		rp.ServeHTTP(w, r)

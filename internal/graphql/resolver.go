@@ -1,4 +1,4 @@
-package server
+package graphql
 
 import "github.com/btk-project/btk/internal/btk"
 

@@ -1941,7 +1941,7 @@ func (ec *executionContext) field_Mutation_createAccount_args(ctx context.Contex
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (CreateAccountInput, error) {
-			return ec.unmarshalNCreateAccountInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐCreateAccountInput(ctx, v)
+			return ec.unmarshalNCreateAccountInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐCreateAccountInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -1955,7 +1955,7 @@ func (ec *executionContext) field_Mutation_createApiKey_args(ctx context.Context
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (CreateAPIKeyInput, error) {
-			return ec.unmarshalNCreateApiKeyInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐCreateAPIKeyInput(ctx, v)
+			return ec.unmarshalNCreateApiKeyInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐCreateAPIKeyInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -1969,7 +1969,7 @@ func (ec *executionContext) field_Mutation_createWorkspace_args(ctx context.Cont
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (CreateWorkspaceInput, error) {
-			return ec.unmarshalNCreateWorkspaceInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐCreateWorkspaceInput(ctx, v)
+			return ec.unmarshalNCreateWorkspaceInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐCreateWorkspaceInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2115,7 +2115,7 @@ func (ec *executionContext) field_Mutation_rotateApiKey_args(ctx context.Context
 	args["id"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (*RotateAPIKeyInput, error) {
-			return ec.unmarshalORotateApiKeyInput2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRotateAPIKeyInput(ctx, v)
+			return ec.unmarshalORotateApiKeyInput2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRotateAPIKeyInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2145,7 +2145,7 @@ func (ec *executionContext) field_Mutation_setMembership_args(ctx context.Contex
 	args["accountId"] = arg1
 	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "role",
 		func(ctx context.Context, v any) (*Role, error) {
-			return ec.unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx, v)
+			return ec.unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2167,7 +2167,7 @@ func (ec *executionContext) field_Mutation_setWorkspacePlan_args(ctx context.Con
 	args["workspaceId"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "plan",
 		func(ctx context.Context, v any) (Plan, error) {
-			return ec.unmarshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPlan(ctx, v)
+			return ec.unmarshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2241,7 +2241,7 @@ func (ec *executionContext) field_Query_apiKeyAuditLog_args(ctx context.Context,
 	args["apiKeyId"] = arg1
 	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "action",
 		func(ctx context.Context, v any) (*APIKeyAuditAction, error) {
-			return ec.unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditAction(ctx, v)
+			return ec.unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2574,7 +2574,7 @@ func (ec *executionContext) _Account_role(ctx context.Context, field graphql.Col
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Role) graphql.Marshaler {
-			return ec.marshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx, selections, v)
+			return ec.marshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx, selections, v)
 		},
 		true,
 		false,
@@ -2597,7 +2597,7 @@ func (ec *executionContext) _Account_memberships(ctx context.Context, field grap
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*Membership) graphql.Marshaler {
-			return ec.marshalNMembership2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMembershipᚄ(ctx, selections, v)
+			return ec.marshalNMembership2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐMembershipᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2767,7 +2767,7 @@ func (ec *executionContext) _ApiKey_status(ctx context.Context, field graphql.Co
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v APIKeyStatus) graphql.Marshaler {
-			return ec.marshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyStatus(ctx, selections, v)
+			return ec.marshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2997,7 +2997,7 @@ func (ec *executionContext) _ApiKeyAuditConnection_nodes(ctx context.Context, fi
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*APIKeyAuditEntry) graphql.Marshaler {
-			return ec.marshalNApiKeyAuditEntry2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditEntryᚄ(ctx, selections, v)
+			return ec.marshalNApiKeyAuditEntry2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditEntryᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3029,7 +3029,7 @@ func (ec *executionContext) _ApiKeyAuditConnection_pageInfo(ctx context.Context,
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPageInfo(ctx, selections, v)
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPageInfo(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3107,7 +3107,7 @@ func (ec *executionContext) _ApiKeyAuditEntry_action(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v APIKeyAuditAction) graphql.Marshaler {
-			return ec.marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditAction(ctx, selections, v)
+			return ec.marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3383,7 +3383,7 @@ func (ec *executionContext) _ApiKeyConnection_nodes(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*APIKey) graphql.Marshaler {
-			return ec.marshalNApiKey2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyᚄ(ctx, selections, v)
+			return ec.marshalNApiKey2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3415,7 +3415,7 @@ func (ec *executionContext) _ApiKeyConnection_pageInfo(ctx context.Context, fiel
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPageInfo(ctx, selections, v)
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPageInfo(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3700,7 +3700,7 @@ func (ec *executionContext) _AuditEventConnection_nodes(ctx context.Context, fie
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*AuditEvent) graphql.Marshaler {
-			return ec.marshalNAuditEvent2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAuditEventᚄ(ctx, selections, v)
+			return ec.marshalNAuditEvent2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAuditEventᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3732,7 +3732,7 @@ func (ec *executionContext) _AuditEventConnection_pageInfo(ctx context.Context, 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPageInfo(ctx, selections, v)
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPageInfo(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3764,7 +3764,7 @@ func (ec *executionContext) _CreateApiKeyPayload_apiKey(ctx context.Context, fie
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *APIKey) graphql.Marshaler {
-			return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKey(ctx, selections, v)
+			return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3911,7 +3911,7 @@ func (ec *executionContext) _Member_role(ctx context.Context, field graphql.Coll
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v Role) graphql.Marshaler {
-			return ec.marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx, selections, v)
+			return ec.marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3980,7 +3980,7 @@ func (ec *executionContext) _Membership_role(ctx context.Context, field graphql.
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v Role) graphql.Marshaler {
-			return ec.marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx, selections, v)
+			return ec.marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4004,7 +4004,7 @@ func (ec *executionContext) _Mutation_login(ctx context.Context, field graphql.C
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Session) graphql.Marshaler {
-			return ec.marshalNSession2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐSession(ctx, selections, v)
+			return ec.marshalNSession2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐSession(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4071,7 +4071,7 @@ func (ec *executionContext) _Mutation_elevate(ctx context.Context, field graphql
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Elevation) graphql.Marshaler {
-			return ec.marshalNElevation2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐElevation(ctx, selections, v)
+			return ec.marshalNElevation2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐElevation(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4115,7 +4115,7 @@ func (ec *executionContext) _Mutation_createApiKey(ctx context.Context, field gr
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *CreateAPIKeyPayload) graphql.Marshaler {
-			return ec.marshalNCreateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐCreateAPIKeyPayload(ctx, selections, v)
+			return ec.marshalNCreateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐCreateAPIKeyPayload(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4159,7 +4159,7 @@ func (ec *executionContext) _Mutation_rotateApiKey(ctx context.Context, field gr
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *RotateAPIKeyPayload) graphql.Marshaler {
-			return ec.marshalNRotateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRotateAPIKeyPayload(ctx, selections, v)
+			return ec.marshalNRotateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRotateAPIKeyPayload(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4203,7 +4203,7 @@ func (ec *executionContext) _Mutation_revokeApiKey(ctx context.Context, field gr
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *APIKey) graphql.Marshaler {
-			return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKey(ctx, selections, v)
+			return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4246,7 +4246,7 @@ func (ec *executionContext) _Mutation_revokeAllApiKeys(ctx context.Context, fiel
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *RevokeAllAPIKeysPayload) graphql.Marshaler {
-			return ec.marshalNRevokeAllApiKeysPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRevokeAllAPIKeysPayload(ctx, selections, v)
+			return ec.marshalNRevokeAllApiKeysPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRevokeAllAPIKeysPayload(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4279,7 +4279,7 @@ func (ec *executionContext) _Mutation_createWorkspace(ctx context.Context, field
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Tenant) graphql.Marshaler {
-			return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐTenant(ctx, selections, v)
+			return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenant(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4323,7 +4323,7 @@ func (ec *executionContext) _Mutation_setWorkspacePlan(ctx context.Context, fiel
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Tenant) graphql.Marshaler {
-			return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐTenant(ctx, selections, v)
+			return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenant(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4367,7 +4367,7 @@ func (ec *executionContext) _Mutation_createAccount(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Account) graphql.Marshaler {
-			return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccount(ctx, selections, v)
+			return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAccount(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4411,7 +4411,7 @@ func (ec *executionContext) _Mutation_impersonate(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Session) graphql.Marshaler {
-			return ec.marshalNSession2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐSession(ctx, selections, v)
+			return ec.marshalNSession2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐSession(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4499,7 +4499,7 @@ func (ec *executionContext) _Mutation_setWorkspaceRateLimits(ctx context.Context
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Tenant) graphql.Marshaler {
-			return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐTenant(ctx, selections, v)
+			return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenant(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4587,7 +4587,7 @@ func (ec *executionContext) _Mutation_disableAccount(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Account) graphql.Marshaler {
-			return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccount(ctx, selections, v)
+			return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAccount(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4631,7 +4631,7 @@ func (ec *executionContext) _Mutation_enableAccount(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Account) graphql.Marshaler {
-			return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccount(ctx, selections, v)
+			return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAccount(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4720,7 +4720,7 @@ func (ec *executionContext) _Query_tenantInfo(ctx context.Context, field graphql
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Tenant) graphql.Marshaler {
-			return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐTenant(ctx, selections, v)
+			return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenant(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4752,7 +4752,7 @@ func (ec *executionContext) _Query_me(ctx context.Context, field graphql.Collect
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Account) graphql.Marshaler {
-			return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccount(ctx, selections, v)
+			return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAccount(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4785,7 +4785,7 @@ func (ec *executionContext) _Query_apiKeys(ctx context.Context, field graphql.Co
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *APIKeyConnection) graphql.Marshaler {
-			return ec.marshalNApiKeyConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyConnection(ctx, selections, v)
+			return ec.marshalNApiKeyConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4829,7 +4829,7 @@ func (ec *executionContext) _Query_apiKey(ctx context.Context, field graphql.Col
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *APIKey) graphql.Marshaler {
-			return ec.marshalOApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKey(ctx, selections, v)
+			return ec.marshalOApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx, selections, v)
 		},
 		true,
 		false,
@@ -4873,7 +4873,7 @@ func (ec *executionContext) _Query_apiKeyAuditLog(ctx context.Context, field gra
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *APIKeyAuditConnection) graphql.Marshaler {
-			return ec.marshalNApiKeyAuditConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditConnection(ctx, selections, v)
+			return ec.marshalNApiKeyAuditConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4917,7 +4917,7 @@ func (ec *executionContext) _Query_auditEvents(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *AuditEventConnection) graphql.Marshaler {
-			return ec.marshalNAuditEventConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAuditEventConnection(ctx, selections, v)
+			return ec.marshalNAuditEventConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAuditEventConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4961,7 +4961,7 @@ func (ec *executionContext) _Query_workspaceBranding(ctx context.Context, field 
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *WorkspaceBranding) graphql.Marshaler {
-			return ec.marshalOWorkspaceBranding2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐWorkspaceBranding(ctx, selections, v)
+			return ec.marshalOWorkspaceBranding2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐWorkspaceBranding(ctx, selections, v)
 		},
 		true,
 		false,
@@ -5004,7 +5004,7 @@ func (ec *executionContext) _Query_workspaces(ctx context.Context, field graphql
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*Tenant) graphql.Marshaler {
-			return ec.marshalNTenant2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐTenantᚄ(ctx, selections, v)
+			return ec.marshalNTenant2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenantᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5036,7 +5036,7 @@ func (ec *executionContext) _Query_accounts(ctx context.Context, field graphql.C
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*Account) graphql.Marshaler {
-			return ec.marshalNAccount2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccountᚄ(ctx, selections, v)
+			return ec.marshalNAccount2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAccountᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5069,7 +5069,7 @@ func (ec *executionContext) _Query_members(ctx context.Context, field graphql.Co
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*Member) graphql.Marshaler {
-			return ec.marshalNMember2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMemberᚄ(ctx, selections, v)
+			return ec.marshalNMember2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐMemberᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5211,7 +5211,7 @@ func (ec *executionContext) _RotateApiKeyPayload_apiKey(ctx context.Context, fie
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *APIKey) graphql.Marshaler {
-			return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKey(ctx, selections, v)
+			return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5266,7 +5266,7 @@ func (ec *executionContext) _RotateApiKeyPayload_revokedApiKey(ctx context.Conte
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *APIKey) graphql.Marshaler {
-			return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKey(ctx, selections, v)
+			return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5344,7 +5344,7 @@ func (ec *executionContext) _Session_account(ctx context.Context, field graphql.
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Account) graphql.Marshaler {
-			return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccount(ctx, selections, v)
+			return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAccount(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5376,7 +5376,7 @@ func (ec *executionContext) _Session_workspace(ctx context.Context, field graphq
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Tenant) graphql.Marshaler {
-			return ec.marshalOTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐTenant(ctx, selections, v)
+			return ec.marshalOTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenant(ctx, selections, v)
 		},
 		true,
 		false,
@@ -5477,7 +5477,7 @@ func (ec *executionContext) _Tenant_plan(ctx context.Context, field graphql.Coll
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v Plan) graphql.Marshaler {
-			return ec.marshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPlan(ctx, selections, v)
+			return ec.marshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6821,7 +6821,7 @@ func (ec *executionContext) unmarshalInputCreateWorkspaceInput(ctx context.Conte
 			it.Name = data
 		case "plan":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("plan"))
-			data, err := ec.unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPlan(ctx, v)
+			data, err := ec.unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -8667,11 +8667,11 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 // region    ***************************** type.gotpl *****************************
 
-func (ec *executionContext) marshalNAccount2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccountᚄ(ctx context.Context, sel ast.SelectionSet, v []*Account) graphql.Marshaler {
+func (ec *executionContext) marshalNAccount2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAccountᚄ(ctx context.Context, sel ast.SelectionSet, v []*Account) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccount(ctx, sel, v[i])
+		return ec.marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAccount(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -8683,7 +8683,7 @@ func (ec *executionContext) marshalNAccount2ᚕᚖgithubᚗcomᚋbtkᚑproject�
 	return ret
 }
 
-func (ec *executionContext) marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAccount(ctx context.Context, sel ast.SelectionSet, v *Account) graphql.Marshaler {
+func (ec *executionContext) marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAccount(ctx context.Context, sel ast.SelectionSet, v *Account) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8693,11 +8693,11 @@ func (ec *executionContext) marshalNAccount2ᚖgithubᚗcomᚋbtkᚑprojectᚋbt
 	return ec._Account(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNApiKey2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyᚄ(ctx context.Context, sel ast.SelectionSet, v []*APIKey) graphql.Marshaler {
+func (ec *executionContext) marshalNApiKey2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyᚄ(ctx context.Context, sel ast.SelectionSet, v []*APIKey) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKey(ctx, sel, v[i])
+		return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -8709,7 +8709,7 @@ func (ec *executionContext) marshalNApiKey2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋ
 	return ret
 }
 
-func (ec *executionContext) marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKey(ctx context.Context, sel ast.SelectionSet, v *APIKey) graphql.Marshaler {
+func (ec *executionContext) marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx context.Context, sel ast.SelectionSet, v *APIKey) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8719,17 +8719,17 @@ func (ec *executionContext) marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtk
 	return ec._ApiKey(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditAction(ctx context.Context, v any) (APIKeyAuditAction, error) {
+func (ec *executionContext) unmarshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx context.Context, v any) (APIKeyAuditAction, error) {
 	var res APIKeyAuditAction
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditAction(ctx context.Context, sel ast.SelectionSet, v APIKeyAuditAction) graphql.Marshaler {
+func (ec *executionContext) marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx context.Context, sel ast.SelectionSet, v APIKeyAuditAction) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) marshalNApiKeyAuditConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditConnection(ctx context.Context, sel ast.SelectionSet, v *APIKeyAuditConnection) graphql.Marshaler {
+func (ec *executionContext) marshalNApiKeyAuditConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditConnection(ctx context.Context, sel ast.SelectionSet, v *APIKeyAuditConnection) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8739,11 +8739,11 @@ func (ec *executionContext) marshalNApiKeyAuditConnection2ᚖgithubᚗcomᚋbtk�
 	return ec._ApiKeyAuditConnection(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNApiKeyAuditEntry2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditEntryᚄ(ctx context.Context, sel ast.SelectionSet, v []*APIKeyAuditEntry) graphql.Marshaler {
+func (ec *executionContext) marshalNApiKeyAuditEntry2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditEntryᚄ(ctx context.Context, sel ast.SelectionSet, v []*APIKeyAuditEntry) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNApiKeyAuditEntry2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditEntry(ctx, sel, v[i])
+		return ec.marshalNApiKeyAuditEntry2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditEntry(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -8755,7 +8755,7 @@ func (ec *executionContext) marshalNApiKeyAuditEntry2ᚕᚖgithubᚗcomᚋbtkᚑ
 	return ret
 }
 
-func (ec *executionContext) marshalNApiKeyAuditEntry2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditEntry(ctx context.Context, sel ast.SelectionSet, v *APIKeyAuditEntry) graphql.Marshaler {
+func (ec *executionContext) marshalNApiKeyAuditEntry2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditEntry(ctx context.Context, sel ast.SelectionSet, v *APIKeyAuditEntry) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8765,7 +8765,7 @@ func (ec *executionContext) marshalNApiKeyAuditEntry2ᚖgithubᚗcomᚋbtkᚑpro
 	return ec._ApiKeyAuditEntry(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNApiKeyConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyConnection(ctx context.Context, sel ast.SelectionSet, v *APIKeyConnection) graphql.Marshaler {
+func (ec *executionContext) marshalNApiKeyConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyConnection(ctx context.Context, sel ast.SelectionSet, v *APIKeyConnection) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8775,21 +8775,21 @@ func (ec *executionContext) marshalNApiKeyConnection2ᚖgithubᚗcomᚋbtkᚑpro
 	return ec._ApiKeyConnection(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyStatus(ctx context.Context, v any) (APIKeyStatus, error) {
+func (ec *executionContext) unmarshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyStatus(ctx context.Context, v any) (APIKeyStatus, error) {
 	var res APIKeyStatus
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyStatus(ctx context.Context, sel ast.SelectionSet, v APIKeyStatus) graphql.Marshaler {
+func (ec *executionContext) marshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyStatus(ctx context.Context, sel ast.SelectionSet, v APIKeyStatus) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) marshalNAuditEvent2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAuditEventᚄ(ctx context.Context, sel ast.SelectionSet, v []*AuditEvent) graphql.Marshaler {
+func (ec *executionContext) marshalNAuditEvent2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAuditEventᚄ(ctx context.Context, sel ast.SelectionSet, v []*AuditEvent) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNAuditEvent2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAuditEvent(ctx, sel, v[i])
+		return ec.marshalNAuditEvent2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAuditEvent(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -8801,7 +8801,7 @@ func (ec *executionContext) marshalNAuditEvent2ᚕᚖgithubᚗcomᚋbtkᚑprojec
 	return ret
 }
 
-func (ec *executionContext) marshalNAuditEvent2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAuditEvent(ctx context.Context, sel ast.SelectionSet, v *AuditEvent) graphql.Marshaler {
+func (ec *executionContext) marshalNAuditEvent2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAuditEvent(ctx context.Context, sel ast.SelectionSet, v *AuditEvent) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8811,7 +8811,7 @@ func (ec *executionContext) marshalNAuditEvent2ᚖgithubᚗcomᚋbtkᚑproject�
 	return ec._AuditEvent(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNAuditEventConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAuditEventConnection(ctx context.Context, sel ast.SelectionSet, v *AuditEventConnection) graphql.Marshaler {
+func (ec *executionContext) marshalNAuditEventConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAuditEventConnection(ctx context.Context, sel ast.SelectionSet, v *AuditEventConnection) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8837,17 +8837,17 @@ func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.Se
 	return res
 }
 
-func (ec *executionContext) unmarshalNCreateAccountInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐCreateAccountInput(ctx context.Context, v any) (CreateAccountInput, error) {
+func (ec *executionContext) unmarshalNCreateAccountInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐCreateAccountInput(ctx context.Context, v any) (CreateAccountInput, error) {
 	res, err := ec.unmarshalInputCreateAccountInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNCreateApiKeyInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐCreateAPIKeyInput(ctx context.Context, v any) (CreateAPIKeyInput, error) {
+func (ec *executionContext) unmarshalNCreateApiKeyInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐCreateAPIKeyInput(ctx context.Context, v any) (CreateAPIKeyInput, error) {
 	res, err := ec.unmarshalInputCreateApiKeyInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNCreateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐCreateAPIKeyPayload(ctx context.Context, sel ast.SelectionSet, v *CreateAPIKeyPayload) graphql.Marshaler {
+func (ec *executionContext) marshalNCreateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐCreateAPIKeyPayload(ctx context.Context, sel ast.SelectionSet, v *CreateAPIKeyPayload) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8857,12 +8857,12 @@ func (ec *executionContext) marshalNCreateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑ
 	return ec._CreateApiKeyPayload(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNCreateWorkspaceInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐCreateWorkspaceInput(ctx context.Context, v any) (CreateWorkspaceInput, error) {
+func (ec *executionContext) unmarshalNCreateWorkspaceInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐCreateWorkspaceInput(ctx context.Context, v any) (CreateWorkspaceInput, error) {
 	res, err := ec.unmarshalInputCreateWorkspaceInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNElevation2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐElevation(ctx context.Context, sel ast.SelectionSet, v *Elevation) graphql.Marshaler {
+func (ec *executionContext) marshalNElevation2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐElevation(ctx context.Context, sel ast.SelectionSet, v *Elevation) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8904,11 +8904,11 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 	return res
 }
 
-func (ec *executionContext) marshalNMember2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMemberᚄ(ctx context.Context, sel ast.SelectionSet, v []*Member) graphql.Marshaler {
+func (ec *executionContext) marshalNMember2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐMemberᚄ(ctx context.Context, sel ast.SelectionSet, v []*Member) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNMember2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMember(ctx, sel, v[i])
+		return ec.marshalNMember2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐMember(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -8920,7 +8920,7 @@ func (ec *executionContext) marshalNMember2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋ
 	return ret
 }
 
-func (ec *executionContext) marshalNMember2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMember(ctx context.Context, sel ast.SelectionSet, v *Member) graphql.Marshaler {
+func (ec *executionContext) marshalNMember2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐMember(ctx context.Context, sel ast.SelectionSet, v *Member) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8930,11 +8930,11 @@ func (ec *executionContext) marshalNMember2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtk
 	return ec._Member(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNMembership2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMembershipᚄ(ctx context.Context, sel ast.SelectionSet, v []*Membership) graphql.Marshaler {
+func (ec *executionContext) marshalNMembership2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐMembershipᚄ(ctx context.Context, sel ast.SelectionSet, v []*Membership) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNMembership2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMembership(ctx, sel, v[i])
+		return ec.marshalNMembership2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐMembership(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -8946,7 +8946,7 @@ func (ec *executionContext) marshalNMembership2ᚕᚖgithubᚗcomᚋbtkᚑprojec
 	return ret
 }
 
-func (ec *executionContext) marshalNMembership2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐMembership(ctx context.Context, sel ast.SelectionSet, v *Membership) graphql.Marshaler {
+func (ec *executionContext) marshalNMembership2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐMembership(ctx context.Context, sel ast.SelectionSet, v *Membership) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8956,7 +8956,7 @@ func (ec *executionContext) marshalNMembership2ᚖgithubᚗcomᚋbtkᚑproject�
 	return ec._Membership(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPageInfo(ctx context.Context, sel ast.SelectionSet, v *PageInfo) graphql.Marshaler {
+func (ec *executionContext) marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPageInfo(ctx context.Context, sel ast.SelectionSet, v *PageInfo) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8966,17 +8966,17 @@ func (ec *executionContext) marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋb
 	return ec._PageInfo(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPlan(ctx context.Context, v any) (Plan, error) {
+func (ec *executionContext) unmarshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx context.Context, v any) (Plan, error) {
 	var res Plan
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPlan(ctx context.Context, sel ast.SelectionSet, v Plan) graphql.Marshaler {
+func (ec *executionContext) marshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx context.Context, sel ast.SelectionSet, v Plan) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) marshalNRevokeAllApiKeysPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRevokeAllAPIKeysPayload(ctx context.Context, sel ast.SelectionSet, v *RevokeAllAPIKeysPayload) graphql.Marshaler {
+func (ec *executionContext) marshalNRevokeAllApiKeysPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRevokeAllAPIKeysPayload(ctx context.Context, sel ast.SelectionSet, v *RevokeAllAPIKeysPayload) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8986,17 +8986,17 @@ func (ec *executionContext) marshalNRevokeAllApiKeysPayload2ᚖgithubᚗcomᚋbt
 	return ec._RevokeAllApiKeysPayload(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx context.Context, v any) (Role, error) {
+func (ec *executionContext) unmarshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx context.Context, v any) (Role, error) {
 	var res Role
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx context.Context, sel ast.SelectionSet, v Role) graphql.Marshaler {
+func (ec *executionContext) marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx context.Context, sel ast.SelectionSet, v Role) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) marshalNRotateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRotateAPIKeyPayload(ctx context.Context, sel ast.SelectionSet, v *RotateAPIKeyPayload) graphql.Marshaler {
+func (ec *executionContext) marshalNRotateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRotateAPIKeyPayload(ctx context.Context, sel ast.SelectionSet, v *RotateAPIKeyPayload) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -9006,7 +9006,7 @@ func (ec *executionContext) marshalNRotateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑ
 	return ec._RotateApiKeyPayload(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNSession2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐSession(ctx context.Context, sel ast.SelectionSet, v *Session) graphql.Marshaler {
+func (ec *executionContext) marshalNSession2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐSession(ctx context.Context, sel ast.SelectionSet, v *Session) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -9061,11 +9061,11 @@ func (ec *executionContext) marshalNString2ᚕstringᚄ(ctx context.Context, sel
 	return ret
 }
 
-func (ec *executionContext) marshalNTenant2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐTenantᚄ(ctx context.Context, sel ast.SelectionSet, v []*Tenant) graphql.Marshaler {
+func (ec *executionContext) marshalNTenant2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenantᚄ(ctx context.Context, sel ast.SelectionSet, v []*Tenant) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐTenant(ctx, sel, v[i])
+		return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenant(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -9077,7 +9077,7 @@ func (ec *executionContext) marshalNTenant2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋ
 	return ret
 }
 
-func (ec *executionContext) marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐTenant(ctx context.Context, sel ast.SelectionSet, v *Tenant) graphql.Marshaler {
+func (ec *executionContext) marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenant(ctx context.Context, sel ast.SelectionSet, v *Tenant) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -9243,14 +9243,14 @@ func (ec *executionContext) marshalN__TypeKind2string(ctx context.Context, sel a
 	return res
 }
 
-func (ec *executionContext) marshalOApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKey(ctx context.Context, sel ast.SelectionSet, v *APIKey) graphql.Marshaler {
+func (ec *executionContext) marshalOApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx context.Context, sel ast.SelectionSet, v *APIKey) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._ApiKey(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditAction(ctx context.Context, v any) (*APIKeyAuditAction, error) {
+func (ec *executionContext) unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx context.Context, v any) (*APIKeyAuditAction, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -9259,7 +9259,7 @@ func (ec *executionContext) unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑ
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐAPIKeyAuditAction(ctx context.Context, sel ast.SelectionSet, v *APIKeyAuditAction) graphql.Marshaler {
+func (ec *executionContext) marshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx context.Context, sel ast.SelectionSet, v *APIKeyAuditAction) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -9332,7 +9332,7 @@ func (ec *executionContext) marshalOInt2ᚖint(ctx context.Context, sel ast.Sele
 	return res
 }
 
-func (ec *executionContext) unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPlan(ctx context.Context, v any) (*Plan, error) {
+func (ec *executionContext) unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx context.Context, v any) (*Plan, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -9341,14 +9341,14 @@ func (ec *executionContext) unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtk
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐPlan(ctx context.Context, sel ast.SelectionSet, v *Plan) graphql.Marshaler {
+func (ec *executionContext) marshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx context.Context, sel ast.SelectionSet, v *Plan) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx context.Context, v any) (*Role, error) {
+func (ec *executionContext) unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx context.Context, v any) (*Role, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -9357,14 +9357,14 @@ func (ec *executionContext) unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtk
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRole(ctx context.Context, sel ast.SelectionSet, v *Role) graphql.Marshaler {
+func (ec *executionContext) marshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx context.Context, sel ast.SelectionSet, v *Role) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) unmarshalORotateApiKeyInput2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐRotateAPIKeyInput(ctx context.Context, v any) (*RotateAPIKeyInput, error) {
+func (ec *executionContext) unmarshalORotateApiKeyInput2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRotateAPIKeyInput(ctx context.Context, v any) (*RotateAPIKeyInput, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -9425,7 +9425,7 @@ func (ec *executionContext) marshalOString2ᚖstring(ctx context.Context, sel as
 	return res
 }
 
-func (ec *executionContext) marshalOTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐTenant(ctx context.Context, sel ast.SelectionSet, v *Tenant) graphql.Marshaler {
+func (ec *executionContext) marshalOTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenant(ctx context.Context, sel ast.SelectionSet, v *Tenant) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -9450,7 +9450,7 @@ func (ec *executionContext) marshalOTime2ᚖtimeᚐTime(ctx context.Context, sel
 	return res
 }
 
-func (ec *executionContext) marshalOWorkspaceBranding2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋserverᚋgraphᚐWorkspaceBranding(ctx context.Context, sel ast.SelectionSet, v *WorkspaceBranding) graphql.Marshaler {
+func (ec *executionContext) marshalOWorkspaceBranding2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐWorkspaceBranding(ctx context.Context, sel ast.SelectionSet, v *WorkspaceBranding) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

@@ -1,10 +1,10 @@
-package server
+package graphql
 
 import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
-	"github.com/btk-project/btk/internal/server/graph"
+	"github.com/btk-project/btk/internal/graphql/graph"
 )
 
 // Conversions from domain records to GraphQL models. Empty optional ids

@@ -1,4 +1,4 @@
-package server
+package graphql
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"mime"
 	"net/http"
 	"strings"
@@ -15,18 +16,22 @@ import (
 	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/99designs/gqlgen/graphql/executor"
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/gateway"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
-// graphqlHandler serves POST /graphql with gqlgen's executor. It does what
+// handler serves POST /graphql with gqlgen's executor. It does what
 // gqlgen's handler.Server with its POST transport does, with less work per
 // request on the hot path: no per-request header maps, MIME parsing or
 // request copy, the body read into a pooled buffer, and a response without
 // errors written as is rather than re-encoded. Two differences: a body over
 // the size limit is refused with 413, and one that is not a single JSON
 // object with 400, before any operation runs.
-type graphqlHandler struct {
+type handler struct {
+	svc *btk.Service
+	gw  *gateway.Gateway
+	log *slog.Logger
 	// exec serves anonymous and key-authenticated requests; userExec serves
 	// logged-in users, with "did you mean" suggestions in validation errors.
 	exec, userExec *executor.Executor
@@ -49,12 +54,8 @@ var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // maxPooledBody keeps buffers grown by unusually large bodies out of the pool.
 const maxPooledBody = 64 << 10
 
-func (h *graphqlHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.serve(w, r, r.Context())
-}
-
 // serve answers r in ctx, which replaces r.Context().
-func (h *graphqlHandler) serve(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+func (h *handler) serve(w http.ResponseWriter, r *http.Request, ctx context.Context) {
 	exec := h.exec
 	if btk.ActorFrom(ctx).IsUser() {
 		exec = h.userExec
@@ -82,7 +83,7 @@ func (h *graphqlHandler) serve(w http.ResponseWriter, r *http.Request, ctx conte
 	start := graphql.Now()
 	params, status, err := readParams(r)
 	if status == http.StatusRequestEntityTooLarge {
-		writeError(w, status, errBodyTooLarge)
+		gateway.WriteError(w, status, errBodyTooLarge)
 		return
 	}
 	if err == errLongList {

@@ -1,11 +1,8 @@
-package server
+package graphql
 
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net"
-	"syscall"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/btk-project/btk/internal/btk"
@@ -40,7 +37,7 @@ func markResolverErrors(ctx context.Context, next graphql.Resolver) (any, error)
 // unreachable dependency is UNAVAILABLE; anything else is INTERNAL "internal
 // error", its detail in the server log only (with the operation, never the
 // variables, which may hold a password).
-func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
+func (h *handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 	gerr := graphql.DefaultErrorPresenter(ctx, err)
 	var be *btk.Error
 	if errors.As(err, &be) {
@@ -52,7 +49,7 @@ func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 		presentChoices(err, gerr)
 		return gerr
 	}
-	if unavailable(err) {
+	if btk.Unavailable(err) {
 		h.log.WarnContext(ctx, "dependency unavailable", "operation", operationName(ctx), "path", gerr.Path.String(), "err", err)
 		gerr.Message = btk.ErrUnavailable.Message
 		gerr.Extensions = map[string]any{"code": string(btk.CodeUnavailable)}
@@ -72,19 +69,6 @@ func (h *Handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 	return gerr
 }
 
-// unavailable reports an error of a dependency that is busy or down rather
-// than broken: a store's ErrUnavailable, a deadline passed while waiting (or
-// a client gone while it waited), a refused or reset connection, a network
-// timeout.
-func unavailable(err error) bool {
-	if errors.Is(err, btk.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
 // operationName names the operation for the log: its name, else its kind.
 func operationName(ctx context.Context) string {
 	if !graphql.HasOperationContext(ctx) {
@@ -98,12 +82,4 @@ func operationName(ctx context.Context) string {
 		return rc.Operation.Name
 	}
 	return string(rc.Operation.Operation)
-}
-
-// logLevelFor is the level of a request-level failure's log line.
-func logLevelFor(err error) slog.Level {
-	if unavailable(err) {
-		return slog.LevelWarn
-	}
-	return slog.LevelError
 }

@@ -1,4 +1,4 @@
-package server
+package graphql
 
 // This file will be automatically regenerated based on the schema, any resolver
 // implementations
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
-	"github.com/btk-project/btk/internal/server/graph"
+	"github.com/btk-project/btk/internal/graphql/graph"
 )
 
 func (r *mutationResolver) Login(ctx context.Context, email string, password string, workspaceID *string, workspaceName *string) (*graph.Session, error) {

@@ -1,0 +1,236 @@
+// Package gateway is btk's one key check and what stands on it: the
+// credential decision every entry point makes (/graphql, /v1/authorize, the
+// reverse proxy), forward-auth at /v1/authorize, the reverse proxy, the
+// client address (trusted proxies), and the request-level error answers
+// (401, 429, 503). See docs/design.md, "Authentication" and "Gateway".
+package gateway
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/ratelimit"
+)
+
+// Headers btk sets from an accepted key; a client never gets to set them.
+const (
+	HeaderTenantID = "X-Tenant-Id"
+	headerKeyID    = "X-Api-Key-Id"
+)
+
+// errKeyRequired answers a forward-auth or proxied request with no credential.
+var errKeyRequired = &btk.Error{Code: btk.CodeUnauthenticated, Message: "API key required"}
+
+// Credential is what Check made of a request.
+type Credential int
+
+const (
+	Refused Credential = iota // the 401 or 429 is written; stop
+	None                      // neither Authorization nor X-Api-Key
+	Bearer                    // Authorization present: it alone decides (DESIGN §4)
+	Key                       // an accepted key: the actor is set
+)
+
+// Gateway makes the credential decision of every entry point.
+type Gateway struct {
+	svc     *btk.Service
+	log     *slog.Logger
+	proxies *TrustedProxies // whose X-Forwarded-For is believed
+}
+
+// New returns the gateway of svc; proxies (nil: none) are the peers whose
+// X-Forwarded-For is believed.
+func New(svc *btk.Service, log *slog.Logger, proxies *TrustedProxies) *Gateway {
+	return &Gateway{svc: svc, log: log, proxies: proxies}
+}
+
+// ClientIP is the address of the client: the TCP peer, or what a trusted
+// proxy (--trusted-proxies) says in X-Forwarded-For. It is the audit IP,
+// the throttles' address and the access log's, for every entry point.
+func (h *Gateway) ClientIP(r *http.Request) string {
+	return h.proxies.ClientIP(r)
+}
+
+// Check is the one key check of every entry point (/graphql,
+// /v1/authorize, the proxy listener), in DESIGN §4's order: client-sent
+// X-Tenant-Id and X-Api-Key-Id are dropped; Authorization, when present,
+// decides alone (the caller handles it); otherwise X-Api-Key is checked,
+// counted against its limits, and the rate-limit headers are set on w. A
+// refused key is answered here (401 or 429 with Retry-After). With neither
+// credential the caller decides (anonymous GraphQL, or errKeyRequired).
+func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *btk.Actor) {
+	// Deleting absent keys from the map costs no allocation.
+	delete(r.Header, HeaderTenantID)
+	delete(r.Header, headerKeyID)
+	if r.Header.Get("Authorization") != "" {
+		return Bearer, nil
+	}
+	key := r.Header.Get("X-Api-Key")
+	if key == "" {
+		return None, nil
+	}
+	a, d, err := h.svc.AuthenticateKey(r.Context(), key)
+	h.svc.Observer().KeyChecked(btk.KeyCheckResultOf(err))
+	if d.Limit > 0 {
+		setRateLimitHeaders(w.Header(), d)
+	}
+	if err != nil {
+		h.Refuse(w, r, err)
+		return Refused, nil
+	}
+	return Key, a
+}
+
+// Refuse answers a request-level failure: 401 for credentials, 429 for limits.
+func (h *Gateway) Refuse(w http.ResponseWriter, r *http.Request, err error) {
+	switch btk.ErrorCode(err) {
+	case btk.CodeUnauthenticated:
+		WriteError(w, http.StatusUnauthorized, err)
+	case btk.CodeRateLimited:
+		WriteError(w, http.StatusTooManyRequests, err)
+	default:
+		// A busy or unreachable store is 503 UNAVAILABLE (retry), logged at
+		// WARN; anything else is a 500 INTERNAL at ERROR.
+		h.log.Log(r.Context(), LogLevelFor(err), "authentication failed", "err", err)
+		if btk.Unavailable(err) {
+			WriteError(w, http.StatusServiceUnavailable, btk.ErrUnavailable)
+			return
+		}
+		WriteError(w, http.StatusInternalServerError, err)
+	}
+}
+
+// setRateLimitHeaders sets RateLimit-Limit, -Remaining and -Reset for the
+// tighter window, the IETF draft's RateLimit-Policy (both windows) and
+// RateLimit (the tighter one), and Retry-After on a refusal, with two
+// allocations: the values share one string and one slice, and the keys are
+// stored in their canonical form (what Header.Set would store, without
+// canonicalising on every request).
+func setRateLimitHeaders(h http.Header, d ratelimit.Decision) {
+	const n = 6
+	var buf [256]byte
+	var end [n]int
+	reset := int64(ceilSeconds(d.Reset))
+	b := strconv.AppendInt(buf[:0], int64(d.Limit), 10)
+	end[0] = len(b)
+	b = strconv.AppendInt(b, int64(d.Remaining), 10)
+	end[1] = len(b)
+	b = strconv.AppendInt(b, reset, 10)
+	end[2] = len(b)
+	b = append(b, `"minute";q=`...)
+	b = strconv.AppendInt(b, int64(d.PerMinute), 10)
+	b = append(b, `;w=60, "day";q=`...)
+	b = strconv.AppendInt(b, int64(d.PerDay), 10)
+	b = append(b, `;w=86400`...)
+	end[3] = len(b)
+	if d.Day {
+		b = append(b, `"day";r=`...)
+	} else {
+		b = append(b, `"minute";r=`...)
+	}
+	b = strconv.AppendInt(b, int64(d.Remaining), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, reset, 10)
+	end[4] = len(b)
+	k := n - 1
+	if !d.Allowed {
+		b = strconv.AppendInt(b, int64(max(1, ceilSeconds(d.RetryAfter))), 10)
+		end[5] = len(b)
+		k = n
+	}
+	s := string(b)
+	vals := make([]string, k)
+	for i, start := 0, 0; i < k; i++ {
+		vals[i], start = s[start:end[i]], end[i]
+	}
+	h["Ratelimit-Limit"] = vals[0:1:1]
+	h["Ratelimit-Remaining"] = vals[1:2:2]
+	h["Ratelimit-Reset"] = vals[2:3:3]
+	h["Ratelimit-Policy"] = vals[3:4:4]
+	h["Ratelimit"] = vals[4:5:5]
+	if k == n {
+		h["Retry-After"] = vals[5:6:6]
+	}
+}
+
+// setKeyHeaders sets X-Tenant-Id and X-Api-Key-Id of an accepted key (one
+// allocation: both values share a slice).
+func setKeyHeaders(h http.Header, a *btk.Actor) {
+	ids := []string{a.WorkspaceID, a.KeyID}
+	h[HeaderTenantID] = ids[0:1:1]
+	h[headerKeyID] = ids[1:2:2]
+}
+
+// Authorize serves /v1/authorize (DESIGN §9), forward-auth for nginx
+// auth_request, Caddy forward_auth and Traefik forwardAuth: any method, body
+// ignored. 200 with X-Tenant-Id and X-Api-Key-Id for an accepted key, 200
+// with neither for a bearer (the upstream verifies its own session).
+func (h *Gateway) Authorize(w http.ResponseWriter, r *http.Request) {
+	switch c, a := h.Check(w, r); c {
+	case Key:
+		setKeyHeaders(w.Header(), a)
+		w.WriteHeader(http.StatusOK)
+	case Bearer:
+		w.WriteHeader(http.StatusOK)
+	case None:
+		WriteError(w, http.StatusUnauthorized, errKeyRequired)
+	}
+}
+
+// LogLevelFor is the level of a request-level failure's log line: WARN for
+// a dependency that is busy or down, ERROR for anything else.
+func LogLevelFor(err error) slog.Level {
+	if btk.Unavailable(err) {
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
+
+// BearerToken is the token of an Authorization header of the Bearer scheme.
+func BearerToken(auth string) (string, bool) {
+	const prefix = "Bearer "
+	if len(auth) <= len(prefix) || !equalFoldASCII(auth[:len(prefix)], prefix) {
+		return "", false
+	}
+	return auth[len(prefix):], true
+}
+
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i]|0x20, b[i]|0x20
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+func ceilSeconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
+
+// errorBody is the GraphQL-shaped body of a request-level failure.
+type errorBody struct {
+	Errors []errorItem `json:"errors"`
+}
+
+type errorItem struct {
+	Message    string         `json:"message"`
+	Extensions map[string]any `json:"extensions"`
+}
+
+// WriteError answers a request-level failure with status and the
+// GraphQL-shaped body {"errors":[{"message":…,"extensions":{"code":…}}]}.
+func WriteError(w http.ResponseWriter, status int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(errorBody{Errors: []errorItem{{
+		Message:    btk.ErrorMessage(err),
+		Extensions: map[string]any{"code": string(btk.ErrorCode(err))},
+	}}})
+}

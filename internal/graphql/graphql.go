@@ -1,0 +1,145 @@
+// Package graphql is btk's GraphQL API at POST /graphql: the HTTP handler
+// (a lean replacement for gqlgen's POST transport), the resolvers, the
+// bounds a document must meet before it runs (body size, tokens, field
+// expansion, cost), and the error presenter that gives every error its
+// code. Credentials are decided by the gateway's one key check. See
+// docs/design.md, "GraphQL API".
+package graphql
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+
+	"github.com/99designs/gqlgen/graphql/executor"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/gateway"
+	"github.com/btk-project/btk/internal/graphql/graph"
+	"github.com/vektah/gqlparser/v2/ast"
+)
+
+// Request bounds.
+const (
+	// maxBodyBytes bounds a GraphQL request body: about ten times the
+	// largest real operation of this API (createApiKey with 32 scopes of 64
+	// characters and a 64-character name, or a login with a 1,024-byte
+	// password: under 7 KB; TestLargestOperationFits measures it).
+	maxBodyBytes = 64 << 10
+	// maxComplexity bounds an operation's cost (one per field by default).
+	maxComplexity = 500
+	// anonymousExpansion bounds the fields a document of an anonymous or
+	// API-key caller expands to (fragments counted once each), checked
+	// before validation.
+	anonymousExpansion = 100
+	// parserTokenLimit bounds the size of a GraphQL document.
+	parserTokenLimit = 2000
+)
+
+// New returns the handler of POST /graphql: credentials through gw, then
+// the operation through gqlgen's executor.
+func New(svc *btk.Service, gw *gateway.Gateway, log *slog.Logger) http.Handler {
+	h := &handler{svc: svc, gw: gw, log: log}
+	cfg := graph.Config{Resolvers: &Resolver{svc: svc}}
+	// A password check (argon2id) is the costliest thing a request can ask
+	// for: at most one per operation, however many aliases it uses.
+	cfg.Complexity.Mutation.Login = func(int, string, string, *string, *string) int { return maxComplexity }
+	cfg.Complexity.Mutation.Elevate = func(int, string) int { return maxComplexity }
+	cfg.Complexity.Mutation.ChangePassword = func(int, string, string) int { return maxComplexity }
+	es := graph.NewExecutableSchema(cfg)
+	// Parsing and validating a query costs as much as the rest of a request:
+	// cache the parsed documents (only valid ones are cached, so the two
+	// executors can share the cache).
+	cache := lru.New[*ast.QueryDocument](1000)
+	limit := newComplexityLimit(maxComplexity)
+	newExec := func(suggest bool) *executor.Executor {
+		exec := executor.New(es)
+		// Validation cost grows fast with the size of a document: bound it
+		// before anything else looks at the query (the largest client
+		// operation uses a few hundred tokens).
+		exec.SetParserTokenLimit(parserTokenLimit)
+		exec.SetQueryCache(cache)
+		// "Did you mean" suggestions spell out the schema: for users only.
+		exec.SetDisableSuggestion(!suggest)
+		exec.Use(limit) // also decides introspection
+		exec.AroundFields(markResolverErrors)
+		exec.SetErrorPresenter(h.presentError)
+		exec.SetRecoverFunc(func(ctx context.Context, p any) error {
+			h.log.ErrorContext(ctx, "panic in resolver", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			return errors.New("panic in resolver")
+		})
+		return exec
+	}
+	h.exec, h.userExec = newExec(false), newExec(true)
+	h.expansion = newExpansionLimit(maxComplexity, anonymousExpansion, parserTokenLimit, cache)
+	return h
+
+}
+
+// ServeHTTP resolves the request's credential into the context's actor
+// (gateway.Check): a bearer token alone decides when present; otherwise
+// X-Api-Key. Invalid credentials end the request with 401; over-limit keys
+// with 429.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !limitBody(w, r) {
+		return
+	}
+	ctx := r.Context()
+	var actor *btk.Actor
+	switch c, a := h.gw.Check(w, r); c {
+	case gateway.Refused:
+		return
+	case gateway.Bearer:
+		token, ok := gateway.BearerToken(r.Header.Get("Authorization"))
+		if !ok {
+			gateway.WriteError(w, http.StatusUnauthorized, btk.ErrInvalidSession)
+			return
+		}
+		a, err := h.svc.ResolveSession(ctx, token)
+		if err != nil {
+			h.gw.Refuse(w, r, err)
+			return
+		}
+		h.svc.CheckElevation(a, r.Header.Get("X-Elevation"))
+		actor = a
+	case gateway.Key:
+		r.Header[gateway.HeaderTenantID] = []string{a.WorkspaceID}
+		actor = a
+	case gateway.None:
+		// Anonymous: only public operations answer; login throttles by address.
+		h.serve(w, r, btk.WithClientIP(ctx, h.gw.ClientIP(r)))
+		return
+	}
+	actor.IP, actor.UserAgent = h.gw.ClientIP(r), r.UserAgent()
+	// The context goes to the GraphQL handler directly: r.WithContext
+	// would copy the request.
+	h.serve(w, r, btk.WithActor(ctx, actor))
+}
+
+// errBodyTooLarge is the request-level failure for a body over maxBodyBytes.
+var errBodyTooLarge = btk.Errorf(btk.CodeBadUserInput, "request body is larger than 64 KiB")
+
+// limitBody refuses a body over maxBodyBytes with 413 before anything reads
+// it. A body of unknown length (chunked) is read here, up to the limit.
+func limitBody(w http.ResponseWriter, r *http.Request) bool {
+	if r.ContentLength > maxBodyBytes {
+		gateway.WriteError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge)
+		return false
+	}
+	if r.ContentLength >= 0 {
+		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+		return true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil || len(body) > maxBodyBytes {
+		gateway.WriteError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge)
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return true
+}
