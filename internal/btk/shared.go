@@ -57,8 +57,9 @@ type KeyGate interface {
 	// answered, that the keys or limits of the workspace changed, so that
 	// every instance reads them again on its next request.
 	Changed(ctx context.Context, workspaceID string) error
-	// Ping reports whether the shared state answers (readiness).
-	Ping(ctx context.Context) error
+	// Ready reports whether the shared state accepts the writes the key
+	// checks need (readiness): a write, not only an answer.
+	Ready(ctx context.Context) error
 	Forget(keyID string)
 	Dirty() []ratelimit.State
 	Restore(states []ratelimit.State)
@@ -87,7 +88,7 @@ func (g localGate) Allow(_ context.Context, c KeyCheck) (KeyVerdict, error) {
 }
 
 func (localGate) Changed(context.Context, string) error { return nil }
-func (localGate) Ping(context.Context) error            { return nil }
+func (localGate) Ready(context.Context) error           { return nil }
 func (g localGate) Sweep(now time.Time)                 { g.Limiter.Sweep(now) }
 
 // localThrottle is the one-node Throttle.
@@ -123,6 +124,6 @@ func (s *Service) changed(ctx context.Context, workspaceID string) error {
 	return nil
 }
 
-// Ready reports whether the shared state answers (the database is checked
-// apart).
-func (s *Service) Ready(ctx context.Context) error { return s.gate.Ping(ctx) }
+// Ready reports whether the shared state accepts the writes the key checks
+// need (the database is checked apart).
+func (s *Service) Ready(ctx context.Context) error { return s.gate.Ready(ctx) }

@@ -100,6 +100,14 @@ func (s *State) Client() *redis.Client { return s.rdb }
 // Ping reports whether Redis answers.
 func (s *State) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 
+// Ready reports whether Redis accepts the writes btk needs (readiness): it
+// writes a short-lived key under the prefix. A Redis that answers but does
+// not write (a replica, an old primary back as one: READONLY; out of memory
+// under noeviction: OOM) would answer PING while every key check fails.
+func (s *State) Ready(ctx context.Context) error {
+	return s.rdb.Set(ctx, s.prefix+"ready", s.epoch, 10*time.Second).Err()
+}
+
 func random() string {
 	b := make([]byte, 16)
 	rand.Read(b)
