@@ -56,10 +56,10 @@ func requestMeta(a *Actor, m map[string]any) map[string]any {
 		m = map[string]any{}
 	}
 	if a.IP != "" {
-		m["ip"] = a.IP
+		m["ip"] = ClientString(a.IP)
 	}
 	if a.UserAgent != "" {
-		m["userAgent"] = a.UserAgent
+		m["userAgent"] = ClientString(a.UserAgent)
 	}
 	return m
 }

@@ -293,7 +293,7 @@ func (s *Service) checkPlan(ctx context.Context, tx Tx, workspaceID string) erro
 func (s *Service) audit(ctx context.Context, tx Tx, a *Actor, e AuditEntry, metadata map[string]any) error {
 	now := s.now()
 	e.ID, e.WorkspaceID, e.CreatedAt = uuid.NewString(), a.WorkspaceID, now
-	e.ActorID, e.ActorEmail, e.IP, e.UserAgent = a.AccountID, a.Email, a.IP, a.UserAgent
+	e.ActorID, e.ActorEmail, e.IP, e.UserAgent = a.AccountID, a.Email, ClientString(a.IP), ClientString(a.UserAgent)
 	if a.Impersonating {
 		e.ImpersonatorID = a.AccountID
 	}
