@@ -68,6 +68,52 @@ func configPath(cmd *cobra.Command, getenv func(string) string) (string, error) 
 	return filepath.Join(dir, "btk", "config.yaml"), nil
 }
 
+// credentialsPath is the CLI's login state file: BTK_CREDENTIALS; else,
+// beside a config file named by --config or BTK_CONFIG, that file's name
+// with .credentials.yaml in place of .yaml (two.yaml: two.credentials.yaml),
+// so that each config file keeps its own session; else
+// $XDG_CONFIG_HOME/btk/credentials.yaml. It is apart from the config file,
+// which may be the server's: `btk login` writes only the credentials file.
+func credentialsPath(cmd *cobra.Command, getenv func(string) string, cfgPath string) string {
+	if p := getenv("BTK_CREDENTIALS"); p != "" {
+		return p
+	}
+	explicit := getenv("BTK_CONFIG") != ""
+	if f := cmd.Flags().Lookup("config"); f != nil && f.Changed {
+		explicit = true
+	}
+	if !explicit {
+		return filepath.Join(filepath.Dir(cfgPath), "credentials.yaml")
+	}
+	base := strings.TrimSuffix(strings.TrimSuffix(cfgPath, ".yaml"), ".yml")
+	return base + ".credentials.yaml"
+}
+
+// readCredentials merges the login state at path into v, above the config
+// file: its server and token win over the file's. A config file written
+// before the two were apart may hold a token too; it is read only while
+// there is no credentials file (the first login or logout makes one).
+func readCredentials(v *viper.Viper, path string) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading credentials: %w", err)
+	}
+	doc := map[string]any{}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("reading credentials %s: %w", path, err)
+	}
+	state := map[string]any{keyToken: ""}
+	for _, k := range []string{keyServer, keyToken} {
+		if s, ok := doc[k].(string); ok && s != "" {
+			state[k] = s
+		}
+	}
+	return v.MergeConfigMap(state)
+}
+
 // readConfig merges the config file at path into v. A missing file is not
 // an error.
 func readConfig(v *viper.Viper, path string) error {
@@ -82,8 +128,8 @@ func readConfig(v *viper.Viper, path string) error {
 	return nil
 }
 
-// updateConfig sets and removes keys of the config file at path, keeping
-// the others. It writes the file with mode 0600 (its directory 0700) and
+// updateConfig sets and removes keys of the YAML file at path (the
+// credentials file), keeping the others. It writes the file with mode 0600 (its directory 0700) and
 // replaces it atomically, so a token is never readable by others, not even
 // for a moment.
 func updateConfig(path string, set map[string]string, unset ...string) error {

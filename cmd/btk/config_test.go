@@ -87,7 +87,11 @@ func TestConfigPath(t *testing.T) {
 
 func TestLoginWritesPrivateConfig(t *testing.T) {
 	cfg := isolate(t)
-	writeFile(t, cfg, "output: table\n")
+	// A config file that is also the server's, as before the two were
+	// apart: login must leave it as it is, comments and all.
+	const serverConfig = "# the server's settings\noutput: table\nsecret: 0123456789abcdef0123456789abcdef # keep\n"
+	writeFile(t, cfg, serverConfig)
+	cred := filepath.Join(filepath.Dir(cfg), "credentials.yaml")
 	srv := newFakeServer(t, map[string]string{
 		"Login": `{"data":{"login":{"accessToken":"session-jwt","expiresAt":"2026-11-22T10:00:00Z",
 			"account":{"id":"a1","email":"owner@example.com","platformAdmin":false,"role":"OWNER"},"workspace":` + tenantJSON + `}}}`,
@@ -110,17 +114,23 @@ func TestLoginWritesPrivateConfig(t *testing.T) {
 	if out.Len() != 0 {
 		t.Errorf("login wrote data to stdout: %q", out)
 	}
-	b, err := os.ReadFile(cfg)
+	if b, _ := os.ReadFile(cfg); string(b) != serverConfig {
+		t.Errorf("login rewrote the config file:\n%s", b)
+	}
+	b, err := os.ReadFile(cred)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(b); !strings.Contains(got, "token: session-jwt") || !strings.Contains(got, "server: "+srv.URL) || !strings.Contains(got, "output: table") {
-		t.Errorf("config after login:\n%s", got)
+	if got := string(b); !strings.Contains(got, "token: session-jwt") || !strings.Contains(got, "server: "+srv.URL) {
+		t.Errorf("credentials after login:\n%s", got)
 	}
 	if strings.Contains(string(b), "hunter2") {
-		t.Errorf("password written to the config")
+		t.Errorf("password written to the credentials")
 	}
-	for path, want := range map[string]os.FileMode{cfg: 0o600, filepath.Dir(cfg): 0o700} {
+	if !strings.Contains(errOut.String(), "session saved to "+cred) {
+		t.Errorf("login does not say where the session went: %s", errOut)
+	}
+	for path, want := range map[string]os.FileMode{cred: 0o600, filepath.Dir(cred): 0o700} {
 		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
 			t.Errorf("%s: mode %v, want %v (%v)", path, fi.Mode().Perm(), want, err)
 		}
@@ -142,8 +152,37 @@ func TestLoginWritesPrivateConfig(t *testing.T) {
 	if code := btkRun(s, "logout"); code != 0 {
 		t.Fatalf("logout: exit %d: %s", code, errOut)
 	}
-	if b, _ := os.ReadFile(cfg); strings.Contains(string(b), "token") || !strings.Contains(string(b), "server:") {
-		t.Errorf("config after logout:\n%s", b)
+	if b, _ := os.ReadFile(cred); strings.Contains(string(b), "token") || !strings.Contains(string(b), "server:") {
+		t.Errorf("credentials after logout:\n%s", b)
+	}
+	if b, _ := os.ReadFile(cfg); string(b) != serverConfig {
+		t.Errorf("logout rewrote the config file:\n%s", b)
+	}
+}
+
+// A config file from before the credentials file existed still logs in
+// with its token, until the first login or logout writes the credentials.
+func TestCredentialsMigration(t *testing.T) {
+	cfg := isolate(t)
+	writeFile(t, cfg, "server: http://old:1\ntoken: old-token\n")
+	if server, token, _ := settings(t); server != "http://old:1" || token != "old-token" {
+		t.Errorf("old combined file: %q %q", server, token)
+	}
+	cred := filepath.Join(filepath.Dir(cfg), "credentials.yaml")
+	writeFile(t, cred, "server: http://new:2\ntoken: new-token\n")
+	if server, token, _ := settings(t); server != "http://new:2" || token != "new-token" {
+		t.Errorf("credentials over the config file: %q %q", server, token)
+	}
+	writeFile(t, cred, "server: http://new:2\n")
+	if _, token, _ := settings(t); token != "" {
+		t.Errorf("after logout the old file's token came back: %q", token)
+	}
+	// Each explicit config file has its own credentials beside it.
+	other := filepath.Join(filepath.Dir(cfg), "two.yaml")
+	writeFile(t, other, "output: json\n")
+	writeFile(t, filepath.Join(filepath.Dir(cfg), "two.credentials.yaml"), "token: two-token\n")
+	if _, token, output := settings(t, "--config", other); token != "two-token" || output != "json" {
+		t.Errorf("--config two.yaml: token %q output %q", token, output)
 	}
 }
 

@@ -21,8 +21,9 @@ type factory struct {
 	getenv  func(string) string
 	now     func() time.Time
 
-	cfgPath string // set by load
-	loaded  bool
+	cfgPath  string // set by load
+	credPath string // the login state file, set by load
+	loaded   bool
 }
 
 // load reads the config file of cmd's invocation once. Only client
@@ -38,7 +39,11 @@ func (f *factory) load(cmd *cobra.Command) error {
 	if err := readConfig(f.v, path); err != nil {
 		return err
 	}
-	f.cfgPath, f.loaded = path, true
+	cred := credentialsPath(cmd, f.getenv, path)
+	if err := readCredentials(f.v, cred); err != nil {
+		return err
+	}
+	f.cfgPath, f.credPath, f.loaded = path, cred, true
 	return nil
 }
 
@@ -131,14 +136,15 @@ func (f *factory) newClient(server, token string) (*client.Client, error) {
 	}), nil
 }
 
-// saveSession stores server and token in the config file, as login and
-// impersonate do. The plaintext of an API key never goes there.
+// saveSession stores server and token in the credentials file, as login
+// and impersonate do; never in the config file, which may be the server's.
+// The plaintext of an API key never goes there.
 func (f *factory) saveSession(server, token string) error {
-	if err := updateConfig(f.cfgPath, map[string]string{keyServer: server, keyToken: token}); err != nil {
+	if err := updateConfig(f.credPath, map[string]string{keyServer: server, keyToken: token}); err != nil {
 		return err
 	}
 	if f.getenv("BTK_TOKEN") != "" {
-		fmt.Fprintln(f.io.ErrOut, "btk: warning: BTK_TOKEN is set and takes precedence over the token saved in", f.cfgPath)
+		fmt.Fprintln(f.io.ErrOut, "btk: warning: BTK_TOKEN is set and takes precedence over the token saved in", f.credPath)
 	}
 	return nil
 }

@@ -13,9 +13,9 @@ func newImpersonateCmd(f *factory) *cobra.Command {
 		Long: `Open a session acting as owner tier in WORKSPACE (an id or a name).
 Everything done in it is recorded with you as the impersonator.
 
-By default the new session token replaces the one in the config file, like
+By default the new session token replaces the one in the credentials file, like
 'btk login' (log in again to return to your own session). With -o json the
-session, token included, is printed instead and the config file is left as it
+session, token included, is printed instead and the credentials file is left as it
 is, for use as BTK_TOKEN in a script. With -o plain the session is saved as
 by default and what it acts as is printed (workspace, its id, expiry), never
 the token. 'btk whoami' says when the session is an impersonation.`,
@@ -51,7 +51,7 @@ the token. 'btk whoami' says when the session is an impersonation.`,
 			if _, err := client.Logout(cmd.Context(), c); err != nil {
 				p.Notice("could not end the previous session: %v", err)
 			}
-			return p.session(resp.Impersonate, server, f.cfgPath)
+			return p.session(resp.Impersonate, server, f.credPath)
 		},
 	}
 }

@@ -24,7 +24,9 @@ func newLoginCmd(f *factory) *cobra.Command {
 		Use:   "login",
 		Short: "Log in to a btk server and save the session",
 		Long: `Log in with an email and password. The server address and the session token
-(valid 12 hours) are saved to the config file, readable by you alone (mode 0600).
+(valid 12 hours) are saved to the credentials file, readable by you alone (mode
+0600): $XDG_CONFIG_HOME/btk/credentials.yaml, or BTK_CREDENTIALS. The config
+file (--config), which may be the server's, is never written.
 
 The password is asked for without echo on a terminal; elsewhere pass it on
 standard input with --password-stdin. It is never accepted as a flag.
@@ -102,7 +104,7 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 	if err := f.saveSession(server, resp.Login.AccessToken); err != nil {
 		return err
 	}
-	return p.session(resp.Login, server, f.cfgPath)
+	return p.session(resp.Login, server, f.credPath)
 }
 
 // choice is one workspace a login may choose, from the server's

@@ -12,7 +12,7 @@ import (
 func newLogoutCmd(f *factory) *cobra.Command {
 	return &cobra.Command{
 		Use:   "logout",
-		Short: "End the session and remove its token from the config file",
+		Short: "End the session and remove its token from the credentials file",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runLogout(cmd, f)
@@ -35,12 +35,12 @@ func runLogout(cmd *cobra.Command, f *factory) error {
 	if exitCode(err) == exitAuth {
 		err = nil
 	}
-	if rmErr := updateConfig(f.cfgPath, nil, keyToken); rmErr != nil {
+	if rmErr := updateConfig(f.credPath, nil, keyToken); rmErr != nil {
 		return rmErr
 	}
 	if err != nil {
-		return fmt.Errorf("token removed from %s, but the server did not end the session: %w", f.cfgPath, err)
+		return fmt.Errorf("token removed from %s, but the server did not end the session: %w", f.credPath, err)
 	}
-	p.Notice("Logged out; token removed from %s", f.cfgPath)
+	p.Notice("Logged out; token removed from %s", f.credPath)
 	return nil
 }

@@ -15,20 +15,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/gateway"
 	"github.com/btk-project/btk/internal/server"
-	"github.com/spf13/pflag"
-	"github.com/spf13/viper"
 )
-
-// addOpsFlags adds the operations flags of `btk serve` (DESIGN §12).
-func addOpsFlags(v *viper.Viper, f *pflag.FlagSet) {
-	f.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090; off when empty (BTK_METRICS_ADDR)")
-	f.String("tls-cert", "", "PEM certificate (chain) file: serve HTTPS and HTTP/2 on every listener; re-read on SIGHUP (BTK_TLS_CERT)")
-	f.String("tls-key", "", "PEM private key file of --tls-cert (BTK_TLS_KEY)")
-	f.String("trusted-proxies", "", "comma-separated CIDR ranges whose X-Forwarded-For is believed (BTK_TRUSTED_PROXIES)")
-	for _, name := range []string{"metrics-addr", "tls-cert", "tls-key", "trusted-proxies"} {
-		bind(v, name, f.Lookup(name))
-	}
-}
 
 // opsState is what the operations settings add to a running `btk serve`:
 // the TLS certificate shared by every listener, the trusted proxies, and

@@ -202,7 +202,7 @@ func metadataText(meta string) string {
 	return strings.Join(parts, " ")
 }
 
-// session shows a session that was saved to the config file; never its token.
+// session shows a session that was saved to the credentials file; never its token.
 func (p *printer) session(s client.Session, server, cfgPath string) error {
 	switch p.format {
 	case formatJSON:

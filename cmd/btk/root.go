@@ -52,7 +52,8 @@ func newRootCmd(f *factory) *cobra.Command {
 		Long: `btk runs the workspace API key service (btk serve) and is its client.
 
 Log in once with 'btk login'; the server address and session token are kept in
-the config file. Data goes to standard output, messages and errors to standard
+the credentials file ($XDG_CONFIG_HOME/btk/credentials.yaml), apart from the
+config file. Data goes to standard output, messages and errors to standard
 error. Exit codes: 0 ok, 1 other failure, 2 usage, 3 not authenticated,
 4 forbidden (role, elevation or plan), 5 not found, 6 conflict (name taken,
 key revoked), 7 rate limited, 8 server unreachable, 130 interrupted (Ctrl-C).`,

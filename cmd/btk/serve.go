@@ -24,31 +24,6 @@ import (
 	"github.com/spf13/viper"
 )
 
-// serveConfig is everything `btk serve` reads from flags, BTK_* env or the
-// config file (--config; its keys are the flag names, plus secret,
-// bootstrap-email and bootstrap-password).
-type serveConfig struct {
-	Addr              string
-	DB                string
-	Secret            string
-	RatePerMinute     int
-	RatePerDay        int
-	LogFormat         string
-	LogLevel          string
-	BootstrapEmail    string
-	BootstrapPassword string
-	Dashboard         bool
-	ProxyAddr         string // reverse proxy listener (DESIGN §9), off when empty
-	Upstream          string
-	// Operations (DESIGN §12, ops.go).
-	MetricsAddr    string
-	TLSCert        string
-	TLSKey         string
-	TrustedProxies string
-	Redis          string
-	RedisPrefix    string
-}
-
 func newServeCmd(v *viper.Viper) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -57,54 +32,38 @@ func newServeCmd(v *viper.Viper) *cobra.Command {
 (BTK_BOOTSTRAP_EMAIL / BTK_BOOTSTRAP_PASSWORD, or admin@localhost with a generated
 password printed once to stderr), a workspace "Default" on plan SELF_HOSTED, and
 makes that account its OWNER. It stops on SIGINT or SIGTERM after draining
-requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key.`,
+requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key.
+
+Settings come from flags, then BTK_* environment variables (each flag names
+its own), then the config file (--config or BTK_CONFIG, which must exist;
+otherwise $XDG_CONFIG_HOME/btk/config.yaml if it exists). The file's keys are
+the flag names without dashes in front (rate-per-minute: 1000), and these
+settings that are never flags:
+  secret              BTK_SECRET: signs session tokens, at least 32 bytes
+                      (default: a secret generated in the database)
+  bootstrap-email     BTK_BOOTSTRAP_EMAIL: the first platform admin
+  bootstrap-password  BTK_BOOTSTRAP_PASSWORD: its password
+  gc-percent          BTK_GC_PERCENT: the Go garbage collector's target, as
+                      GOGC (default: Go's own, or GOGC; 400 trades some 16 MiB
+                      of heap for about a fifth less CPU per request)
+An unknown key, a value of the wrong type (in the file or the environment) or
+a missing --config file stops btk serve with exit status 2, before it listens.
+The CLI's login state is kept apart (credentials.yaml); btk login never
+writes this file. GOGC and GOMEMLIMIT work as for any Go program.`,
 		Example: `  btk serve
   BTK_DB=/var/lib/btk/btk.db btk serve --addr 0.0.0.0:8080 --log-format json
   btk serve --proxy-addr 0.0.0.0:8000 --upstream http://127.0.0.1:9000   # keys checked in front of your service
   btk serve --db postgres://btk@db.internal/btk --redis redis://cache.internal:6379/0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := configPath(cmd, os.Getenv)
+			cfg, err := loadServeConfig(cmd, os.Getenv)
 			if err != nil {
 				return err
 			}
-			if err := readConfig(v, path); err != nil {
-				return err
-			}
-			cfg := serveConfig{
-				Addr: v.GetString("addr"), DB: v.GetString("db"), Secret: v.GetString("secret"),
-				RatePerMinute: v.GetInt("rate-per-minute"), RatePerDay: v.GetInt("rate-per-day"),
-				LogFormat: v.GetString("log-format"), LogLevel: v.GetString("log-level"),
-				BootstrapEmail: v.GetString("bootstrap-email"), BootstrapPassword: v.GetString("bootstrap-password"),
-				ProxyAddr: v.GetString("proxy-addr"), Upstream: v.GetString("upstream"),
-				MetricsAddr: v.GetString("metrics-addr"), TLSCert: v.GetString("tls-cert"), TLSKey: v.GetString("tls-key"),
-				TrustedProxies: v.GetString("trusted-proxies"),
-				Redis:          v.GetString("redis"), RedisPrefix: v.GetString("redis-prefix"),
-			}
-			cfg.Dashboard = v.GetBool("dashboard")
 			return serve(cmd.Context(), cfg, cmd.ErrOrStderr())
 		},
 	}
-	f := cmd.Flags()
-	f.String("addr", "127.0.0.1:8080", "address to listen on (BTK_ADDR)")
-	f.String("db", "./btk.db", "SQLite database file (created if missing) or postgres:// URL (BTK_DB)")
-	f.Int("rate-per-minute", btk.DefaultPerMinute, "server-wide default requests per minute per key (BTK_RATE_PER_MINUTE)")
-	f.Int("rate-per-day", btk.DefaultPerDay, "server-wide default requests per day per key (BTK_RATE_PER_DAY)")
-	f.String("log-format", "text", "log format: text or json (BTK_LOG_FORMAT)")
-	f.String("log-level", "info", "log level: debug, info, warn or error (BTK_LOG_LEVEL)")
-	f.Bool("dashboard", true, "serve the owner dashboard at / (BTK_DASHBOARD)")
-	f.String("proxy-addr", "", "also listen here as a reverse proxy to --upstream, checking X-Api-Key on every request (BTK_PROXY_ADDR)")
-	f.String("upstream", "", "the service the reverse proxy forwards accepted requests to, e.g. http://127.0.0.1:9000 (BTK_UPSTREAM)")
-	f.String("redis", "", "redis:// URL of the state several instances share; needed to run more than one on PostgreSQL (BTK_REDIS)")
-	f.String("redis-prefix", "btk:", "prefix of btk's keys in Redis: instances that share state use the same (BTK_REDIS_PREFIX)")
-	for _, name := range []string{"addr", "db", "rate-per-minute", "rate-per-day", "log-format", "log-level", "dashboard", "proxy-addr", "upstream", "redis", "redis-prefix"} {
-		bind(v, name, f.Lookup(name))
-	}
-	addOpsFlags(v, f)
-	// Secrets come from the environment or the config file only, never a flag.
-	for _, name := range []string{"secret", "bootstrap-email", "bootstrap-password"} {
-		bind(v, name, nil)
-	}
+	addServeFlags(cmd.Flags())
 	return cmd
 }
 
@@ -122,10 +81,10 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if os.Getenv("GOGC") == "" {
-		// Measured (bench/README.md): a fourfold GC target cuts the CPU of an
-		// authenticated request by about a fifth for some 16 MiB more heap.
-		debug.SetGCPercent(400)
+	if cfg.GCPercent != 0 {
+		// Only when the operator asks (gc-percent): otherwise Go's default,
+		// or GOGC and GOMEMLIMIT, decide (docs/operating.md).
+		debug.SetGCPercent(cfg.GCPercent)
 	}
 	// Listen first: a port in use fails before the database is touched, so
 	// no bootstrap happens (and no one-time password is printed) for nothing.
@@ -286,9 +245,16 @@ func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger, ops *ops
 	}
 }
 
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+// parseLevel reads a --log-level.
+func parseLevel(level string) (slog.Level, error) {
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+	err := lvl.UnmarshalText([]byte(level))
+	return lvl, err
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	lvl, err := parseLevel(level)
+	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}

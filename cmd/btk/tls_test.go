@@ -327,16 +327,19 @@ func TestServeOpsSettingsRefused(t *testing.T) {
 	db := filepath.Join(dir, "btk.db")
 	for _, c := range []struct {
 		args []string
+		code int
 		want string
 	}{
-		{[]string{"--tls-cert", filepath.Join(dir, "cert.pem")}, "--tls-cert and --tls-key go together"},
-		{[]string{"--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem")}, "load TLS certificate"},
-		{[]string{"--trusted-proxies", "10.0.0.0/8,not-a-range"}, "--trusted-proxies"},
+		// One without the other is a usage mistake (exit 2).
+		{[]string{"--tls-cert", filepath.Join(dir, "cert.pem")}, exitUsage, "--tls-cert and --tls-key go together"},
+		{[]string{"--tls-key", filepath.Join(dir, "key.pem")}, exitUsage, "--tls-cert and --tls-key go together"},
+		{[]string{"--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem")}, exitError, "load TLS certificate"},
+		{[]string{"--trusted-proxies", "10.0.0.0/8,not-a-range"}, exitError, "--trusted-proxies"},
 	} {
 		s, _, errOut := testStreams(pipe, "")
 		code := btkRun(s, append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0"}, c.args...)...)
-		if code != exitError || !strings.Contains(errOut.String(), c.want) {
-			t.Errorf("serve %v: exit %d, stderr %q; want 1 and %q", c.args, code, errOut.String(), c.want)
+		if code != c.code || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("serve %v: exit %d, stderr %q; want %d and %q", c.args, code, errOut.String(), c.code, c.want)
 		}
 	}
 	if _, err := os.Stat(db); err == nil {

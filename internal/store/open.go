@@ -5,6 +5,9 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/store/postgres"
@@ -20,4 +23,21 @@ func Open(ctx context.Context, db string, shared bool) (btk.Store, error) {
 		return postgres.Open(ctx, db, postgres.Options{Shared: shared})
 	}
 	return sqlite.Open(ctx, db)
+}
+
+// CheckDB says whether db names a database Open can open: a postgres:// or
+// postgresql:// URL, or a SQLite file path. Another URL scheme (mysql://,
+// sqlite://) is refused with the list of those supported, rather than
+// becoming a file of that name.
+func CheckDB(db string) error {
+	if db == "" {
+		return errors.New("a SQLite file path or a postgres:// URL is required")
+	}
+	if postgres.IsURL(db) {
+		return nil
+	}
+	if i := strings.Index(db, "://"); i > 0 && !strings.ContainsAny(db[:i], `/\`) {
+		return fmt.Errorf("unsupported database %q: btk supports a SQLite file path (./btk.db) or a postgres:// (postgresql://) URL", db[:i]+"://…")
+	}
+	return nil
 }
