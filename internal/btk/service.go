@@ -27,6 +27,11 @@ type Config struct {
 	// windows, revocation, password throttles); nil means in memory (one node).
 	KeyGate  KeyGate
 	Throttle Throttle
+	// WebhookAllowPrivate lets webhooks point at loopback, private and
+	// link-local receivers (--webhook-allow-private).
+	WebhookAllowPrivate bool
+	// Resolver resolves webhook hosts at creation; nil means net.DefaultResolver.
+	Resolver Resolver
 }
 
 // Server defaults (DESIGN §3).

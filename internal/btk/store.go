@@ -99,6 +99,45 @@ type Tx interface {
 	// SetAccountDisabled disables the account at *at, or enables it when
 	// at is nil.
 	SetAccountDisabled(ctx context.Context, accountID string, at *time.Time) error
+	// The audit chain and the event stream (docs/webhooks.md). AddAudit and
+	// AddAuditEvent also link the event into its chain (under a lock on the
+	// chain's head) and queue it for the workspace's webhooks (the outbox),
+	// in the same transaction.
+
+	// AuditChainHead returns the latest link of a chain (a workspace id, or
+	// ChainServerWide).
+	AuditChainHead(ctx context.Context, chain string) (AuditHead, error)
+	// AuditChainRows returns up to limit rows of a chain with Order > after,
+	// in Order.
+	AuditChainRows(ctx context.Context, chain string, after int64, limit int) ([]*ChainRow, error)
+
+	CreateWebhook(ctx context.Context, w *Webhook) error
+	Webhook(ctx context.Context, id string) (*Webhook, error)
+	// Webhooks returns the workspace's webhooks, oldest first.
+	Webhooks(ctx context.Context, workspaceID string) ([]*Webhook, error)
+	// DeleteWebhook removes the webhook and its deliveries.
+	DeleteWebhook(ctx context.Context, id string) error
+	// WebhookDeliveries pages through a webhook's deliveries, newest first.
+	WebhookDeliveries(ctx context.Context, f DeliveryFilter) ([]*WebhookDelivery, string, error)
+	// ClaimWebhookDeliveries leases up to limit pending deliveries due at now
+	// whose lease (if any) has run out, to claim until now+lease, skipping
+	// rows other instances are claiming (FOR UPDATE SKIP LOCKED). claim is a
+	// token unique to this call.
+	ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int) ([]*WebhookDelivery, error)
+	// FinishWebhookDelivery stores an attempt's outcome (status, attempts,
+	// next attempt, last status and error, delivered at) and clears the
+	// lease, if the delivery is still held under claim.
+	FinishWebhookDelivery(ctx context.Context, d *WebhookDelivery, claim string) error
+	// OutboxStats counts pending deliveries and finds the oldest.
+	OutboxStats(ctx context.Context, now time.Time) (OutboxStats, error)
+	// ExpiringKeys returns up to limit non-revoked keys expiring after now
+	// and by within7 that have had no expiry notice, or only the 7-day one
+	// and expire by within1.
+	ExpiringKeys(ctx context.Context, now, within7, within1 time.Time, limit int) ([]*APIKey, error)
+	// MarkExpiryNotice records that the key's notice for days was sent,
+	// unless it (or a later one) was already: it reports whether it marked.
+	MarkExpiryNotice(ctx context.Context, keyID string, days int) (bool, error)
+
 	// RevokeAccountSessions ends every session of the account, impersonation
 	// included, except the session exceptID ("" for none).
 	RevokeAccountSessions(ctx context.Context, accountID, exceptID string, at time.Time) error

@@ -49,14 +49,8 @@ func (t *tx) AddAudit(ctx context.Context, e *btk.AuditEntry, ev *btk.AuditEvent
 		if err != nil {
 			return err
 		}
-		if _, err := t.exec(ctx, "add audit event", false,
-			`INSERT INTO audit_events (id, workspace_id, action, actor_id, actor_email, impersonator_id,
-				target_type, target_id, metadata, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CAST($9::text AS json), $10)`,
-			ev.ID, optStr(ev.WorkspaceID), ev.Action, optStr(ev.ActorID), ev.ActorEmail, optStr(ev.ImpersonatorID),
-			ev.TargetType, optStr(ev.TargetID), ev.Metadata, created); err != nil {
-			return err
-		}
+		// Linked into its chain and queued for webhooks (events.go).
+		return t.addEvent(ctx, ev, created)
 	}
 	return nil
 }

@@ -213,6 +213,11 @@ func (db *DB) migrate(ctx context.Context) error {
 			if _, err := tx.Exec(ctx, string(script)); err != nil {
 				return err
 			}
+			if version == 7 { // the audit chain of the rows already there
+				if err := chainExisting(ctx, tx); err != nil {
+					return err
+				}
+			}
 			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
 				version, base, time.Now().UnixNano())
 			return err

@@ -165,6 +165,11 @@ func migrate(ctx context.Context, w *sql.DB) error {
 			if _, err := tx.ExecContext(ctx, string(script)); err != nil {
 				return err
 			}
+			if version == 7 { // the audit chain of the rows already there
+				if err := chainExisting(ctx, tx); err != nil {
+					return err
+				}
+			}
 			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 				version, base, time.Now().UnixNano())
 			return err

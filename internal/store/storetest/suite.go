@@ -58,6 +58,12 @@ var tests = []struct {
 	{"ConcurrentWorkspaceUpdates", testConcurrentWorkspaceUpdates},
 	{"BootstrapOnce", testBootstrapOnce},
 	{"SettingMadeOnce", testSettingMadeOnce},
+	// The event stream (docs/webhooks.md).
+	{"AuditChain", testAuditChain},
+	{"AuditChainConcurrent", testAuditChainConcurrent},
+	{"WebhookOutbox", testWebhookOutbox},
+	{"WebhookClaimsConcurrent", testWebhookClaimsConcurrent},
+	{"ExpiryNotices", testExpiryNotices},
 }
 
 // Run runs the conformance suite, each test on a store of its own from

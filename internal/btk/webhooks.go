@@ -1,0 +1,566 @@
+package btk
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Webhooks (docs/webhooks.md): a workspace's owners subscribe URLs to its
+// events; each audit_events row of the workspace (and api_key.expiring) is
+// queued, in the transaction that writes it, as one delivery per subscribed
+// webhook (the outbox); a worker (internal/events) delivers them.
+
+// Event actions of the event stream beyond those of DESIGN §13.
+const (
+	EventWebhookCreated = "webhook.created"
+	EventWebhookDeleted = "webhook.deleted"
+	// EventKeyExpiring is sent 7 days and 1 day before a key's expiresAt
+	// (once each); it is recorded in audit_events with actor "system".
+	EventKeyExpiring = "api_key.expiring"
+)
+
+// Webhook bounds.
+const (
+	MaxWebhooksPerWorkspace = 10
+	MaxWebhookEvents        = 32
+	MaxWebhookURLLen        = 2048
+	// WebhookRetryWindow is how long a delivery is retried.
+	WebhookRetryWindow = 24 * time.Hour
+	// WebhookSecretPrefix starts every signing secret.
+	WebhookSecretPrefix = "whsec_"
+)
+
+// Webhook is a workspace's subscription. The signing secret is stored sealed
+// (AES-256-GCM under a key derived from the server secret); Sealed is that
+// form and is never shown.
+type Webhook struct {
+	ID          string
+	WorkspaceID string
+	URL         string
+	Events      []string // empty = every event
+	Sealed      string
+	CreatedAt   time.Time
+	CreatedBy   string
+}
+
+// Wants reports whether the webhook subscribes to the event type.
+func (w *Webhook) Wants(eventType string) bool {
+	return len(w.Events) == 0 || slices.Contains(w.Events, eventType) || slices.Contains(w.Events, "*")
+}
+
+// DeliveryStatus is the state of one delivery.
+type DeliveryStatus string
+
+const (
+	DeliveryPending   DeliveryStatus = "PENDING"
+	DeliveryDelivered DeliveryStatus = "DELIVERED"
+	DeliveryFailed    DeliveryStatus = "FAILED" // gave up after WebhookRetryWindow
+)
+
+// WebhookDelivery is one event queued for one webhook (the outbox row).
+type WebhookDelivery struct {
+	ID            string
+	WebhookID     string
+	WorkspaceID   string
+	EventID       string // the webhook-id header: the same on every retry
+	EventType     string
+	Payload       string // the JSON body, fixed when the event was written
+	Status        DeliveryStatus
+	Attempts      int
+	NextAttemptAt time.Time
+	// LastStatusCode is the receiver's last HTTP status (0: none, e.g. refused or timed out).
+	LastStatusCode int
+	LastError      string
+	CreatedAt      time.Time
+	DeliveredAt    *time.Time
+	// URL and Sealed are the webhook's, filled in by ClaimWebhookDeliveries.
+	URL    string
+	Sealed string
+}
+
+// OutboxStats are the outbox figures for metrics.
+type OutboxStats struct {
+	Pending int64
+	// OldestPending is the creation time of the oldest undelivered delivery (nil: none).
+	OldestPending *time.Time
+}
+
+// DeliveryFilter pages through one webhook's deliveries, newest first.
+type DeliveryFilter struct {
+	WebhookID string
+	Page
+}
+
+// webhookPayload is the body of every delivery (Standard Webhooks:
+// {type, timestamp, data}); data is the audit event, never a secret.
+type webhookPayload struct {
+	Type      string         `json:"type"`
+	Timestamp string         `json:"timestamp"`
+	Data      webhookEventJS `json:"data"`
+}
+
+type webhookEventJS struct {
+	ID             string          `json:"id"`
+	WorkspaceID    string          `json:"workspaceId"`
+	Action         string          `json:"action"`
+	ActorID        string          `json:"actorId,omitempty"`
+	ActorEmail     string          `json:"actorEmail"`
+	ImpersonatorID string          `json:"impersonatorId,omitempty"`
+	TargetType     string          `json:"targetType"`
+	TargetID       string          `json:"targetId,omitempty"`
+	Metadata       json.RawMessage `json:"metadata"`
+	CreatedAt      string          `json:"createdAt"`
+}
+
+// WebhookPayload is the delivery body of an audit event.
+func WebhookPayload(ev *AuditEvent) (string, error) {
+	meta := json.RawMessage(ev.Metadata)
+	if !json.Valid(meta) {
+		meta = json.RawMessage("{}")
+	}
+	at := ev.CreatedAt.UTC().Format(time.RFC3339Nano)
+	b, err := json.Marshal(webhookPayload{Type: ev.Action, Timestamp: at, Data: webhookEventJS{
+		ID: ev.ID, WorkspaceID: ev.WorkspaceID, Action: ev.Action, ActorID: ev.ActorID, ActorEmail: ev.ActorEmail,
+		ImpersonatorID: ev.ImpersonatorID, TargetType: ev.TargetType, TargetID: ev.TargetID,
+		Metadata: meta, CreatedAt: at,
+	}})
+	return string(b), err
+}
+
+// OutboxDeliveries returns the deliveries an audit event queues for the
+// workspace's webhooks; stores call it where they write the event, in its
+// transaction.
+func OutboxDeliveries(ev *AuditEvent, hooks []*Webhook) ([]*WebhookDelivery, error) {
+	if ev.WorkspaceID == "" {
+		return nil, nil
+	}
+	var out []*WebhookDelivery
+	var payload string
+	for _, w := range hooks {
+		if !w.Wants(ev.Action) {
+			continue
+		}
+		if payload == "" {
+			var err error
+			if payload, err = WebhookPayload(ev); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, &WebhookDelivery{
+			ID: uuid.NewString(), WebhookID: w.ID, WorkspaceID: ev.WorkspaceID, EventID: "msg_" + ev.ID,
+			EventType: ev.Action, Payload: payload, Status: DeliveryPending,
+			NextAttemptAt: ev.CreatedAt, CreatedAt: ev.CreatedAt,
+		})
+	}
+	return out, nil
+}
+
+// WebhookBackoff is the wait after the given number of failed attempts:
+// 5 s doubling to at most one hour, with up to 20 % jitter.
+func WebhookBackoff(attempts int, jitter float64) time.Duration {
+	d := 5 * time.Second
+	for range max(attempts-1, 0) {
+		d *= 2
+		if d >= time.Hour {
+			d = time.Hour
+			break
+		}
+	}
+	return d + time.Duration(float64(d)*0.2*jitter)
+}
+
+var eventNameRE = regexp.MustCompile(`^[a-z][a-z_]*\.[a-z][a-z_]*$`)
+
+// CreateWebhookResult is the new webhook and its signing secret, shown once.
+type CreateWebhookResult struct {
+	Webhook *Webhook
+	Secret  string
+}
+
+// PrivateAddr reports whether a receiver at addr must be refused unless
+// private receivers are allowed: loopback, private (RFC 1918, fc00::/7),
+// link-local, unspecified, multicast, CGNAT (100.64/10) and the IPv4-mapped
+// forms of them.
+func PrivateAddr(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	return !addr.IsValid() || addr.IsLoopback() || addr.IsPrivate() || addr.IsLinkLocalUnicast() ||
+		addr.IsLinkLocalMulticast() || addr.IsInterfaceLocalMulticast() || addr.IsMulticast() ||
+		addr.IsUnspecified() || netip.MustParsePrefix("100.64.0.0/10").Contains(addr) ||
+		netip.MustParsePrefix("0.0.0.0/8").Contains(addr) || addr == netip.MustParseAddr("255.255.255.255")
+}
+
+// Resolver looks host names up (net.DefaultResolver in production).
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// checkWebhookURL validates a receiver URL: http(s), a host, no user info,
+// and (unless private receivers are allowed) no loopback, private or
+// link-local address, literal or resolved. Delivery checks the address it
+// dials again (DNS may change).
+func (s *Service) checkWebhookURL(ctx context.Context, raw string) (string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" || len(raw) > MaxWebhookURLLen {
+		return "", badInput("url must be 1-%d characters", MaxWebhookURLLen)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return "", badInput("url must be an absolute http or https URL")
+	}
+	if u.User != nil {
+		return "", badInput("url must not carry a user name or password")
+	}
+	u.Fragment = ""
+	host := u.Hostname()
+	if s.cfg.WebhookAllowPrivate {
+		return u.String(), nil
+	}
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return "", badInput("webhook receivers on loopback or private addresses are refused (the server allows them with --webhook-allow-private)")
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		r := s.cfg.Resolver
+		if r == nil {
+			r = net.DefaultResolver
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		addrs, err = r.LookupNetIP(lctx, "ip", host)
+		if err != nil || len(addrs) == 0 {
+			return "", badInput("url: the host %q does not resolve", host)
+		}
+	}
+	for _, a := range addrs {
+		if PrivateAddr(a) {
+			return "", badInput("webhook receivers on loopback or private addresses are refused (the server allows them with --webhook-allow-private)")
+		}
+	}
+	return u.String(), nil
+}
+
+func checkWebhookEvents(events []string) ([]string, error) {
+	if len(events) > MaxWebhookEvents {
+		return nil, badInput("at most %d events", MaxWebhookEvents)
+	}
+	var out []string
+	for _, e := range events {
+		e = strings.TrimSpace(e)
+		if e != "*" && !eventNameRE.MatchString(e) || len(e) > 64 {
+			return nil, badInput("event %q is not an event name such as api_key.created", e)
+		}
+		if !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	if slices.Contains(out, "*") {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// CreateWebhook subscribes url to the workspace's events (all when events is
+// empty). Owner tier. The secret is returned once.
+func (s *Service) CreateWebhook(ctx context.Context, a *Actor, rawURL string, events []string) (*CreateWebhookResult, error) {
+	if err := authorize(a, permManageKeys, ""); err != nil {
+		return nil, err
+	}
+	u, err := s.checkWebhookURL(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := checkWebhookEvents(events)
+	if err != nil {
+		return nil, err
+	}
+	raw := make([]byte, 32)
+	rand.Read(raw)
+	secret := WebhookSecretPrefix + base64.StdEncoding.EncodeToString(raw)
+	w := &Webhook{ID: uuid.NewString(), WorkspaceID: a.WorkspaceID, URL: u, Events: evs,
+		CreatedAt: s.now(), CreatedBy: a.AccountID}
+	if w.Sealed, err = s.sealWebhookSecret(w.ID, secret); err != nil {
+		return nil, err
+	}
+	err = s.store.Write(ctx, func(tx Tx) error {
+		// Locks the workspace row (PostgreSQL), so the bound holds under
+		// concurrent creates.
+		if _, err := tx.Workspace(ctx, a.WorkspaceID); err != nil {
+			return err
+		}
+		hooks, err := tx.Webhooks(ctx, a.WorkspaceID)
+		if err != nil {
+			return err
+		}
+		if len(hooks) >= MaxWebhooksPerWorkspace {
+			return badInput("a workspace has at most %d webhooks", MaxWebhooksPerWorkspace)
+		}
+		if err := tx.CreateWebhook(ctx, w); err != nil {
+			return err
+		}
+		return s.recordEvent(ctx, tx, a, a.WorkspaceID, EventWebhookCreated, "webhook", w.ID,
+			requestMeta(a, map[string]any{"url": w.URL, "events": w.Events}))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &CreateWebhookResult{Webhook: w, Secret: secret}, nil
+}
+
+// Webhooks lists the workspace's webhooks, oldest first. Owner tier.
+func (s *Service) Webhooks(ctx context.Context, a *Actor) ([]*Webhook, error) {
+	if err := authorize(a, permManageKeys, ""); err != nil {
+		return nil, err
+	}
+	var out []*Webhook
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		out, err = tx.Webhooks(ctx, a.WorkspaceID)
+		return err
+	})
+	return out, err
+}
+
+// webhookOf reads a webhook of the actor's workspace (another workspace's
+// is NOT_FOUND).
+func webhookOf(ctx context.Context, tx Tx, a *Actor, id string) (*Webhook, error) {
+	if uuid.Validate(id) != nil {
+		return nil, ErrNotFound
+	}
+	w, err := tx.Webhook(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if w.WorkspaceID != a.WorkspaceID {
+		return nil, ErrNotFound
+	}
+	return w, nil
+}
+
+// DeleteWebhook removes a webhook and its queued deliveries. Owner tier.
+func (s *Service) DeleteWebhook(ctx context.Context, a *Actor, id string) error {
+	if err := authorize(a, permManageKeys, ""); err != nil {
+		return err
+	}
+	return s.store.Write(ctx, func(tx Tx) error {
+		w, err := webhookOf(ctx, tx, a, id)
+		if err != nil {
+			return err
+		}
+		if err := tx.DeleteWebhook(ctx, w.ID); err != nil {
+			return err
+		}
+		return s.recordEvent(ctx, tx, a, a.WorkspaceID, EventWebhookDeleted, "webhook", w.ID,
+			requestMeta(a, map[string]any{"url": w.URL}))
+	})
+}
+
+// WebhookDeliveries pages through a webhook's deliveries, newest first. Owner tier.
+func (s *Service) WebhookDeliveries(ctx context.Context, a *Actor, webhookID string, p Page) ([]*WebhookDelivery, string, error) {
+	if err := authorize(a, permManageKeys, ""); err != nil {
+		return nil, "", err
+	}
+	if err := checkPage(p); err != nil {
+		return nil, "", err
+	}
+	var (
+		out  []*WebhookDelivery
+		next string
+	)
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		if _, err := webhookOf(ctx, tx, a, webhookID); err != nil {
+			return err
+		}
+		out, next, err = tx.WebhookDeliveries(ctx, DeliveryFilter{WebhookID: webhookID, Page: p})
+		return err
+	})
+	return out, next, err
+}
+
+// webhookKey is the AES-256 key that seals signing secrets, derived from the
+// server secret.
+func (s *Service) webhookKey() []byte {
+	m := hmac.New(sha256.New, s.tokens.secret)
+	m.Write([]byte("btk webhook signing secret v1"))
+	return m.Sum(nil)
+}
+
+func (s *Service) sealWebhookSecret(id, secret string) (string, error) {
+	block, err := aes.NewCipher(s.webhookKey())
+	if err != nil {
+		return "", err
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		return "", err
+	}
+	nonce := make([]byte, gcm.NonceSize())
+	rand.Read(nonce)
+	return "v1:" + base64.StdEncoding.EncodeToString(gcm.Seal(nonce, nonce, []byte(secret), []byte(id))), nil
+}
+
+// ErrWebhookSecret says a sealed secret could not be opened: the server
+// secret changed since the webhook was made (recreate the webhook).
+var ErrWebhookSecret = errors.New("the webhook's signing secret cannot be opened with this server secret (it changed since the webhook was created: recreate the webhook)")
+
+// OpenWebhookSecret returns the signing secret (whsec_…) of a delivery's webhook.
+func (s *Service) OpenWebhookSecret(webhookID, sealed string) (string, error) {
+	rest, ok := strings.CutPrefix(sealed, "v1:")
+	if !ok {
+		return "", ErrWebhookSecret
+	}
+	b, err := base64.StdEncoding.DecodeString(rest)
+	if err != nil {
+		return "", ErrWebhookSecret
+	}
+	block, err := aes.NewCipher(s.webhookKey())
+	if err != nil {
+		return "", err
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		return "", err
+	}
+	if len(b) < gcm.NonceSize() {
+		return "", ErrWebhookSecret
+	}
+	plain, err := gcm.Open(nil, b[:gcm.NonceSize()], b[gcm.NonceSize():], []byte(webhookID))
+	if err != nil {
+		return "", ErrWebhookSecret
+	}
+	return string(plain), nil
+}
+
+// SignWebhook returns the webhook-signature header value of Standard
+// Webhooks: "v1," + base64(HMAC-SHA256(key, id + "." + timestamp + "." + body)),
+// the key being the base64-decoded part of the secret after "whsec_".
+func SignWebhook(secret, id string, timestamp int64, body []byte) (string, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, WebhookSecretPrefix))
+	if err != nil {
+		return "", fmt.Errorf("webhook secret: %w", err)
+	}
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "%s.%d.", id, timestamp)
+	m.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil)), nil
+}
+
+// Delivery work (internal/events runs it).
+
+// ClaimDeliveries takes up to limit due deliveries for this instance for
+// lease (no other instance takes them meanwhile) under the claim token.
+func (s *Service) ClaimDeliveries(ctx context.Context, claim string, lease time.Duration, limit int) ([]*WebhookDelivery, error) {
+	var out []*WebhookDelivery
+	err := s.store.Write(ctx, func(tx Tx) (err error) {
+		out, err = tx.ClaimWebhookDeliveries(ctx, s.now(), lease, claim, limit)
+		return err
+	})
+	return out, err
+}
+
+// FinishDelivery records an attempt's outcome: delivered, or failed and
+// retried later with backoff until WebhookRetryWindow has passed since the
+// event. It changes nothing when the claim was lost (another instance took
+// the delivery after the lease ran out).
+func (s *Service) FinishDelivery(ctx context.Context, d *WebhookDelivery, claim string, statusCode int, errMsg string, jitter float64) error {
+	now := s.now()
+	d.Attempts++
+	d.LastStatusCode, d.LastError = statusCode, truncate(errMsg, 256)
+	switch {
+	case statusCode >= 200 && statusCode < 300:
+		d.Status, d.DeliveredAt, d.LastError = DeliveryDelivered, &now, ""
+	case now.Sub(d.CreatedAt) >= WebhookRetryWindow:
+		d.Status = DeliveryFailed
+	default:
+		d.Status = DeliveryPending
+		d.NextAttemptAt = now.Add(WebhookBackoff(d.Attempts, jitter))
+		if d.NextAttemptAt.Sub(d.CreatedAt) > WebhookRetryWindow {
+			// One last attempt at the end of the window.
+			d.NextAttemptAt = d.CreatedAt.Add(WebhookRetryWindow)
+		}
+	}
+	return s.store.Write(ctx, func(tx Tx) error { return tx.FinishWebhookDelivery(ctx, d, claim) })
+}
+
+// OutboxStats reads the outbox figures.
+func (s *Service) OutboxStats(ctx context.Context) (OutboxStats, error) {
+	var st OutboxStats
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		st, err = tx.OutboxStats(ctx, s.now())
+		return err
+	})
+	return st, err
+}
+
+// expiryNoticeBatch bounds the keys one sweep transaction notices.
+const expiryNoticeBatch = 200
+
+// SweepExpiringKeys records api_key.expiring (actor "system") for active
+// keys 7 days and 1 day before their expiresAt, once each across all
+// instances (a conditional update of the key's notice mark, in the event's
+// transaction). A key noticed late (made with under a day left) gets only
+// the 1-day notice. It returns how many notices it wrote.
+func (s *Service) SweepExpiringKeys(ctx context.Context) (int, error) {
+	total := 0
+	for range 50 {
+		n := 0
+		err := s.store.Write(ctx, func(tx Tx) error {
+			now := s.now()
+			keys, err := tx.ExpiringKeys(ctx, now, now.Add(7*24*time.Hour), now.Add(24*time.Hour), expiryNoticeBatch)
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				days := 7
+				if k.ExpiresAt.Sub(now) <= 24*time.Hour {
+					days = 1
+				}
+				ok, err := tx.MarkExpiryNotice(ctx, k.ID, days)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue
+				}
+				sys := &Actor{Email: "system"}
+				if err := s.recordEvent(ctx, tx, sys, k.WorkspaceID, EventKeyExpiring, "api_key", k.ID, map[string]any{
+					"name": k.Name, "displayPrefix": k.DisplayPrefix, "hint": k.Hint,
+					"expiresAt": k.ExpiresAt.UTC().Format(time.RFC3339), "daysBefore": days,
+				}); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+		total += n
+		if err != nil || n < expiryNoticeBatch {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}

@@ -1,0 +1,36 @@
+package postgres_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/postgres"
+	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+	"github.com/btk-project/btk/internal/store/storetest"
+)
+
+// A database user edits, deletes and inserts audit_events rows directly:
+// the chain verification names the row.
+func TestAuditChainTamper(t *testing.T) {
+	pgtest.URL(t) // skips without BTK_TEST_POSTGRES
+	var urls sync.Map
+	storetest.Tamper(t, func(t *testing.T) btk.Store {
+		url := pgtest.URL(t)
+		db := open(t, url, postgres.Options{MaxConns: 4})
+		urls.Store(db, url)
+		return db
+	}, func(t *testing.T, db btk.Store, query string) {
+		url, _ := urls.Load(db)
+		conn, err := pgx.Connect(ctx, url.(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, query); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+	})
+}

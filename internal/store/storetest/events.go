@@ -1,0 +1,445 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+// The audit chain and the webhook outbox (docs/webhooks.md).
+
+func addEvent(t testing.TB, db btk.Store, wsID, action string, at time.Time) *btk.AuditEvent {
+	t.Helper()
+	ev := &btk.AuditEvent{WorkspaceID: wsID, Action: action, ActorEmail: "a@example.com", TargetType: "api_key",
+		TargetID: uuid.NewString(), Metadata: `{"n": 1, "s":"x"}`, CreatedAt: at}
+	write(t, db, func(tx btk.Tx) error { return tx.AddAuditEvent(ctx, ev) })
+	return ev
+}
+
+// checkChain recomputes a chain from its stored rows and compares it with
+// its head; it returns the number of rows.
+func checkChain(t testing.TB, db btk.Store, chain string) int64 {
+	t.Helper()
+	var (
+		head btk.AuditHead
+		rows []*btk.ChainRow
+	)
+	read(t, db, func(tx btk.Tx) (err error) {
+		if head, err = tx.AuditChainHead(ctx, chain); err != nil {
+			return err
+		}
+		rows, err = tx.AuditChainRows(ctx, chain, 0, 100_000)
+		return err
+	})
+	prev := btk.ZeroChainHash
+	for i, r := range rows {
+		if r.Link.Seq != int64(i+1) {
+			t.Fatalf("chain %q row %d has position %d", chain, i+1, r.Link.Seq)
+		}
+		want, err := btk.ChainHash(prev, &r.Event, r.Link.Seq, r.CreatedNano)
+		if err != nil || want != r.Link.Hash {
+			t.Fatalf("chain %q row %d: hash %s, recomputed %s (%v)", chain, i+1, r.Link.Hash, want, err)
+		}
+		prev = want
+	}
+	if head.Count != int64(len(rows)) || head.Hash != prev {
+		t.Fatalf("chain %q head %+v, rows %d ending %s", chain, head, len(rows), prev)
+	}
+	if len(rows) > 0 && head.At == nil {
+		t.Fatalf("chain %q head has no time", chain)
+	}
+	return head.Count
+}
+
+func testAuditChain(t *testing.T, db btk.Store) {
+	ws, other := newWorkspace(t, db), newWorkspace(t, db)
+	var head btk.AuditHead
+	read(t, db, func(tx btk.Tx) (err error) { head, err = tx.AuditChainHead(ctx, ws.ID); return err })
+	if head.Count != 0 || head.Hash != btk.ZeroChainHash || head.At != nil {
+		t.Fatalf("empty chain head %+v", head)
+	}
+	for i := range 5 {
+		addEvent(t, db, ws.ID, "api_key.created", t0.Add(time.Duration(i)*time.Second))
+		addEvent(t, db, "", btk.EventAccountCreated, t0.Add(time.Duration(i)*time.Second))
+	}
+	addEvent(t, db, other.ID, "api_key.revoked", t0)
+	// Both audit rows of a key change go into the chain too.
+	write(t, db, func(tx btk.Tx) error {
+		return tx.AddAudit(ctx, &btk.AuditEntry{WorkspaceID: ws.ID, Action: btk.AuditCreated, APIKeyID: "k", CreatedAt: t0},
+			&btk.AuditEvent{WorkspaceID: ws.ID, Action: "api_key.created", TargetType: "api_key", CreatedAt: t0})
+	})
+	if n := checkChain(t, db, ws.ID); n != 6 {
+		t.Errorf("workspace chain has %d rows, want 6", n)
+	}
+	if n := checkChain(t, db, btk.ChainServerWide); n != 5 {
+		t.Errorf("server-wide chain has %d rows, want 5", n)
+	}
+	if n := checkChain(t, db, other.ID); n != 1 {
+		t.Errorf("other chain has %d rows, want 1", n)
+	}
+	// A failed transaction leaves the chain as it was.
+	err := db.Write(ctx, func(tx btk.Tx) error {
+		if err := tx.AddAuditEvent(ctx, &btk.AuditEvent{WorkspaceID: ws.ID, Action: "x.y", TargetType: "t", CreatedAt: t0}); err != nil {
+			return err
+		}
+		return btk.ErrNotFound
+	})
+	mustBe(t, err, btk.ErrNotFound)
+	if n := checkChain(t, db, ws.ID); n != 6 {
+		t.Errorf("after a rollback the chain has %d rows, want 6", n)
+	}
+}
+
+// 50 concurrent writers on one workspace's chain (and the server-wide one)
+// leave both chains linear and intact.
+func testAuditChainConcurrent(t *testing.T, db btk.Store) {
+	ws := newWorkspace(t, db)
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i := range 50 {
+		wg.Go(func() {
+			chain := ws.ID
+			if i%5 == 0 {
+				chain = ""
+			}
+			err := db.Write(ctx, func(tx btk.Tx) error {
+				return tx.AddAuditEvent(ctx, &btk.AuditEvent{WorkspaceID: chain, Action: "api_key.created",
+					ActorEmail: fmt.Sprint("w", i), TargetType: "api_key", CreatedAt: t0.Add(time.Duration(i))})
+			})
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := checkChain(t, db, ws.ID); n != 40 {
+		t.Errorf("workspace chain has %d rows, want 40", n)
+	}
+	if n := checkChain(t, db, ""); n != 10 {
+		t.Errorf("server-wide chain has %d rows, want 10", n)
+	}
+}
+
+func newWebhook(t testing.TB, db btk.Store, ws *btk.Workspace, events ...string) *btk.Webhook {
+	t.Helper()
+	w := &btk.Webhook{ID: uuid.NewString(), WorkspaceID: ws.ID, URL: "https://example.com/hook", Events: events,
+		Sealed: "v1:sealed", CreatedAt: t0, CreatedBy: "acct"}
+	write(t, db, func(tx btk.Tx) error { return tx.CreateWebhook(ctx, w) })
+	return w
+}
+
+func testWebhookOutbox(t *testing.T, db btk.Store) {
+	ws, other := newWorkspace(t, db), newWorkspace(t, db)
+	all := newWebhook(t, db, ws)
+	revokes := newWebhook(t, db, ws, "api_key.revoked", "api_key.expiring")
+	newWebhook(t, db, other)
+	read(t, db, func(tx btk.Tx) error {
+		hooks, err := tx.Webhooks(ctx, ws.ID)
+		if err != nil {
+			return err
+		}
+		if len(hooks) != 2 || hooks[0].ID != all.ID || hooks[1].ID != revokes.ID || len(hooks[0].Events) != 0 ||
+			len(hooks[1].Events) != 2 || hooks[1].Sealed != "v1:sealed" || !hooks[1].CreatedAt.Equal(t0) {
+			t.Errorf("webhooks %+v %+v", hooks[0], hooks[len(hooks)-1])
+		}
+		w, err := tx.Webhook(ctx, revokes.ID)
+		if err != nil || w.URL != revokes.URL {
+			t.Errorf("webhook %+v %v", w, err)
+		}
+		_, err = tx.Webhook(ctx, uuid.NewString())
+		mustBe(t, err, btk.ErrNotFound)
+		return nil
+	})
+	created := addEvent(t, db, ws.ID, "api_key.created", t0)
+	addEvent(t, db, ws.ID, "api_key.revoked", t0.Add(time.Second))
+	addEvent(t, db, "", btk.EventAccountCreated, t0) // no workspace: no webhook
+
+	var st btk.OutboxStats
+	read(t, db, func(tx btk.Tx) (err error) { st, err = tx.OutboxStats(ctx, t0); return err })
+	if st.Pending != 3 || st.OldestPending == nil || !st.OldestPending.Equal(t0) {
+		t.Fatalf("outbox stats %+v, want 3 pending since t0", st)
+	}
+
+	// Claims: due ones only, each once while leased.
+	var claimed []*btk.WebhookDelivery
+	write(t, db, func(tx btk.Tx) (err error) {
+		claimed, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(time.Minute), time.Minute, "c1", 10)
+		return err
+	})
+	if len(claimed) != 3 {
+		t.Fatalf("claimed %d deliveries, want 3", len(claimed))
+	}
+	for _, d := range claimed {
+		if d.URL != "https://example.com/hook" || d.Sealed != "v1:sealed" || d.Status != btk.DeliveryPending ||
+			d.Payload == "" || d.WorkspaceID != ws.ID {
+			t.Errorf("claimed %+v", d)
+		}
+		if d.WebhookID == all.ID && d.EventType == "api_key.created" && d.EventID != "msg_"+created.ID {
+			t.Errorf("event id %q, want msg_%s", d.EventID, created.ID)
+		}
+	}
+	var again []*btk.WebhookDelivery
+	write(t, db, func(tx btk.Tx) (err error) {
+		again, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(90*time.Second), time.Minute, "c2", 10)
+		return err
+	})
+	if len(again) != 0 {
+		t.Fatalf("a leased delivery was claimed again: %d", len(again))
+	}
+	// One delivered; one failed and retried later; the lease of the third runs out.
+	d0, d1 := claimed[0], claimed[1]
+	now := t0.Add(time.Minute)
+	d0.Status, d0.Attempts, d0.LastStatusCode, d0.DeliveredAt = btk.DeliveryDelivered, 1, 204, &now
+	d1.Status, d1.Attempts, d1.LastStatusCode, d1.LastError, d1.NextAttemptAt = btk.DeliveryPending, 1, 500, "boom", t0.Add(time.Hour)
+	write(t, db, func(tx btk.Tx) error {
+		if err := tx.FinishWebhookDelivery(ctx, d0, "c1"); err != nil {
+			return err
+		}
+		if err := tx.FinishWebhookDelivery(ctx, d1, "c1"); err != nil {
+			return err
+		}
+		// A lost claim changes nothing.
+		stale := *claimed[2]
+		stale.Status = btk.DeliveryDelivered
+		return tx.FinishWebhookDelivery(ctx, &stale, "not-mine")
+	})
+	write(t, db, func(tx btk.Tx) (err error) {
+		again, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(3*time.Minute), time.Minute, "c3", 10)
+		return err
+	})
+	if len(again) != 1 || again[0].ID != claimed[2].ID {
+		t.Fatalf("after the lease ran out: claimed %d, want the third", len(again))
+	}
+	read(t, db, func(tx btk.Tx) error {
+		ds, next, err := tx.WebhookDeliveries(ctx, btk.DeliveryFilter{WebhookID: all.ID, Page: btk.Page{First: 1}})
+		if err != nil {
+			return err
+		}
+		if len(ds) != 1 || next == "" || ds[0].EventType != "api_key.revoked" {
+			t.Fatalf("first page %+v next %q", ds, next)
+		}
+		ds2, next2, err := tx.WebhookDeliveries(ctx, btk.DeliveryFilter{WebhookID: all.ID, Page: btk.Page{First: 5, After: next}})
+		if err != nil {
+			return err
+		}
+		if len(ds2) != 1 || next2 != "" || ds2[0].EventType != "api_key.created" {
+			t.Fatalf("second page %+v", ds2)
+		}
+		for _, d := range append(ds, ds2...) {
+			if d.ID == d0.ID && (d.Status != btk.DeliveryDelivered || d.LastStatusCode != 204 || d.DeliveredAt == nil || d.Attempts != 1) {
+				t.Errorf("delivered %+v", d)
+			}
+			if d.ID == d1.ID && (d.Status != btk.DeliveryPending || d.LastError != "boom" || !d.NextAttemptAt.Equal(t0.Add(time.Hour))) {
+				t.Errorf("retried %+v", d)
+			}
+		}
+		rs, _, err := tx.WebhookDeliveries(ctx, btk.DeliveryFilter{WebhookID: revokes.ID, Page: btk.Page{First: 5}})
+		if err != nil || len(rs) != 1 || rs[0].EventType != "api_key.revoked" {
+			t.Fatalf("filtered webhook got %d deliveries (%v), want only the revoke", len(rs), err)
+		}
+		return nil
+	})
+	write(t, db, func(tx btk.Tx) error { return tx.DeleteWebhook(ctx, all.ID) })
+	write(t, db, func(tx btk.Tx) error { mustBe(t, tx.DeleteWebhook(ctx, all.ID), btk.ErrNotFound); return nil })
+	read(t, db, func(tx btk.Tx) (err error) { st, err = tx.OutboxStats(ctx, t0); return err })
+	if st.Pending != 1 {
+		t.Errorf("after deleting a webhook %d pending, want 1", st.Pending)
+	}
+}
+
+// Several claimers at once never get the same delivery.
+func testWebhookClaimsConcurrent(t *testing.T, db btk.Store) {
+	ws := newWorkspace(t, db)
+	newWebhook(t, db, ws)
+	write(t, db, func(tx btk.Tx) error {
+		for i := range 200 {
+			if err := tx.AddAuditEvent(ctx, &btk.AuditEvent{WorkspaceID: ws.ID, Action: "api_key.created",
+				TargetType: "api_key", CreatedAt: t0.Add(time.Duration(i))}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+		wg   sync.WaitGroup
+	)
+	for c := range 4 {
+		wg.Go(func() {
+			for range 100 {
+				var ds []*btk.WebhookDelivery
+				err := db.Write(ctx, func(tx btk.Tx) (err error) {
+					ds, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(time.Minute), time.Hour, uuid.NewString()+fmt.Sprint(c), 7)
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(ds) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, d := range ds {
+					seen[d.ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != 200 {
+		t.Errorf("claimed %d distinct deliveries, want 200", len(seen))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("delivery %s claimed %d times", id, n)
+		}
+	}
+}
+
+func testExpiryNotices(t *testing.T, db btk.Store) {
+	ws := newWorkspace(t, db)
+	now := t0.Add(24 * time.Hour)
+	soon, later, far := key(ws, "soon"), key(ws, "later"), key(ws, "far")
+	soon.ExpiresAt, later.ExpiresAt, far.ExpiresAt = ptr(now.Add(12*time.Hour)), ptr(now.Add(3*24*time.Hour)), ptr(now.Add(30*24*time.Hour))
+	revoked := key(ws, "revoked")
+	revoked.ExpiresAt = ptr(now.Add(time.Hour))
+	for _, k := range []*btk.APIKey{soon, later, far, revoked} {
+		createKey(t, db, k)
+	}
+	write(t, db, func(tx btk.Tx) error { return tx.RevokeAPIKey(ctx, revoked.ID, now, "acct", "") })
+	expiring := func(at time.Time) map[string]bool {
+		out := map[string]bool{}
+		read(t, db, func(tx btk.Tx) error {
+			ks, err := tx.ExpiringKeys(ctx, at, at.Add(7*24*time.Hour), at.Add(24*time.Hour), 10)
+			for _, k := range ks {
+				out[k.Name] = true
+			}
+			return err
+		})
+		return out
+	}
+	if got := expiring(now); len(got) != 2 || !got["soon"] || !got["later"] {
+		t.Fatalf("expiring %v, want soon and later", got)
+	}
+	mark := func(id string, days int) bool {
+		var ok bool
+		write(t, db, func(tx btk.Tx) (err error) { ok, err = tx.MarkExpiryNotice(ctx, id, days); return err })
+		return ok
+	}
+	if !mark(soon.ID, 1) || mark(soon.ID, 1) || mark(soon.ID, 7) {
+		t.Fatal("the 1-day notice must be marked once, and covers the 7-day one")
+	}
+	if !mark(later.ID, 7) || mark(later.ID, 7) {
+		t.Fatal("the 7-day notice must be marked once")
+	}
+	if got := expiring(now); len(got) != 0 {
+		t.Fatalf("after the notices: expiring %v", got)
+	}
+	// Two days later, "later" is within a day: its 1-day notice is due.
+	if got := expiring(now.Add(2*24*time.Hour + time.Hour)); len(got) != 1 || !got["later"] {
+		t.Fatalf("a day before: expiring %v, want later", got)
+	}
+	if !mark(later.ID, 1) {
+		t.Fatal("the 1-day notice after the 7-day one")
+	}
+}
+
+// Tamper runs the tamper-evidence cases of the audit chain on an engine:
+// exec runs a statement directly on the database (no parameters), as a
+// database user could. Each case is caught by VerifyAuditChain and named.
+func Tamper(t *testing.T, open Opener, exec func(t *testing.T, db btk.Store, query string)) {
+	admin := &btk.Actor{AccountID: uuid.NewString(), Email: "admin@example.com", PlatformAdmin: true}
+	setup := func(t *testing.T) (btk.Store, *btk.Service, *btk.Workspace, []*btk.AuditEvent) {
+		db := open(t)
+		svc, err := btk.NewService(ctx, db, []byte("0123456789abcdef0123456789abcdef"), btk.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := newWorkspace(t, db)
+		var evs []*btk.AuditEvent
+		for i := range 5 {
+			evs = append(evs, addEvent(t, db, ws.ID, "api_key.created", t0.Add(time.Duration(i)*time.Second)))
+		}
+		res, err := svc.VerifyAuditChain(ctx, admin, ws.ID, false)
+		if err != nil || !res.Intact || res.Count != 5 || res.Head.Count != 5 {
+			t.Fatalf("untouched chain: %+v %v", res, err)
+		}
+		return db, svc, ws, evs
+	}
+	verify := func(t *testing.T, svc *btk.Service, ws *btk.Workspace) *btk.ChainProblem {
+		t.Helper()
+		res, err := svc.VerifyAuditChain(ctx, admin, ws.ID, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Intact || res.Problem == nil {
+			t.Fatalf("tampered chain verified intact: %+v", res)
+		}
+		t.Logf("caught: row %q at %d: %s", res.Problem.EventID, res.Problem.Seq, res.Problem.Reason)
+		return res.Problem
+	}
+	t.Run("edit", func(t *testing.T) {
+		db, svc, ws, evs := setup(t)
+		exec(t, db, `UPDATE audit_events SET actor_email = 'someone@else' WHERE id = '`+evs[2].ID+`'`)
+		if p := verify(t, svc, ws); p.EventID != evs[2].ID || p.Seq != 3 {
+			t.Errorf("named %+v, want the edited row 3", p)
+		}
+	})
+	t.Run("delete", func(t *testing.T) {
+		db, svc, ws, evs := setup(t)
+		exec(t, db, `DELETE FROM audit_events WHERE id = '`+evs[1].ID+`'`)
+		if p := verify(t, svc, ws); p.EventID != evs[2].ID || p.Seq != 2 {
+			t.Errorf("named %+v, want the row after the gap (position 2 missing)", p)
+		}
+	})
+	t.Run("delete the latest", func(t *testing.T) {
+		db, svc, ws, evs := setup(t)
+		exec(t, db, `DELETE FROM audit_events WHERE id = '`+evs[4].ID+`'`)
+		if p := verify(t, svc, ws); p.Seq != 5 {
+			t.Errorf("named %+v, want position 5 missing", p)
+		}
+	})
+	t.Run("insert", func(t *testing.T) {
+		db, svc, ws, _ := setup(t)
+		exec(t, db, `INSERT INTO audit_events (id, workspace_id, action, actor_email, target_type, metadata, created_at)
+			VALUES ('forged', '`+ws.ID+`', 'api_key.created', 'x@example.com', 'api_key', '{}', 1)`)
+		if p := verify(t, svc, ws); p.EventID != "forged" {
+			t.Errorf("named %+v, want the inserted row", p)
+		}
+	})
+	t.Run("insert with a copied link", func(t *testing.T) {
+		db, svc, ws, evs := setup(t)
+		exec(t, db, `INSERT INTO audit_events (id, workspace_id, action, actor_email, target_type, metadata, created_at, chain_seq, chain_hash)
+			SELECT 'forged', workspace_id, action, actor_email, target_type, metadata, created_at, chain_seq, chain_hash
+			FROM audit_events WHERE id = '`+evs[4].ID+`'`)
+		if p := verify(t, svc, ws); p.EventID != "forged" {
+			t.Errorf("named %+v, want the inserted row", p)
+		}
+	})
+	t.Run("server-wide", func(t *testing.T) {
+		db, svc, _, _ := setup(t)
+		ev := addEvent(t, db, "", btk.EventAccountCreated, t0)
+		addEvent(t, db, "", btk.EventAccountCreated, t0)
+		res, err := svc.VerifyAuditChain(ctx, admin, "", true)
+		if err != nil || !res.Intact || res.Count != 2 {
+			t.Fatalf("server-wide chain: %+v %v", res, err)
+		}
+		exec(t, db, `UPDATE audit_events SET metadata = '{"n": 2}' WHERE id = '`+ev.ID+`'`)
+		res, err = svc.VerifyAuditChain(ctx, admin, "", true)
+		if err != nil || res.Intact || res.Problem.EventID != ev.ID {
+			t.Fatalf("edited server-wide row: %+v %v", res, err)
+		}
+	})
+}
