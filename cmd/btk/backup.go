@@ -40,7 +40,7 @@ PostgreSQL, use pg_dump and pg_restore.`,
 			}
 			db := v.GetString("db")
 			if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
-				return errors.New("btk backup copies SQLite databases; back up PostgreSQL with pg_dump (see the README, Operating btk)")
+				return errors.New("btk backup copies SQLite databases; back up PostgreSQL with pg_dump (see docs/operating.md, Backup and restore)")
 			}
 			force, _ := cmd.Flags().GetBool("force")
 			if err := sqlite.Backup(cmd.Context(), db, args[0], force); err != nil {

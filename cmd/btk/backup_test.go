@@ -39,7 +39,7 @@ func runProcess(t *testing.T, args ...string) (int, string) {
 	return 0, out.String()
 }
 
-// DESIGN §12: a backup taken while btk serve runs and writes is consistent
+// docs/operating.md#backup-and-restore: a backup taken while btk serve runs and writes is consistent
 // (integrity_check), holds every key whose create answered before it began,
 // has mode 0600, and btk serve starts on it and serves.
 func TestBackupUnderWriteLoad(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 )
 
 // The cluster tests run three real `btk serve` processes on one PostgreSQL
-// schema and one Redis key prefix (DESIGN §10). They need BTK_TEST_POSTGRES
+// schema and one Redis key prefix (docs/clusters.md). They need BTK_TEST_POSTGRES
 // and BTK_TEST_REDIS.
 
 var clusterClient = &http.Client{Timeout: 10 * time.Second}

@@ -11,7 +11,7 @@ import (
 	"github.com/btk-project/btk/internal/client"
 )
 
-// Exit codes, the contract of DESIGN §6.
+// Exit codes, the contract of docs/design.md#exit-codes.
 const (
 	exitOK          = 0
 	exitError       = 1 // any other failure

@@ -21,17 +21,11 @@ func runWith(ctx context.Context, args []string, streams *iostreams) int {
 	v := viper.New()
 	streams.done = ctx.Done()
 	f := &factory{io: streams, v: v, version: buildVersion(), getenv: os.Getenv, now: time.Now}
-	root := newRootCmd(f)
+	root := newCommandTree(f)
 	root.SetArgs(args)
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	serve := newServeCmd(v)
-	serve.GroupID = "server"
-	root.AddCommand(serve)
-	backup := newBackupCmd(f)
-	backup.GroupID = "server"
-	root.AddCommand(backup)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err != nil && ctx.Err() != nil {
 		// Ctrl-C (or SIGTERM) at a prompt or during a request.
@@ -43,6 +37,20 @@ func runWith(ctx context.Context, args []string, streams *iostreams) int {
 		printError(streams.ErrOut, cmd, hint(err))
 	}
 	return exitCode(err)
+}
+
+// newCommandTree is every command of btk: the client commands and the
+// server's (serve shares f's viper instance). The CLI reference in docs/cli
+// is generated from it (clidocs_test.go).
+func newCommandTree(f *factory) *cobra.Command {
+	root := newRootCmd(f)
+	serve := newServeCmd(f.v)
+	serve.GroupID = "server"
+	root.AddCommand(serve)
+	backup := newBackupCmd(f)
+	backup.GroupID = "server"
+	root.AddCommand(backup)
+	return root
 }
 
 func newRootCmd(f *factory) *cobra.Command {

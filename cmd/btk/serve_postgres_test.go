@@ -10,7 +10,7 @@ import (
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
-// DESIGN §10: on PostgreSQL without --redis, one instance only. A second
+// docs/clusters.md#postgresql: on PostgreSQL without --redis, one instance only. A second
 // `btk serve` on the same database refuses to start and says to give --redis;
 // once the first has stopped, it starts.
 func TestServePostgresSecondInstanceRefuses(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// btk serve --proxy-addr --upstream (DESIGN §9): the second listener forwards
+// btk serve --proxy-addr --upstream (docs/gateway.md#btks-reverse-proxy): the second listener forwards
 // accepted requests, and SIGTERM drains both listeners together: they stop
 // accepting at once, a proxied request in flight still completes, and the
 // process exits 0.

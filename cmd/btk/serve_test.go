@@ -255,8 +255,9 @@ func (p *serveProcess) probe(key string) (int, string) {
 	return r.status, ""
 }
 
-// SPEC §3 and DESIGN §7 (synchronous=FULL): a revoke and a create that
-// answered survive a SIGKILL right after, with their audit rows.
+// docs/design.md#key-lifecycle and docs/design.md#storage (synchronous=FULL):
+// a revoke and a create that answered survive a SIGKILL right after, with
+// their audit rows.
 func TestServeKillAfterRevokeAndCreate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts btk serve processes")
@@ -353,7 +354,7 @@ func TestServeKillAfterRevokeAndCreate(t *testing.T) {
 	}
 }
 
-// DESIGN §6: on SIGTERM, btk serve drains, flushes last_used_at and exits 0.
+// docs/operating.md#running-the-server: on SIGTERM, btk serve drains, flushes last_used_at and exits 0.
 func TestServeGracefulShutdownFlushesLastUsed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts btk serve processes")

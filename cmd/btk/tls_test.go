@@ -195,7 +195,7 @@ func get(t *testing.T, client *http.Client, url string) (serial int64, proto int
 	return res.TLS.PeerCertificates[0].SerialNumber.Int64(), res.ProtoMajor, reused
 }
 
-// DESIGN §12: HTTPS and HTTP/2 on every listener with a certificate made in
+// docs/operating.md#tls: HTTPS and HTTP/2 on every listener with a certificate made in
 // the test; SIGHUP swaps to a new certificate while a connection made with
 // the old one keeps working; a bad pair on SIGHUP keeps the one in use.
 func TestServeTLSReloadOnSIGHUP(t *testing.T) {

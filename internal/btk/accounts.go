@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Account lifecycle (DESIGN §13): a password change ends the account's other
+// Account lifecycle (docs/design.md#accounts-and-roles): a password change ends the account's other
 // sessions; a platform admin can disable an account, which cannot log in
 // and whose sessions, impersonation included, end at once.
 

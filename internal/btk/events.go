@@ -1,6 +1,6 @@
 package btk
 
-// audit_events actions of account changes (DESIGN §13).
+// audit_events actions of account changes (docs/design.md#audit).
 const (
 	EventAccountPasswordChanged = "account.password_changed"
 	EventAccountDisabled        = "account.disabled"

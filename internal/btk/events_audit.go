@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// audit_events actions beyond the key actions (DESIGN §13). Each is written
+// audit_events actions beyond the key actions (docs/design.md#audit). Each is written
 // in the transaction of the change it records, attributed to the acting
 // account and, in an impersonation session, to the impersonating platform
 // admin. Events that belong to no workspace (an account created, a login or

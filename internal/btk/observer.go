@@ -3,7 +3,7 @@ package btk
 import "errors"
 
 // KeyCheckResult is the outcome of checking a presented API key, as the
-// metrics count it (DESIGN §12).
+// metrics count it (docs/operating.md#metrics).
 type KeyCheckResult uint8
 
 const (

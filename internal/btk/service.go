@@ -34,7 +34,7 @@ type Config struct {
 	Resolver Resolver
 }
 
-// Server defaults (DESIGN §3).
+// Server defaults (docs/design.md#rate-limits).
 const (
 	DefaultPerMinute = 600
 	DefaultPerDay    = 100_000

@@ -8,7 +8,7 @@ import (
 	"github.com/btk-project/btk/internal/ratelimit"
 )
 
-// State that instances must share (DESIGN §2, §10) sits behind KeyGate and
+// State that instances must share (docs/design.md#layout, docs/clusters.md#shared-state-in-redis) sits behind KeyGate and
 // Throttle. One node uses the in-memory implementations below; several
 // instances use internal/redisstate. The service does not know which it has.
 

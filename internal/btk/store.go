@@ -87,7 +87,7 @@ type Tx interface {
 	// AuditEvents pages through audit_events, newest first.
 	AuditEvents(ctx context.Context, f AuditFilter) (events []*AuditEvent, next string, err error)
 
-	// AddAuditEvent writes one audit_events row (DESIGN §13: sessions,
+	// AddAuditEvent writes one audit_events row (docs/design.md#audit: sessions,
 	// memberships, plans, limits, accounts), in the change's transaction.
 	AddAuditEvent(ctx context.Context, ev *AuditEvent) error
 	// Accounts returns every account, oldest first.

@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Token lifetimes (DESIGN §3).
+// Token lifetimes (docs/design.md#sessions-and-elevation).
 const (
 	SessionTTL   = 12 * time.Hour
 	ElevationTTL = 5 * time.Minute

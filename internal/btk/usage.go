@@ -11,7 +11,7 @@ import (
 )
 
 // UsageWriteInterval is how often at most a key's last_used_at and day count
-// are written while it is in use (DESIGN §7): a key used all the time costs
+// are written while it is in use (docs/design.md#storage): a key used all the time costs
 // one row update per interval, not one per second, so the once-a-second
 // flush does not grow with the number of active keys. last_used_at lags by
 // at most this much (plus a second); a crash forgets at most this much of a

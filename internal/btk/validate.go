@@ -10,7 +10,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Input limits (DESIGN §3).
+// Input limits (docs/design.md#api-keys).
 const (
 	MaxNameLen      = 64
 	MaxPerMinute    = 1_000_000

@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// These tests run Debian's nginx and caddy with the README's configs
-// (docs/gateway/, included verbatim in the README) in front of a test
+// These tests run Debian's nginx and caddy with the documented configs
+// (docs/gateway/, included verbatim in docs/gateway.md) in front of a test
 // upstream, btk's real handler deciding. Only the ports (and, for nginx's
 // listen, the loopback address) are templated; the global settings a test
 // needs (temp paths, no admin endpoint) live in a wrapper that includes the
@@ -257,9 +257,9 @@ func TestCaddyForwardAuth(t *testing.T) {
 	p.check(t, false)
 }
 
-// The README shows exactly the configs these tests run.
-func TestREADMEShowsTestedConfigs(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// docs/gateway.md shows exactly the configs these tests run.
+func TestGatewayDocShowsTestedConfigs(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "gateway.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestREADMEShowsTestedConfigs(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Contains(readme, append(append([]byte("\n"), conf...), "```"...)) {
-			t.Errorf("README.md does not show docs/gateway/%s verbatim", name)
+			t.Errorf("docs/gateway.md does not show docs/gateway/%s verbatim", name)
 		}
 	}
 }

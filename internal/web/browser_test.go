@@ -84,7 +84,7 @@ func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Actio
 func css(s string) chromedp.CSS { return chromedp.CSS(s) }
 
 // screenshots writes PNGs of the dashboard when BTK_SCREENSHOTS is set:
-// "1" writes the README's two (docs/dashboard-keys.png and
+// "1" writes the two the docs show (docs/dashboard-keys.png and
 // docs/dashboard-audit.png, 1280 px wide); a directory receives every page
 // at 1280 and 375 px, light and dark, for review.
 type screenshots struct {

@@ -1,4 +1,4 @@
-// Package web is the owner dashboard (DESIGN §11): server-rendered pages over
+// Package web is the owner dashboard (docs/design.md#dashboard): server-rendered pages over
 // the domain service, with embedded templates and assets. Every rule is the
 // service's; the handlers only translate forms into calls and results into
 // pages.

@@ -420,7 +420,7 @@ func TestLoginThrottledLikeGraphQL(t *testing.T) {
 	e.clock.freeze()
 	b := e.browser()
 	var last *resp
-	// 5 attempts a minute per account and address (README, Security).
+	// 5 attempts a minute per account and address (docs/security.md#password-throttles).
 	for i := range 6 {
 		last = b.post("/login", url.Values{"email": {ownerEmail}, "password": {"wrong-password"}})
 		if i < 5 && last.Status != http.StatusUnauthorized {

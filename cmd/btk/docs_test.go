@@ -1,0 +1,174 @@
+package main
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+const repoRoot = "../.."
+
+// docs/operating.md's settings table is what operators read instead of
+// --help: every flag of btk serve, and its environment variable, must be in it.
+func TestOperatingDocListsEveryServeSetting(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operating.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	start := strings.Index(text, "## Settings of `btk serve`")
+	if start < 0 {
+		t.Fatal("docs/operating.md has no \"Settings of `btk serve`\" section")
+	}
+	table := text[start:]
+	if end := strings.Index(table[1:], "\n## "); end > 0 {
+		table = table[:end+1]
+	}
+	newServeCmd(viper.New()).Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" {
+			return
+		}
+		env := "BTK_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		row := "| `--" + f.Name + "` | `" + env + "` |"
+		if !strings.Contains(table, row) {
+			t.Errorf("docs/operating.md's settings table has no row starting %q", row)
+		}
+	})
+}
+
+// The README is the front door, not the manual.
+func TestREADMEIsShort(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(raw), "\n"); n > 250 {
+		t.Errorf("README.md has %d lines; keep it under 250 and put the rest in docs/", n)
+	}
+}
+
+// repoFiles calls fn with the path (relative to the repository) and content
+// of every text file of the repository but .git and generated code.
+func repoFiles(t *testing.T, fn func(path, content string)) {
+	t.Helper()
+	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(repoRoot, p)
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(p) {
+		case ".go", ".md", ".graphql", ".sql", ".conf", ".txtar", ".sh", ".yaml", ".yml", ".html", ".js", ".css":
+		default:
+			if d.Name() != "Caddyfile" && d.Name() != "run" {
+				return nil
+			}
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fn(filepath.ToSlash(rel), string(b))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// slug is the anchor GitHub gives a markdown heading.
+func slug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 127 && r != '—' && r != '–' && r != '→' && r != '…':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// anchors returns the heading anchors of a markdown file (outside code blocks).
+func anchors(content string) map[string]bool {
+	a := map[string]bool{}
+	inCode := false
+	for _, line := range strings.Split(content, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+			continue
+		}
+		if inCode || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.TrimLeft(line, "#")
+		if !strings.HasPrefix(h, " ") {
+			continue
+		}
+		s := slug(h)
+		for i := 1; a[s]; i++ { // GitHub numbers repeated headings
+			if !a[s+"-"+strconv.Itoa(i)] {
+				s = s + "-" + strconv.Itoa(i)
+				break
+			}
+		}
+		a[s] = true
+	}
+	return a
+}
+
+// Code and docs cite the documentation as docs/FILE.md#anchor: every cited
+// file and section must exist, so that a renamed heading breaks a test
+// rather than a reader's link.
+func TestDocCitationsResolve(t *testing.T) {
+	cite := regexp.MustCompile(`docs/([a-z0-9_/-]+\.md)(#[a-z0-9_-]+)?`)
+	docLink := regexp.MustCompile(`\]\(([a-z0-9_./-]+\.md)(#[a-z0-9_-]+)?\)`)
+	cache := map[string]map[string]bool{}
+	check := func(where, file, anchor string) {
+		a, ok := cache[file]
+		if !ok {
+			b, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(file)))
+			if err != nil {
+				t.Errorf("%s cites %s, which does not exist", where, file)
+				cache[file] = nil
+				return
+			}
+			a = anchors(string(b))
+			cache[file] = a
+		}
+		if a != nil && anchor != "" && !a[strings.TrimPrefix(anchor, "#")] {
+			t.Errorf("%s cites %s%s: no such section", where, file, anchor)
+		}
+	}
+	repoFiles(t, func(path, content string) {
+		for i, line := range strings.Split(content, "\n") {
+			where := path + ":" + strconv.Itoa(i+1)
+			for _, m := range cite.FindAllStringSubmatch(line, -1) {
+				check(where, "docs/"+m[1], m[2])
+			}
+			if strings.HasSuffix(path, ".md") {
+				for _, m := range docLink.FindAllStringSubmatch(line, -1) {
+					if strings.Contains(m[1], "://") {
+						continue
+					}
+					target := filepath.ToSlash(filepath.Join(filepath.Dir(path), m[1]))
+					check(where, target, m[2])
+				}
+			}
+		}
+	})
+}
