@@ -89,6 +89,19 @@ func repoFiles(t *testing.T, fn func(path, content string)) {
 	}
 }
 
+// A clone has nothing beside the repository: no file may send a reader to
+// documents outside it.
+func TestNoReferenceOutsideTheRepository(t *testing.T) {
+	outside := regexp.MustCompile(`\.\./` + `shared|\b(SPEC|DESIGN)(\.md| §)`)
+	repoFiles(t, func(path, content string) {
+		for i, line := range strings.Split(content, "\n") {
+			if outside.MatchString(line) {
+				t.Errorf("%s:%d refers outside the repository: %s", path, i+1, strings.TrimSpace(line))
+			}
+		}
+	})
+}
+
 // slug is the anchor GitHub gives a markdown heading.
 func slug(heading string) string {
 	var b strings.Builder

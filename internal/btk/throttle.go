@@ -33,8 +33,8 @@ type passwordGate struct {
 	slots   chan struct{}
 }
 
-// Attempt budgets: generous for people, ruinous for guessing. The README's
-// Security section repeats them.
+// Attempt budgets: generous for people, ruinous for guessing.
+// docs/security.md#password-throttles repeats them.
 var (
 	addressAttempts = ratelimit.Limits{PerMinute: 30, PerDay: 300}
 	pairAttempts    = ratelimit.Limits{PerMinute: 5, PerDay: 50}

@@ -31,7 +31,7 @@ type Credential int
 const (
 	Refused Credential = iota // the 401 or 429 is written; stop
 	None                      // neither Authorization nor X-Api-Key
-	Bearer                    // Authorization present: it alone decides (DESIGN §4)
+	Bearer                    // Authorization present: it alone decides (docs/design.md#credentials)
 	Key                       // an accepted key: the actor is set
 )
 
@@ -56,7 +56,7 @@ func (h *Gateway) ClientIP(r *http.Request) string {
 }
 
 // Check is the one key check of every entry point (/graphql,
-// /v1/authorize, the proxy listener), in DESIGN §4's order: client-sent
+// /v1/authorize, the proxy listener), in the order of docs/design.md#credentials: client-sent
 // X-Tenant-Id and X-Api-Key-Id are dropped; Authorization, when present,
 // decides alone (the caller handles it); otherwise X-Api-Key is checked,
 // counted against its limits, and the rate-limit headers are set on w. A
@@ -165,7 +165,7 @@ func setKeyHeaders(h http.Header, a *btk.Actor) {
 	h[headerKeyID] = ids[1:2:2]
 }
 
-// Authorize serves /v1/authorize (DESIGN §9), forward-auth for nginx
+// Authorize serves /v1/authorize (docs/gateway.md#forward-auth-v1authorize), forward-auth for nginx
 // auth_request, Caddy forward_auth and Traefik forwardAuth: any method, body
 // ignored. 200 with X-Tenant-Id and X-Api-Key-Id for an accepted key, 200
 // with neither for a bearer (the upstream verifies its own session).

@@ -59,5 +59,5 @@ func TestTrustedProxiesClientIP(t *testing.T) {
 	}
 }
 
-// DESIGN §12 through HTTP: X-Forwarded-For from a trusted peer reaches the
+// docs/operating.md#behind-a-load-balancer-trusted-proxies through HTTP: X-Forwarded-For from a trusted peer reaches the
 // audit row and the access log; from any other peer it is ignored.

@@ -28,7 +28,7 @@ func ProxyTransport() *http.Transport {
 	return t
 }
 
-// Proxy returns the handler of the proxy listener (DESIGN §9): every request
+// Proxy returns the handler of the proxy listener (docs/gateway.md#btks-reverse-proxy): every request
 // gets the decision of /v1/authorize; btk answers the refusals and forwards
 // the rest to upstream without X-Api-Key, with X-Tenant-Id and X-Api-Key-Id
 // set from an accepted key (client-sent ones are dropped by the key check)

@@ -31,7 +31,7 @@ func markResolverErrors(ctx context.Context, next graphql.Resolver) (any, error)
 	return res, err
 }
 
-// presentError sets extensions.code (DESIGN §4). Domain errors keep their
+// presentError sets extensions.code (docs/design.md#error-codes). Domain errors keep their
 // message; gqlgen's own errors (syntax, validation, input coercion,
 // transport) are the caller's mistake and keep theirs; a busy or
 // unreachable dependency is UNAVAILABLE; anything else is INTERNAL "internal

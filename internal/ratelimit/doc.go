@@ -4,7 +4,7 @@
 //
 // # What "per minute" and "per day" mean
 //
-// (This section is written for operators; the README repeats it.)
+// (This section is written for operators; docs/design.md#rate-limits repeats it.)
 //
 // Each key has two allowances, one for the minute limit and one for the day
 // limit, and a request is accepted only when both have room; a rejected

@@ -79,7 +79,7 @@ var (
 	limitRe  = regexp.MustCompile(`^"(minute|day)";r=(\d+);t=(\d+)$`)
 )
 
-// checkRateLimitHeaders checks both header sets (DESIGN §4) against the
+// checkRateLimitHeaders checks both header sets (docs/design.md#rate-limits) against the
 // key's limits and the tighter window, and Retry-After on a refusal.
 func checkRateLimitHeaders(t testing.TB, h http.Header, perMinute, perDay int, window string, remaining int, refused bool) {
 	t.Helper()
@@ -111,8 +111,8 @@ func checkRateLimitHeaders(t testing.TB, h http.Header, perMinute, perDay int, w
 	}
 }
 
-// DESIGN §9: /v1/authorize, any method, body ignored, decides like every
-// entry point (DESIGN §4's credentials, messages and headers).
+// docs/gateway.md#forward-auth-v1authorize: /v1/authorize, any method, body ignored, decides like every
+// entry point (docs/design.md#credentials: credentials, messages and headers).
 func TestAuthorize(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

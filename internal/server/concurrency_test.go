@@ -179,8 +179,8 @@ func checkHammer(t *testing.T, results []hammerResult, untouched ...int) {
 	t.Logf("%d requests before, %d during, %d after the change", before, during, after)
 }
 
-// SPEC §3 and DESIGN §8: revocation takes effect on the very next request,
-// whatever caches exist, also under concurrent traffic with the key.
+// docs/design.md#key-lifecycle: revocation takes effect on the very next
+// request, whatever caches exist, also under concurrent traffic with the key.
 func TestRevokeUnderLoad(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -194,7 +194,7 @@ func TestRevokeUnderLoad(t *testing.T) {
 	}
 }
 
-// SPEC §3: when a rotation answers, the old key is already revoked.
+// docs/design.md#rotation: when a rotation answers, the old key is already revoked.
 func TestRotateUnderLoad(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -211,7 +211,7 @@ func TestRotateUnderLoad(t *testing.T) {
 	}
 }
 
-// SPEC §3: revokeAllApiKeys takes effect on the very next request of every key.
+// docs/design.md#key-lifecycle: revokeAllApiKeys takes effect on the very next request of every key.
 func TestRevokeAllUnderLoad(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

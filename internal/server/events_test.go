@@ -109,7 +109,7 @@ func countAction(evs []*btk.AuditEvent, action string) int {
 	return n
 }
 
-// DESIGN §13: each audited action writes its audit_events row, attributed
+// docs/design.md#audit: each audited action writes its audit_events row, attributed
 // to the actor (and the impersonator), in the transaction of the change: when
 // the row cannot be written, the change does not happen; a failed login or
 // elevation writes nothing.

@@ -276,7 +276,7 @@ func (e *env) createKey(c cred, name string) newKey {
 	return newKey{ID: out.CreateApiKey.ApiKey.ID, Plaintext: out.CreateApiKey.PlaintextKey}
 }
 
-// probe is the workspace-identity probe of SPEC §4.
+// probe is the workspace-identity probe of docs/design.md#graphql.
 const probe = `{tenantInfo{id name}}`
 
 // flush writes collected last_used_at times now instead of waiting a second.

@@ -2,7 +2,7 @@
 
 package server_test
 
-// In-process benchmarks of the request hot path (issue 4, DESIGN §8):
+// In-process benchmarks of the request hot path (issue 4, docs/design.md#budgets):
 //
 //	go test ./internal/server -run '^$' -bench HotPath -benchmem
 //	BTK_BENCH_LARGE=1 go test ./internal/server -run '^$' -bench HotPath -benchmem -timeout 30m
@@ -433,7 +433,7 @@ func BenchmarkHotPath(b *testing.B) {
 				}
 			}))
 
-			// GET /v1/authorize with a key (DESIGN §8: 85 % of healthz).
+			// GET /v1/authorize with a key (docs/design.md#budgets: 85 % of healthz).
 			b.Run("authorize", measure(func(b *testing.B) {
 				req := httptest.NewRequest(http.MethodGet, "/v1/authorize", nil)
 				i := 0

@@ -33,7 +33,7 @@ func (e *env) raw(method, path, contentType string, body io.Reader, header map[s
 	return res.StatusCode, res.Header, string(b)
 }
 
-// DESIGN §4 and issue 2 §7: GraphQL is served over POST with a JSON body
+// docs/design.md#http and issue 2 §7: GraphQL is served over POST with a JSON body
 // only; every other transport is refused without running the operation.
 func TestOnlyPOSTJSONTransport(t *testing.T) {
 	t.Parallel()
@@ -71,7 +71,7 @@ func TestOnlyPOSTJSONTransport(t *testing.T) {
 			"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
 			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol": "graphql-transport-ws",
 		}, 0},
-		// A request-level failure answers with its HTTP status (DESIGN §4).
+		// A request-level failure answers with its HTTP status (docs/design.md#credentials).
 		{"body over 1 MiB", http.MethodPost, "/graphql", "application/json", `{"query":"` + query + `","variables":{"pad":"` + strings.Repeat("x", 2<<20) + `"}}`, nil, http.StatusRequestEntityTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,7 +90,7 @@ func TestOnlyPOSTJSONTransport(t *testing.T) {
 	}
 }
 
-// DESIGN §4: /healthz answers while the process is up, /readyz while the
+// docs/design.md#http: /healthz answers while the process is up, /readyz while the
 // database answers.
 func TestHealthEndpoints(t *testing.T) {
 	t.Parallel()
@@ -115,7 +115,7 @@ func TestHealthEndpoints(t *testing.T) {
 	}
 }
 
-// SPEC §1.4/§5.6 and DESIGN §3: the public client key identifies its
+// docs/design.md#workspaces-and-plans: the public client key identifies its
 // workspace on workspaceBranding (public) and grants nothing else.
 func TestPublicClientKey(t *testing.T) {
 	t.Parallel()
@@ -171,7 +171,7 @@ func TestPublicClientKey(t *testing.T) {
 	}
 }
 
-// SPEC §5.2: with both credentials the bearer token decides.
+// docs/design.md#credentials: with both credentials the bearer token decides.
 func TestBearerBeatsKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -196,7 +196,7 @@ func TestBearerBeatsKey(t *testing.T) {
 	}
 }
 
-// DESIGN §3: a session lives 12 hours.
+// docs/design.md#sessions-and-elevation: a session lives 12 hours.
 func TestSessionExpiry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -24,7 +24,7 @@ type keyJSON struct {
 	Hint               string
 }
 
-// SPEC §3: (none) --createApiKey--> active, plaintext once, two audit entries.
+// docs/design.md#key-lifecycle: (none) --createApiKey--> active, plaintext once, two audit entries.
 func TestCreateKeyAuthenticatesAndIsAudited(t *testing.T) {
 	e := newEnv(t)
 	owner := e.admin()
@@ -68,7 +68,7 @@ func TestCreateKeyAuthenticatesAndIsAudited(t *testing.T) {
 	assertAudit(t, e, owner, []string{"CREATED"}, []string{"api_key.created"})
 }
 
-// SPEC §3: active --rotate--> revoked; new key inherits; old key fails at once.
+// docs/design.md#rotation: active --rotate--> revoked; new key inherits; old key fails at once.
 func TestRotateInheritsAndRevokesOldKeyAtOnce(t *testing.T) {
 	e := newEnv(t)
 	owner := e.admin()
@@ -195,7 +195,7 @@ func TestRotateRefusals(t *testing.T) {
 	})
 }
 
-// SPEC §3: active --revoke--> revoked; idempotent; no way back.
+// docs/design.md#key-lifecycle: active --revoke--> revoked; idempotent; no way back.
 func TestRevoke(t *testing.T) {
 	e := newEnv(t)
 	owner := e.admin()
@@ -223,7 +223,7 @@ func TestRevoke(t *testing.T) {
 	assertAudit(t, e, owner, []string{"CREATED", "REVOKED", "CREATED"}, []string{"api_key.created", "api_key.revoked", "api_key.created"})
 }
 
-// SPEC §3: revokeAllApiKeys revokes every key of the workspace, and only it.
+// docs/design.md#key-lifecycle: revokeAllApiKeys revokes every key of the workspace, and only it.
 func TestRevokeAll(t *testing.T) {
 	e := newEnv(t)
 	owner := e.admin()
@@ -253,7 +253,7 @@ func TestRevokeAll(t *testing.T) {
 	assertAudit(t, e, owner, []string{"CREATED", "CREATED", "REVOKED_ALL", "REVOKED_ALL"}, []string{"api_key.created", "api_key.created", "api_key.revoked_all", "api_key.revoked_all"})
 }
 
-// SPEC §1.6: plan gating for issuing; revoke works and keys keep working on every plan.
+// docs/design.md#workspaces-and-plans: plan gating for issuing; revoke works and keys keep working on every plan.
 func TestPlanGating(t *testing.T) {
 	e := newEnv(t)
 	admin := e.admin()
@@ -281,7 +281,7 @@ func TestPlanGating(t *testing.T) {
 	assertAudit(t, e, owner, []string{"CREATED", "CREATED", "REVOKED", "REVOKED_ALL"}, nil)
 }
 
-// SPEC §7 rows not covered above.
+// docs/design.md#error-codes: the rows not covered above.
 func TestErrorsOfSpec(t *testing.T) {
 	e := newEnv(t)
 	owner := e.admin()

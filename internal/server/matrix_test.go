@@ -413,8 +413,8 @@ func checkAuditNodes(t *testing.T, r response, field, ws string) {
 	}
 }
 
-// TestRoleMatrix: every operation × every kind of caller, the code of DESIGN
-// §4/§5 and the effect (or its absence). The callers are set up once (their
+// TestRoleMatrix: every operation × every kind of caller, the code of
+// docs/design.md#error-codes and docs/design.md#graphql, and the effect (or its absence). The callers are set up once (their
 // passwords cost an argon2id each); the operator part resets what it changes.
 func TestRoleMatrix(t *testing.T) {
 	t.Parallel()

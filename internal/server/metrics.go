@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Metrics is btk's Prometheus instrumentation (DESIGN §12). It keeps its own
+// Metrics is btk's Prometheus instrumentation (docs/operating.md#metrics). It keeps its own
 // registry, not the global default, and is served by Handler on a listener
 // of its own (--metrics-addr). No label carries a workspace, key or account:
 // handler is a registered route pattern (a fixed set), never a request path.

@@ -2,7 +2,7 @@
 
 package server_test
 
-// The cost of the metrics on the hot path (DESIGN §12), side by side in one
+// The cost of the metrics on the hot path (docs/operating.md#metrics), side by side in one
 // run on the same seeded database:
 //
 //	go test ./internal/server -run '^$' -bench HotPathMetrics -benchmem -count 5

@@ -86,7 +86,7 @@ var (
 	keyPrefixRE = regexp.MustCompile(`b[tp]k_[0-9a-f]{8}`)
 )
 
-// DESIGN §12: /metrics parsed with the Prometheus text parser; the counters
+// docs/operating.md#metrics: /metrics parsed with the Prometheus text parser; the counters
 // move with the requests made, the histograms exist, and no label value
 // names a workspace, key or account.
 func TestMetrics(t *testing.T) {

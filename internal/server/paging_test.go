@@ -83,7 +83,7 @@ func noDuplicates(t *testing.T, what string, ids []string) {
 	}
 }
 
-// DESIGN §5: connections page newest first with first/after; no row is
+// docs/design.md#graphql: connections page newest first with first/after; no row is
 // handed out twice, also when rows are added between pages.
 func TestCursorPaging(t *testing.T) {
 	t.Parallel()
@@ -218,7 +218,7 @@ func rowsString(rows []auditRow) string {
 	return strings.Join(parts, ", ")
 }
 
-// DESIGN §5: apiKeyAuditLog filters by key, action and time (since
+// docs/design.md#graphql: apiKeyAuditLog filters by key, action and time (since
 // inclusive, until exclusive); auditEvents by time.
 func TestAuditFilters(t *testing.T) {
 	t.Parallel()
@@ -348,7 +348,7 @@ func TestAuditFilters(t *testing.T) {
 	})
 }
 
-// DESIGN §3: changes made while impersonating name the platform admin as
+// docs/design.md#audit: changes made while impersonating name the platform admin as
 // actor and impersonator; a platform admin reads any workspace's key audit
 // log by workspaceId, an owner of another workspace gets NOT_FOUND.
 func TestAuditAcrossWorkspaces(t *testing.T) {

@@ -127,7 +127,7 @@ func newPeerSetup(t *testing.T) *peerSetup {
 
 // checkPeer runs the checks of issue 8 through a peer: accepted (the
 // upstream sees X-Tenant-Id, never X-Api-Key), a bearer, revoked and no key
-// (401 with the SPEC message), over the limit (429 with Retry-After).
+// (401 with the documented message), over the limit (429 with Retry-After).
 func (p *peerSetup) check(t *testing.T, rateLimitHeaders bool) {
 	e, rec := p.e, p.rec
 	owner := e.admin()

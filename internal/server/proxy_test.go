@@ -66,7 +66,7 @@ func (e *env) proxyFor(upstream string) *httptest.Server {
 	return p
 }
 
-// DESIGN §9: what reaches the upstream, and what does not.
+// docs/gateway.md#btks-reverse-proxy: what reaches the upstream, and what does not.
 func TestProxyHeaders(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -355,7 +355,7 @@ func TestProxyUpstreamDown(t *testing.T) {
 	}
 }
 
-// DESIGN §3/§8: a revocation takes effect on the very next proxied request,
+// docs/design.md#key-lifecycle: a revocation takes effect on the very next proxied request,
 // while other requests with the key are still in flight.
 func TestProxyRevokeWhileInFlight(t *testing.T) {
 	t.Parallel()

@@ -19,7 +19,7 @@ func (e *env) lastUsedAt(c cred, id string) *time.Time {
 	return out.ApiKey.LastUsedAt
 }
 
-// SPEC §2/§5.5 and DESIGN §7: last_used_at is collected in memory on each
+// docs/design.md#storage: last_used_at is collected in memory on each
 // accepted call and written in batches; refused calls (401, 429) leave it.
 func TestLastUsedAt(t *testing.T) {
 	t.Parallel()
