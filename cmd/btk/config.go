@@ -24,6 +24,8 @@ const (
 	keyOutput    = "output"
 	keyElevation = "elevation" // rotate --elevation-token, BTK_ELEVATION
 	keyTimeout   = "timeout"
+	// keyDevice is the device token of the latest login (credentials file only).
+	keyDevice = "device"
 
 	defaultServer = "http://127.0.0.1:8080"
 )
@@ -106,7 +108,7 @@ func readCredentials(v *viper.Viper, path string) error {
 		return fmt.Errorf("reading credentials %s: %w", path, err)
 	}
 	state := map[string]any{keyToken: ""}
-	for _, k := range []string{keyServer, keyToken} {
+	for _, k := range []string{keyServer, keyToken, keyDevice} {
 		if s, ok := doc[k].(string); ok && s != "" {
 			state[k] = s
 		}

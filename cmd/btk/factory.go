@@ -138,9 +138,14 @@ func (f *factory) newClient(server, token string) (*client.Client, error) {
 
 // saveSession stores server and token in the credentials file, as login
 // and impersonate do; never in the config file, which may be the server's.
-// The plaintext of an API key never goes there.
-func (f *factory) saveSession(server, token string) error {
-	if err := updateConfig(f.credPath, map[string]string{keyServer: server, keyToken: token}); err != nil {
+// The plaintext of an API key never goes there. device, when given, is the
+// device token of the login, kept for the next one.
+func (f *factory) saveSession(server, token, device string) error {
+	set := map[string]string{keyServer: server, keyToken: token}
+	if device != "" {
+		set[keyDevice] = device
+	}
+	if err := updateConfig(f.credPath, set); err != nil {
 		return err
 	}
 	if f.getenv("BTK_TOKEN") != "" {

@@ -43,7 +43,7 @@ the token. 'btk whoami' says when the session is an impersonation.`,
 			if err != nil {
 				return err
 			}
-			if err := f.saveSession(server, resp.Impersonate.AccessToken); err != nil {
+			if err := f.saveSession(server, resp.Impersonate.AccessToken, ""); err != nil {
 				return err
 			}
 			// The saved session it replaces is no longer known to the CLI:

@@ -83,7 +83,10 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 		name = optional(opts.workspace)
 	}
 	ctx := cmd.Context()
-	resp, err := client.Login(ctx, c, opts.email, password, id, name)
+	// The device token of an earlier login (credentials key "device") keeps this
+	// client out of the account-wide failure budget (docs/security.md).
+	device := optional(f.v.GetString(keyDevice))
+	resp, err := client.Login(ctx, c, opts.email, password, id, name, device)
 	if choices := workspaceChoices(err); choices != nil {
 		// Several workspaces and none named: ask on a terminal, else say how
 		// to choose.
@@ -94,14 +97,14 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 		if err != nil {
 			return err
 		}
-		resp, err = client.Login(ctx, c, opts.email, password, &chosen, nil)
+		resp, err = client.Login(ctx, c, opts.email, password, &chosen, nil, device)
 		if err != nil {
 			return err
 		}
 	} else if err != nil {
 		return err
 	}
-	if err := f.saveSession(server, resp.Login.AccessToken); err != nil {
+	if err := f.saveSession(server, resp.Login.AccessToken, deref(resp.Login.DeviceToken, "")); err != nil {
 		return err
 	}
 	return p.session(resp.Login, server, f.credPath)

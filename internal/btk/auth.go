@@ -168,6 +168,9 @@ type SessionInfo struct {
 	SessionID string
 	// Memberships are the account's memberships (login only).
 	Memberships []MembershipInfo
+	// DeviceToken is the client's device token (login only): keep it and
+	// present it at the next login (docs/security.md).
+	DeviceToken string
 }
 
 // Login checks an email and password and opens a session. With no
@@ -196,12 +199,15 @@ func (s *Service) LoginTo(ctx context.Context, email, password, workspaceID, wor
 	// purpose) and before any other failure is told, so nothing is learnt
 	// about an account without its password.
 	hash := dummyPasswordHash() // an unknown email costs what a wrong password does
+	at := attempt{account: email, ip: clientIPFrom(ctx)}
 	if acct != nil {
 		hash = acct.PasswordHash
+		at.account, at.known = acct.ID, true
+		at.device = s.tokens.CheckDevice(deviceTokenFrom(ctx), acct.ID)
 	} else if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	ok, gateErr := s.passwords.check(ctx, s.now(), email, clientIPFrom(ctx), hash, password)
+	ok, gateErr := s.passwords.checkAttempt(ctx, s.now(), at, hash, password)
 	if gateErr != nil {
 		return nil, gateErr
 	}
@@ -234,6 +240,11 @@ func (s *Service) LoginTo(ctx context.Context, email, password, workspaceID, wor
 		return nil, err
 	}
 	info.Memberships = ms
+	// The client keeps its device token: the one it presented, or a new one.
+	info.DeviceToken = deviceTokenFrom(ctx)
+	if at.device == "" {
+		info.DeviceToken = s.tokens.DeviceToken(acct.ID)
+	}
 	return info, nil
 }
 

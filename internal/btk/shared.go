@@ -3,6 +3,7 @@ package btk
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/btk-project/btk/internal/ratelimit"
@@ -91,25 +92,51 @@ func (localGate) Changed(context.Context, string) error { return nil }
 func (localGate) Ready(context.Context) error           { return nil }
 func (g localGate) Sweep(now time.Time)                 { g.Limiter.Sweep(now) }
 
-// localThrottle is the one-node Throttle.
-type localThrottle struct{ *ratelimit.Limiter }
+// localThrottle is the one-node Throttle. Counts whose keys a client
+// chooses (addresses, emails) live in a bounded limiter that evicts the
+// least recently used first; the budgets of existing accounts and of issued
+// device tokens, whose number no client chooses, are never evicted, so that
+// no flood of made-up addresses and emails makes the server forget what an
+// account has spent (docs/security.md).
+type localThrottle struct {
+	open, protected *ratelimit.Limiter
+}
+
+// LocalThrottleKeys bounds the keys of the in-memory throttle that clients
+// choose (about 200 bytes each: 20 MB at the bound).
+const LocalThrottleKeys = 100_000
 
 // NewLocalThrottle returns the in-memory Throttle of one node.
-func NewLocalThrottle() Throttle { return localThrottle{ratelimit.New()} }
+func NewLocalThrottle() Throttle { return newLocalThrottle(LocalThrottleKeys) }
+
+func newLocalThrottle(bound int) localThrottle {
+	return localThrottle{open: ratelimit.NewBounded(bound), protected: ratelimit.New()}
+}
+
+func (t localThrottle) limiter(key string) *ratelimit.Limiter {
+	if strings.HasPrefix(key, protectedAccountKind) || strings.HasPrefix(key, protectedDeviceKind) {
+		return t.protected
+	}
+	return t.open
+}
 
 func (t localThrottle) Allow(_ context.Context, key string, lim ratelimit.Limits, now time.Time) (bool, error) {
-	return t.Limiter.Allow(key, lim, now, 0).Allowed, nil
+	return t.limiter(key).Allow(key, lim, now, 0).Allowed, nil
 }
 
 func (t localThrottle) Forget(_ context.Context, key string) error {
-	t.Limiter.Forget(key)
+	t.limiter(key).Forget(key)
 	return nil
 }
 
 func (t localThrottle) Sweep(now time.Time) {
-	t.Limiter.Dirty() // nothing to persist; Sweep keeps what Dirty has not returned
-	t.Limiter.Sweep(now)
+	for _, l := range []*ratelimit.Limiter{t.open, t.protected} {
+		l.Dirty() // nothing to persist; Sweep keeps what Dirty has not returned
+		l.Sweep(now)
+	}
 }
+
+func (t localThrottle) lastEviction() time.Time { return t.open.LastEviction() }
 
 // changed tells the other instances, after a change to the workspace's keys
 // or limits has committed and before it is answered, to read them again. If

@@ -2,6 +2,8 @@ package btk
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -39,6 +41,9 @@ var (
 	addressAttempts = ratelimit.Limits{PerMinute: 30, PerDay: 300}
 	pairAttempts    = ratelimit.Limits{PerMinute: 5, PerDay: 50}
 	accountAttempts = ratelimit.Limits{PerMinute: 50, PerDay: 1000}
+	// deviceAttempts is the budget of one device token (it replaces the
+	// pair's and the account's budgets for the client presenting it).
+	deviceAttempts = ratelimit.Limits{PerMinute: 5, PerDay: 50}
 	// failedMark is a budget of one attempt a day: spent, it marks an
 	// address that failed for an account (Forget clears it on success).
 	failedMark = ratelimit.Limits{PerMinute: 1, PerDay: 1}
@@ -48,25 +53,78 @@ func newPasswordGate() *passwordGate {
 	return &passwordGate{limiter: NewLocalThrottle(), slots: make(chan struct{}, runtime.GOMAXPROCS(0))}
 }
 
+// attempt names who tries a password, for the budgets.
+type attempt struct {
+	// account is the account's id when it exists (known), else the email
+	// as typed.
+	account string
+	known   bool
+	ip      string
+	// device is the nonce of a valid device token of this account, or "".
+	device string
+}
+
+// Throttle keys are a kind and a digest of what the client chose (an email
+// of 62 KB is 22 bytes here), so a key's length is bounded. Kinds whose
+// count the client cannot choose (an existing account's budget, a device
+// token the server issued) are kept apart from those it can: see
+// NewLocalThrottle.
+const (
+	protectedAccountKind = "acct:"
+	protectedDeviceKind  = "dev:"
+)
+
+func throttleKey(kind string, parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	var sum [sha256.Size]byte
+	return kind + base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:16])
+}
+
 // check counts one attempt for the account (by email or id) from the client
 // address, then checks password against hash within a bounded number of
 // concurrent checks. It returns ErrTooManyAttempts when a budget is spent.
 func (g *passwordGate) check(ctx context.Context, now time.Time, account, ip, hash, password string) (bool, error) {
-	account, ip = strings.ToLower(account), addressKey(ip)
-	pair := "pair:" + account + "|" + ip
-	ok, err := g.spend(ctx, "ip:"+ip, addressAttempts, now)
-	if err == nil && ok {
-		ok, err = g.spend(ctx, pair, pairAttempts, now)
-	}
+	return g.checkAttempt(ctx, now, attempt{account: account, ip: ip}, hash, password)
+}
+
+// checkAttempt is check for an attempt: a client presenting a device token
+// of the account is charged to its address and to that token only, never
+// to the account-wide budget an attacker may have drained.
+func (g *passwordGate) checkAttempt(ctx context.Context, now time.Time, at attempt, hash, password string) (bool, error) {
+	account, ip := strings.ToLower(at.account), addressKey(at.ip)
+	ok, err := g.spend(ctx, throttleKey("ip:", ip), addressAttempts, now)
 	if err != nil || !ok {
 		return false, refusal(err)
 	}
-	// The first attempt of a clean pair spends its mark; while the mark is
-	// spent (a failure, or an attempt under way, since the last success),
-	// the account's budget applies too.
-	mark := "failed:" + account + "|" + ip
-	if ok, err = g.spend(ctx, mark, failedMark, now); err == nil && !ok {
-		ok, err = g.spend(ctx, "account:"+account, accountAttempts, now)
+	var pair, mark string
+	if at.device != "" {
+		// Like a pair's, a device token's budget counts the attempts since
+		// its last success.
+		pair = throttleKey(protectedDeviceKind, at.account, at.device)
+		ok, err = g.spend(ctx, pair, deviceAttempts, now)
+	} else {
+		pair = throttleKey("pair:", account, ip)
+		if ok, err = g.spend(ctx, pair, pairAttempts, now); err == nil && ok {
+			// The first attempt of a clean pair spends its mark; while the
+			// mark is spent (a failure, or an attempt under way, since the
+			// last success), the account's budget applies too. While the
+			// in-memory throttle evicts (a flood of addresses), a missing
+			// mark may be an evicted one: the account's budget applies.
+			mark = throttleKey("failed:", account, ip)
+			var clean bool
+			clean, err = g.spend(ctx, mark, failedMark, now)
+			if err == nil && (!clean || g.evicting(now)) {
+				kind := "account:"
+				if at.known {
+					kind = protectedAccountKind
+				}
+				ok, err = g.spend(ctx, throttleKey(kind, account), accountAttempts, now)
+			}
+		}
 	}
 	if err != nil || !ok {
 		return false, refusal(err)
@@ -79,13 +137,27 @@ func (g *passwordGate) check(ctx context.Context, now time.Time, account, ip, ha
 	defer func() { <-g.slots }()
 	ok = CheckPassword(hash, password)
 	if ok {
-		// A success clears the pair's record: its budget counts the
-		// attempts since the last success (a guesser never has one). If
-		// the shared throttle cannot be told, the record stays: stricter.
-		g.limiter.Forget(ctx, mark)
+		// A success clears the pair's (or device token's) record: its
+		// budget counts the attempts since the last success (a guesser
+		// never has one). If the shared throttle cannot be told, the
+		// record stays: stricter.
+		if mark != "" {
+			g.limiter.Forget(ctx, mark)
+		}
 		g.limiter.Forget(ctx, pair)
 	}
 	return ok, nil
+}
+
+// evicting reports whether the throttle forgot counts in the last day to
+// stay within its bound (only the in-memory one does).
+func (g *passwordGate) evicting(now time.Time) bool {
+	e, ok := g.limiter.(interface{ lastEviction() time.Time })
+	if !ok {
+		return false
+	}
+	last := e.lastEviction()
+	return !last.IsZero() && now.Sub(last) < 24*time.Hour
 }
 
 // spend counts one attempt under key.

@@ -806,6 +806,10 @@ type Session struct {
 	AccessToken string `json:"accessToken"`
 	// When the token stops being accepted.
 	ExpiresAt time.Time `json:"expiresAt"`
+	// A device token (login only): keep it and pass it to the next login of this account
+	// as deviceToken. A login presenting it is charged to its own budget, not to the
+	// account-wide one, so others' failed attempts cannot lock this client out.
+	DeviceToken *string `json:"deviceToken"`
 	// The account logged in.
 	Account Account `json:"account"`
 	// The workspace the session acts in; null for a platform admin with no membership.
@@ -817,6 +821,9 @@ func (v *Session) GetAccessToken() string { return v.AccessToken }
 
 // GetExpiresAt returns Session.ExpiresAt, and is useful for accessing the field via an interface.
 func (v *Session) GetExpiresAt() time.Time { return v.ExpiresAt }
+
+// GetDeviceToken returns Session.DeviceToken, and is useful for accessing the field via an interface.
+func (v *Session) GetDeviceToken() *string { return v.DeviceToken }
 
 // GetAccount returns Session.Account, and is useful for accessing the field via an interface.
 func (v *Session) GetAccount() Account { return v.Account }
@@ -1108,6 +1115,7 @@ type __LoginInput struct {
 	Password      string  `json:"password"`
 	WorkspaceId   *string `json:"workspaceId,omitempty"`
 	WorkspaceName *string `json:"workspaceName,omitempty"`
+	DeviceToken   *string `json:"deviceToken,omitempty"`
 }
 
 // GetEmail returns __LoginInput.Email, and is useful for accessing the field via an interface.
@@ -1121,6 +1129,9 @@ func (v *__LoginInput) GetWorkspaceId() *string { return v.WorkspaceId }
 
 // GetWorkspaceName returns __LoginInput.WorkspaceName, and is useful for accessing the field via an interface.
 func (v *__LoginInput) GetWorkspaceName() *string { return v.WorkspaceName }
+
+// GetDeviceToken returns __LoginInput.DeviceToken, and is useful for accessing the field via an interface.
+func (v *__LoginInput) GetDeviceToken() *string { return v.DeviceToken }
 
 // __MembersInput is used internally by genqlient
 type __MembersInput struct {
@@ -1817,6 +1828,7 @@ mutation Impersonate ($workspaceId: ID!) {
 fragment Session on Session {
 	accessToken
 	expiresAt
+	deviceToken
 	account {
 		... Account
 	}
@@ -1875,14 +1887,15 @@ func Impersonate(
 
 // The mutation executed by Login.
 const Login_Operation = `
-mutation Login ($email: String!, $password: String!, $workspaceId: ID, $workspaceName: String) {
-	login(email: $email, password: $password, workspaceId: $workspaceId, workspaceName: $workspaceName) {
+mutation Login ($email: String!, $password: String!, $workspaceId: ID, $workspaceName: String, $deviceToken: String) {
+	login(email: $email, password: $password, workspaceId: $workspaceId, workspaceName: $workspaceName, deviceToken: $deviceToken) {
 		... Session
 	}
 }
 fragment Session on Session {
 	accessToken
 	expiresAt
+	deviceToken
 	account {
 		... Account
 	}
@@ -1921,6 +1934,7 @@ func Login(
 	password string,
 	workspaceId *string,
 	workspaceName *string,
+	deviceToken *string,
 ) (data_ *LoginResponse, err_ error) {
 	req_ := &graphql.Request{
 		OpName: "Login",
@@ -1930,6 +1944,7 @@ func Login(
 			Password:      password,
 			WorkspaceId:   workspaceId,
 			WorkspaceName: workspaceName,
+			DeviceToken:   deviceToken,
 		},
 	}
 

@@ -76,6 +76,7 @@ func (r *Resolver) session(s *btk.SessionInfo) *graph.Session {
 	}
 	return &graph.Session{
 		AccessToken: s.Token, ExpiresAt: s.ExpiresAt, Account: acct, Workspace: r.tenant(s.Workspace),
+		DeviceToken: optString(s.DeviceToken),
 	}
 }
 

@@ -48,7 +48,7 @@ func New(svc *btk.Service, gw *gateway.Gateway, log *slog.Logger) http.Handler {
 	cfg := graph.Config{Resolvers: &Resolver{svc: svc}}
 	// A password check (argon2id) is the costliest thing a request can ask
 	// for: at most one per operation, however many aliases it uses.
-	cfg.Complexity.Mutation.Login = func(int, string, string, *string, *string) int { return maxComplexity }
+	cfg.Complexity.Mutation.Login = func(int, string, string, *string, *string, *string) int { return maxComplexity }
 	cfg.Complexity.Mutation.Elevate = func(int, string) int { return maxComplexity }
 	cfg.Complexity.Mutation.ChangePassword = func(int, string, string) int { return maxComplexity }
 	es := graph.NewExecutableSchema(cfg)

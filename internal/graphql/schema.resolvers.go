@@ -13,8 +13,8 @@ import (
 	"github.com/btk-project/btk/internal/graphql/graph"
 )
 
-func (r *mutationResolver) Login(ctx context.Context, email string, password string, workspaceID *string, workspaceName *string) (*graph.Session, error) {
-	s, err := r.svc.LoginTo(ctx, email, password, deref(workspaceID), deref(workspaceName))
+func (r *mutationResolver) Login(ctx context.Context, email string, password string, workspaceID *string, workspaceName *string, deviceToken *string) (*graph.Session, error) {
+	s, err := r.svc.LoginTo(btk.WithDeviceToken(ctx, deref(deviceToken)), email, password, deref(workspaceID), deref(workspaceName))
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -64,6 +65,10 @@ type State struct {
 type Limiter struct {
 	seed   maphash.Seed
 	shards [numShards]shard
+	// perShard bounds each shard's keys (0: unbounded); see NewBounded.
+	perShard int
+	// evicted is the time (unix ns) of the latest eviction, 0 if none.
+	evicted atomic.Int64
 }
 
 type shard struct {
@@ -99,6 +104,58 @@ func New() *Limiter {
 	return l
 }
 
+// NewBounded returns an empty Limiter that holds at most about maxKeys keys
+// (rounded up to a multiple of its 64 shards), for keys a client chooses
+// (password throttles). A new key in a full shard evicts the entry, among a
+// sample of evictSample, that is closest to fully replenished: the one with
+// the least recent use, never one in active use over another less used.
+// Evicting forgets counts, so callers that must not lose a count keep such
+// keys in an unbounded Limiter, and may ask LastEviction whether counts were
+// lost recently.
+func NewBounded(maxKeys int) *Limiter {
+	l := New()
+	l.perShard = max(1, (maxKeys+numShards-1)/numShards)
+	return l
+}
+
+// evictSample is how many entries a full shard compares to pick the one it
+// evicts (as Redis's approximated LRU does).
+const evictSample = 8
+
+// LastEviction returns the time of the latest eviction of a bounded
+// limiter, the zero time if there was none.
+func (l *Limiter) LastEviction() time.Time {
+	if n := l.evicted.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// evict drops one entry of the full shard s (locked): of a sample, the one
+// whose day window will be replenished first. A change Dirty has not
+// returned yet is kept for it, as Forget does.
+func (l *Limiter) evict(s *shard, t int64) {
+	var victim string
+	var ve *entry
+	n := 0
+	for k, e := range s.keys { // map order: a random start
+		if ve == nil || e.day.tat < ve.day.tat || (e.day.tat == ve.day.tat && e.min.tat < ve.min.tat) {
+			victim, ve = k, e
+		}
+		if n++; n == evictSample {
+			break
+		}
+	}
+	if ve == nil {
+		return
+	}
+	if ve.dirty {
+		s.orphans = append(s.orphans, State{Key: victim, DayState: ve.day.persisted(), LastAllowed: ve.allowed})
+	}
+	delete(s.keys, victim)
+	l.evicted.Store(t)
+}
+
 func (l *Limiter) shard(key string) *shard {
 	return &l.shards[maphash.String(l.seed, key)&(numShards-1)]
 }
@@ -132,6 +189,9 @@ func (l *Limiter) Allow(key string, lim Limits, now time.Time, dayState int64) D
 		e = &entry{min: window{tat: t}, day: window{tat: t}}
 		if dayState != 0 {
 			e.day.tat = dayState
+		}
+		if l.perShard > 0 && len(s.keys) >= l.perShard {
+			l.evict(s, t)
 		}
 		s.keys[key] = e // kept, not copied: see Allow
 	}

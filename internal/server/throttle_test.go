@@ -62,3 +62,49 @@ func TestOwnerLogsInAfterFailuresElsewhere(t *testing.T) {
 		t.Fatalf("again: %q", r.Code())
 	}
 }
+
+// Issue 15, row 6: an attacker spends the account's budget from many
+// addresses; the owner, whose own address failed once, logs in 21 times in
+// that minute with the device token of an earlier login (and is refused
+// without it).
+func TestDeviceTokenExemptsOwnerFromAccountBudget(t *testing.T) {
+	e := newEnv(t)
+	const login = `mutation($p:String!,$d:String){login(email:"` + adminEmail + `",password:$p,deviceToken:$d){accessToken deviceToken}}`
+	owner := clientFrom(t, 200)
+	var first struct {
+		Login struct{ AccessToken, DeviceToken string }
+	}
+	e.must(cred{}, login, map[string]any{"p": adminPassword}, &first)
+	device := first.Login.DeviceToken
+	if device == "" {
+		t.Fatal("login returned no device token")
+	}
+	// Two guesses from each of 60 addresses: the second ones spend the
+	// account's budget (50 a minute).
+	for round := range 2 {
+		for n := 2; n <= 61; n++ {
+			r := e.doWith(clientFrom(t, n), cred{}, login, map[string]any{"p": fmt.Sprintf("guess-%d-%d", round, n)})
+			if c := r.Code(); c != "UNAUTHENTICATED" && c != "RATE_LIMITED" {
+				t.Fatalf("guess from 127.0.0.%d: %q %+v", n, c, r.Errors)
+			}
+		}
+	}
+	e.doWith(owner, cred{}, login, map[string]any{"p": "typo"})
+	if r := e.doWith(owner, cred{}, login, map[string]any{"p": adminPassword}); r.Code() != "RATE_LIMITED" {
+		t.Fatalf("owner without its device token: %q, want RATE_LIMITED", r.Code())
+	}
+	for i := range 21 {
+		var out struct {
+			Login struct{ AccessToken, DeviceToken string }
+		}
+		r := e.doWith(owner, cred{}, login, map[string]any{"p": adminPassword, "d": device})
+		r.decode(t, &out)
+		if out.Login.AccessToken == "" || out.Login.DeviceToken != device {
+			t.Fatalf("login %d with the device token: %+v", i, out)
+		}
+	}
+	// Another account's token, or a forged one, exempts nothing.
+	if r := e.doWith(owner, cred{}, login, map[string]any{"p": adminPassword, "d": device[:len(device)-2] + "xx"}); r.Code() != "RATE_LIMITED" {
+		t.Fatalf("a forged device token: %q", r.Code())
+	}
+}

@@ -79,6 +79,9 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	email, workspace := strings.TrimSpace(r.PostForm.Get("email")), r.PostForm.Get("workspace")
 	ctx := btk.WithClientIP(r.Context(), h.clientIP(r))
+	if c, err := r.Cookie(DeviceCookieName); err == nil {
+		ctx = btk.WithDeviceToken(ctx, c.Value)
+	}
 	info, err := h.svc.Login(ctx, email, r.PostForm.Get("password"), workspace)
 	if err != nil {
 		p := loginPage{layout: layout{Title: "Log in"}, Email: email, Chosen: workspace, Error: sentence(btk.ErrorMessage(err))}
@@ -106,6 +109,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	setCookie(w, r, info.Token, info.ExpiresAt)
+	setDeviceCookie(w, r, info.DeviceToken)
 	http.Redirect(w, r, "/keys", http.StatusSeeOther)
 }
 
@@ -418,6 +422,7 @@ func (h *Handler) impersonate(w http.ResponseWriter, r *http.Request, a *btk.Act
 		h.log.WarnContext(r.Context(), "could not end the session impersonation replaced", "err", err)
 	}
 	setCookie(w, r, info.Token, info.ExpiresAt)
+	setDeviceCookie(w, r, info.DeviceToken)
 	http.Redirect(w, r, "/keys", http.StatusSeeOther)
 }
 

@@ -150,6 +150,21 @@ func setCookie(w http.ResponseWriter, r *http.Request, token string, expires tim
 	})
 }
 
+// DeviceCookieName keeps the browser's device token (docs/security.md): a
+// login presenting it is not refused for failures elsewhere. It outlives
+// logouts; it authenticates nothing by itself.
+const DeviceCookieName = "btk_device"
+
+func setDeviceCookie(w http.ResponseWriter, r *http.Request, token string) {
+	if token == "" {
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: DeviceCookieName, Value: token, Path: "/login", MaxAge: 400 * 24 * 3600,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+}
+
 func clearCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: "", Path: "/", MaxAge: -1,

@@ -140,7 +140,7 @@ type ComplexityRoot struct {
 		Elevate                func(childComplexity int, password string) int
 		EnableAccount          func(childComplexity int, id *string, email *string) int
 		Impersonate            func(childComplexity int, workspaceID string) int
-		Login                  func(childComplexity int, email string, password string, workspaceID *string, workspaceName *string) int
+		Login                  func(childComplexity int, email string, password string, workspaceID *string, workspaceName *string, deviceToken *string) int
 		Logout                 func(childComplexity int) int
 		RevokeAPIKey           func(childComplexity int, id string) int
 		RevokeAllAPIKeys       func(childComplexity int) int
@@ -181,6 +181,7 @@ type ComplexityRoot struct {
 	Session struct {
 		AccessToken func(childComplexity int) int
 		Account     func(childComplexity int) int
+		DeviceToken func(childComplexity int) int
 		ExpiresAt   func(childComplexity int) int
 		Workspace   func(childComplexity int) int
 	}
@@ -207,7 +208,7 @@ type ComplexityRoot struct {
 // region    ************************** generated!.gotpl **************************
 
 type MutationResolver interface {
-	Login(ctx context.Context, email string, password string, workspaceID *string, workspaceName *string) (*Session, error)
+	Login(ctx context.Context, email string, password string, workspaceID *string, workspaceName *string, deviceToken *string) (*Session, error)
 	Logout(ctx context.Context) (bool, error)
 	Elevate(ctx context.Context, password string) (*Elevation, error)
 	CreateAPIKey(ctx context.Context, input CreateAPIKeyInput) (*CreateAPIKeyPayload, error)
@@ -736,7 +737,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.Login(childComplexity, args["email"].(string), args["password"].(string), args["workspaceId"].(*string), args["workspaceName"].(*string)), true
+		return e.ComplexityRoot.Mutation.Login(childComplexity, args["email"].(string), args["password"].(string), args["workspaceId"].(*string), args["workspaceName"].(*string), args["deviceToken"].(*string)), true
 	case "Mutation.logout":
 		if e.ComplexityRoot.Mutation.Logout == nil {
 			break
@@ -948,6 +949,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Session.Account(childComplexity), true
+	case "Session.deviceToken":
+		if e.ComplexityRoot.Session.DeviceToken == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Session.DeviceToken(childComplexity), true
 	case "Session.expiresAt":
 		if e.ComplexityRoot.Session.ExpiresAt == nil {
 			break
@@ -1364,6 +1371,12 @@ type Session {
   account: Account!
   "The workspace the session acts in; null for a platform admin with no membership."
   workspace: Tenant
+  """
+  A device token (login only): keep it and pass it to the next login of this account
+  as deviceToken. A login presenting it is charged to its own budget, not to the
+  account-wide one, so others' failed attempts cannot lock this client out.
+  """
+  deviceToken: String
 }
 
 "A step-up elevation token, sent as the X-Elevation header to rotate a key."
@@ -1492,7 +1505,7 @@ type Mutation {
   the BAD_USER_INPUT error lists them in extensions.workspaces ([{workspaceId workspaceName role}]).
   workspaceName chooses a workspace by name among the account's memberships.
   """
-  login(email: String!, password: String!, workspaceId: ID, workspaceName: String): Session!
+  login(email: String!, password: String!, workspaceId: ID, workspaceName: String, deviceToken: String): Session!
   "End the current session; its token is rejected from now on."
   logout: Boolean!
   "Re-enter the password for a 5-minute elevation token (sent as X-Elevation to rotate)."
@@ -1762,6 +1775,8 @@ func (ec *executionContext) childFields_Session(ctx context.Context, field graph
 		return ec.fieldContext_Session_account(ctx, field)
 	case "workspace":
 		return ec.fieldContext_Session_workspace(ctx, field)
+	case "deviceToken":
+		return ec.fieldContext_Session_deviceToken(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Session", field.Name)
 }
@@ -2085,6 +2100,14 @@ func (ec *executionContext) field_Mutation_login_args(ctx context.Context, rawAr
 		return nil, err
 	}
 	args["workspaceName"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "deviceToken",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["deviceToken"] = arg4
 	return args, nil
 }
 
@@ -4000,7 +4023,7 @@ func (ec *executionContext) _Mutation_login(ctx context.Context, field graphql.C
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().Login(ctx, fc.Args["email"].(string), fc.Args["password"].(string), fc.Args["workspaceId"].(*string), fc.Args["workspaceName"].(*string))
+			return ec.Resolvers.Mutation().Login(ctx, fc.Args["email"].(string), fc.Args["password"].(string), fc.Args["workspaceId"].(*string), fc.Args["workspaceName"].(*string), fc.Args["deviceToken"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Session) graphql.Marshaler {
@@ -5393,6 +5416,29 @@ func (ec *executionContext) fieldContext_Session_workspace(_ context.Context, fi
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _Session_deviceToken(ctx context.Context, field graphql.CollectedField, obj *Session) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Session_deviceToken(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DeviceToken, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Session_deviceToken(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Session", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _Tenant_id(ctx context.Context, field graphql.CollectedField, obj *Tenant) (ret graphql.Marshaler) {
@@ -8135,6 +8181,11 @@ func (ec *executionContext) _Session(ctx context.Context, sel ast.SelectionSet, 
 			}
 		case "workspace":
 			out.Values[i] = ec._Session_workspace(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "deviceToken":
+			out.Values[i] = ec._Session_deviceToken(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}

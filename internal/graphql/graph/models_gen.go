@@ -262,6 +262,10 @@ type Session struct {
 	Account *Account `json:"account"`
 	// The workspace the session acts in; null for a platform admin with no membership.
 	Workspace *Tenant `json:"workspace,omitempty"`
+	// A device token (login only): keep it and pass it to the next login of this account
+	// as deviceToken. A login presenting it is charged to its own budget, not to the
+	// account-wide one, so others' failed attempts cannot lock this client out.
+	DeviceToken *string `json:"deviceToken,omitempty"`
 }
 
 // A workspace (tenant): the owner of API keys.
