@@ -41,6 +41,10 @@ func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor
 			}
 			s.cache.fill(gen, hash, k, w, rev)
 		}
+		if k.Canary { // a trap: answered as an unknown key (docs/leaks.md)
+			s.canaryUsed(ctx, k)
+			return nil, none, ErrInvalidKey
+		}
 		now := s.now()
 		// Revoked and expired are final: a cached record saying so needs no
 		// shared state.
@@ -232,7 +236,7 @@ func (s *Service) LoginTo(ctx context.Context, email, password, workspaceID, wor
 		if info, err = s.openSession(ctx, tx, acct, m.WorkspaceID, m.Role, false); err != nil {
 			return err
 		}
-		a := &Actor{AccountID: acct.ID, Email: acct.Email, IP: clientIPFrom(ctx)}
+		a := &Actor{AccountID: acct.ID, Email: acct.Email, IP: clientIPFrom(ctx), UserAgent: clientRequestFrom(ctx).userAgent}
 		return s.recordEvent(ctx, tx, a, m.WorkspaceID, EventSessionLogin, targetSession, info.SessionID,
 			requestMeta(a, map[string]any{"role": string(m.Role)}))
 	})

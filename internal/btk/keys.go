@@ -16,6 +16,8 @@ type CreateKeyInput struct {
 	RateLimitPerDay    *int
 	ExpiresAt          *time.Time
 	Scopes             []string
+	// Canary issues a trap key (docs/leaks.md): never accepted, its use recorded.
+	Canary bool
 }
 
 // RotateKeyInput overrides what the new key inherits. ExpiresAtSet
@@ -107,14 +109,17 @@ func (s *Service) CreateKey(ctx context.Context, a *Actor, in CreateKeyInput) (*
 		}
 		k := &APIKey{
 			Name: name, RateLimitPerMinute: in.RateLimitPerMinute, RateLimitPerDay: in.RateLimitPerDay,
-			ExpiresAt: utc(in.ExpiresAt), Scopes: scopes,
+			ExpiresAt: utc(in.ExpiresAt), Scopes: scopes, Canary: in.Canary,
 		}
 		var err error
 		if res, err = s.issue(ctx, tx, a, k); err != nil {
 			return err
 		}
-		return s.audit(ctx, tx, a, AuditEntry{Action: AuditCreated, APIKeyID: k.ID, APIKeyName: k.Name},
-			map[string]any{"name": k.Name, "displayPrefix": k.DisplayPrefix, "hint": k.Hint})
+		meta := map[string]any{"name": k.Name, "displayPrefix": k.DisplayPrefix, "hint": k.Hint}
+		if k.Canary {
+			meta["canary"] = true
+		}
+		return s.audit(ctx, tx, a, AuditEntry{Action: AuditCreated, APIKeyID: k.ID, APIKeyName: k.Name}, meta)
 	})
 	return res, err
 }
@@ -162,6 +167,7 @@ func (s *Service) RotateKey(ctx context.Context, a *Actor, id string, in RotateK
 		k := &APIKey{
 			ID: uuid.NewString(), Name: old.Name, RateLimitPerMinute: old.RateLimitPerMinute,
 			RateLimitPerDay: old.RateLimitPerDay, ExpiresAt: old.ExpiresAt, Scopes: old.Scopes, RotatedFromID: old.ID,
+			Canary: old.Canary,
 		}
 		if in.Name != nil {
 			k.Name = name
@@ -291,6 +297,12 @@ func (s *Service) checkPlan(ctx context.Context, tx Tx, workspaceID string) erro
 
 // audit writes the two audit rows of a change, in the change's transaction.
 func (s *Service) audit(ctx context.Context, tx Tx, a *Actor, e AuditEntry, metadata map[string]any) error {
+	return s.auditAs(ctx, tx, a, e, e.Action.EventAction(), metadata)
+}
+
+// auditAs is audit with the audit_events action named (api_key.leaked pairs
+// with a REVOKED entry).
+func (s *Service) auditAs(ctx context.Context, tx Tx, a *Actor, e AuditEntry, eventAction string, metadata map[string]any) error {
 	now := s.now()
 	e.ID, e.WorkspaceID, e.CreatedAt = uuid.NewString(), a.WorkspaceID, now
 	e.ActorID, e.ActorEmail, e.IP, e.UserAgent = a.AccountID, a.Email, ClientString(a.IP), ClientString(a.UserAgent)
@@ -307,7 +319,7 @@ func (s *Service) audit(ctx context.Context, tx Tx, a *Actor, e AuditEntry, meta
 		target, targetType = a.WorkspaceID, "workspace"
 	}
 	ev := &AuditEvent{
-		ID: uuid.NewString(), WorkspaceID: e.WorkspaceID, Action: e.Action.EventAction(),
+		ID: uuid.NewString(), WorkspaceID: e.WorkspaceID, Action: eventAction,
 		ActorID: e.ActorID, ActorEmail: e.ActorEmail, ImpersonatorID: e.ImpersonatorID,
 		TargetType: targetType, TargetID: target, Metadata: string(meta), CreatedAt: now,
 	}

@@ -115,6 +115,9 @@ type APIKey struct {
 	// DayState is the rate limiter's persisted per-day state, written by
 	// Store.RecordUsage so day counts survive a restart.
 	DayState int64
+	// Canary marks a trap key: never accepted, every use recorded
+	// (docs/leaks.md).
+	Canary bool
 }
 
 // Status derives the key's state at now: an active key past its expiry is EXPIRED.

@@ -57,6 +57,8 @@ type Service struct {
 	passwords *passwordGate
 	// usage is what FlushDueUsage has collected and not written yet.
 	usage usageBook
+	// canaries counts canary key uses between their records.
+	canaries canaryBook
 }
 
 const secretSetting = "jwt_secret"

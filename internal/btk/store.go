@@ -80,6 +80,11 @@ type Tx interface {
 	// returns how many it revoked.
 	RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error)
 
+	// ClaimCanaryMark reports whether the use of canary key keyID at at is
+	// to be recorded: true, and at stored, unless a use recorded after
+	// notBefore is stored already (docs/leaks.md). Instances share it.
+	ClaimCanaryMark(ctx context.Context, keyID string, at, notBefore time.Time) (bool, error)
+
 	// AddAudit writes the two audit rows of one change.
 	AddAudit(ctx context.Context, e *AuditEntry, ev *AuditEvent) error
 	// AuditEntries pages through the key audit table, newest first.

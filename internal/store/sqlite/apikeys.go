@@ -13,7 +13,7 @@ import (
 
 const selectKey = `SELECT seq, id, workspace_id, name, hash, display_prefix, hint,
 	rate_limit_per_minute, rate_limit_per_day, expires_at, scopes, created_at, created_by,
-	last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state
+	last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state, canary
 	FROM api_keys`
 
 const keyCursor = 'k'
@@ -29,7 +29,7 @@ func scanKey(row rowScanner) (*btk.APIKey, int64, error) {
 	)
 	err := row.Scan(&seq, &k.ID, &k.WorkspaceID, &k.Name, &k.Hash, &k.DisplayPrefix, &k.Hint,
 		&perMin, &perDay, &expires, &scopes, &created, &createdBy,
-		&lastUsed, &revoked, &revokedBy, &from, &to, &k.DayState)
+		&lastUsed, &revoked, &revokedBy, &from, &to, &k.DayState, &k.Canary)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -96,11 +96,11 @@ func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
 	_, err = t.exec(ctx, "create api key", false,
 		`INSERT INTO api_keys (id, workspace_id, name, hash, display_prefix, hint,
 			rate_limit_per_minute, rate_limit_per_day, expires_at, scopes, created_at, created_by,
-			last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state, canary)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		k.ID, k.WorkspaceID, k.Name, k.Hash, k.DisplayPrefix, k.Hint,
 		optInt(k.RateLimitPerMinute), optInt(k.RateLimitPerDay), times[0], scopes, created, optStr(k.CreatedBy),
-		times[1], times[2], optStr(k.RevokedBy), optStr(k.RotatedFromID), optStr(k.ReplacedByID), k.DayState)
+		times[1], times[2], optStr(k.RevokedBy), optStr(k.RotatedFromID), optStr(k.ReplacedByID), k.DayState, k.Canary)
 	return err
 }
 
@@ -126,4 +126,23 @@ func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.T
 		`UPDATE api_keys SET revoked_at = ?, revoked_by = ? WHERE workspace_id = ? AND revoked_at IS NULL`,
 		n, optStr(by), workspaceID)
 	return int(count), err
+}
+
+// ClaimCanaryMark records that a canary key's use is being recorded at
+// at, unless one was recorded after notBefore (docs/leaks.md): one
+// conditional upsert, so concurrent instances never both win.
+func (t *tx) ClaimCanaryMark(ctx context.Context, keyID string, at, notBefore time.Time) (bool, error) {
+	n, err := sqlshared.UnixNano(at)
+	if err != nil {
+		return false, err
+	}
+	nb, err := sqlshared.UnixNano(notBefore)
+	if err != nil {
+		return false, err
+	}
+	count, err := t.exec(ctx, "claim canary mark", false,
+		`INSERT INTO canary_marks (api_key_id, recorded_at) VALUES (?, ?)
+		ON CONFLICT (api_key_id) DO UPDATE SET recorded_at = excluded.recorded_at
+		WHERE canary_marks.recorded_at <= ?`, keyID, n, nb)
+	return count == 1, err
 }

@@ -24,6 +24,7 @@ func testAPIKeyRoundTrip(t *testing.T, db btk.Store) {
 			k.Scopes = []string{"keys:read", "rides.write"}
 			k.RevokedBy, k.RotatedFromID, k.ReplacedByID = "acct-2", old.ID, uuid.NewString()
 			k.DayState = -1 << 40
+			k.Canary = true
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -64,6 +64,7 @@ var tests = []struct {
 	{"WebhookOutbox", testWebhookOutbox},
 	{"WebhookClaimsConcurrent", testWebhookClaimsConcurrent},
 	{"ExpiryNotices", testExpiryNotices},
+	{"CanaryMarkOncePerWindow", testCanaryMarkOncePerWindow},
 }
 
 // Run runs the conformance suite, each test on a store of its own from

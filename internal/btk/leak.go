@@ -1,0 +1,432 @@
+package btk
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/btk-project/btk/internal/ratelimit"
+)
+
+// Leak response (docs/leaks.md): finding a key by the hash of its secret,
+// revoking reported keys, and canary keys.
+
+// Audit actions of leak response (audit_events).
+const (
+	EventKeyLeaked     = "api_key.leaked"
+	EventCanaryUsed    = "api_key.canary_used"
+	leakReportActor    = "leak report"
+	canaryActor        = "canary"
+	maxClientString    = 256 // stored client strings (user agent, url) are cut here
+	canaryWindow       = time.Minute
+	maxCanaryTallies   = 10_000
+	MaxLeakReports     = 1000    // entries in one report
+	MaxLeakReportBytes = 1 << 20 // body of one report
+	maxLeakTokenLen    = 1024
+)
+
+// Label values of a leak report's answer (GitHub's false-positive feedback
+// vocabulary).
+const (
+	LabelTruePositive  = "true_positive"
+	LabelFalsePositive = "false_positive"
+)
+
+// ---- Lookup by the secret ----
+
+// KeyByHash finds a key by the hex SHA-256 of its plaintext. The owner tier
+// sees its own workspace's keys, a platform admin any; anything else is nil,
+// so the existence of a key is never revealed. The workspace is returned
+// with the key.
+func (s *Service) KeyByHash(ctx context.Context, a *Actor, hexHash string) (*APIKey, *Workspace, error) {
+	if a == nil {
+		return nil, nil, ErrUnauthenticated
+	}
+	hash, err := parseKeyHash(hexHash)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !a.IsUser() || !a.PlatformAdmin && !a.OwnerTier() {
+		return nil, nil, nil
+	}
+	var k *APIKey
+	var w *Workspace
+	err = s.store.Read(ctx, func(tx Tx) (err error) {
+		if k, err = tx.APIKeyByHash(ctx, hash); err != nil {
+			return err
+		}
+		if !a.PlatformAdmin && k.WorkspaceID != a.WorkspaceID {
+			return ErrNotFound
+		}
+		w, err = tx.Workspace(ctx, k.WorkspaceID)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return k, w, nil
+}
+
+func parseKeyHash(h string) ([]byte, error) {
+	b, err := hex.DecodeString(strings.ToLower(strings.TrimSpace(h)))
+	if err != nil || len(b) != sha256.Size {
+		return nil, badInput("sha256 must be the 64 hex digits of a SHA-256")
+	}
+	return b, nil
+}
+
+// ---- Leak reports ----
+
+// LeakReport is one entry of a report in GitHub's secret-scanning partner
+// format.
+type LeakReport struct {
+	Token  string `json:"token"`
+	Type   string `json:"type"`
+	URL    string `json:"url"`
+	Source string `json:"source"`
+}
+
+// LeakLabel is the answer about one reported token: never the token itself.
+type LeakLabel struct {
+	TokenHash string `json:"token_hash"`
+	TokenType string `json:"token_type"`
+	Label     string `json:"label"`
+}
+
+// ParseLeakReports reads a report body: a JSON array of at most
+// MaxLeakReports entries, each with a token.
+func ParseLeakReports(body []byte) ([]LeakReport, error) {
+	if len(body) > MaxLeakReportBytes {
+		return nil, badInput("a leak report is at most %d bytes", MaxLeakReportBytes)
+	}
+	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '[' {
+		return nil, badInput("a leak report is a JSON array of {token, type, url, source}")
+	}
+	var reports []LeakReport
+	if err := json.Unmarshal(body, &reports); err != nil {
+		return nil, badInput("a leak report is a JSON array of {token, type, url, source}")
+	}
+	if len(reports) > MaxLeakReports {
+		return nil, badInput("a leak report has at most %d entries", MaxLeakReports)
+	}
+	for _, r := range reports {
+		if r.Token == "" || len(r.Token) > maxLeakTokenLen {
+			return nil, badInput("every entry needs a token of 1-%d bytes", maxLeakTokenLen)
+		}
+	}
+	return reports, nil
+}
+
+// Reporter is who sent a leak report: a platform admin (Actor), or the
+// holder of a report signing key (KeyID), from an address.
+type Reporter struct {
+	Actor     *Actor
+	KeyID     string
+	IP        string
+	UserAgent string
+}
+
+// ReportLeaks revokes every reported token that is a key not yet revoked,
+// each with its audit pair (REVOKED / api_key.leaked, with the report's url
+// and source), and tells every instance. It answers a label for each
+// token: true_positive for a token that is or was a btk key. A replayed
+// report changes nothing and answers the same. Canary keys are labelled but
+// not revoked: they are never accepted anyway, and their use stays recorded.
+// The caller has checked the signature (KeyID) or passes a platform admin.
+func (s *Service) ReportLeaks(ctx context.Context, by Reporter, reports []LeakReport) ([]LeakLabel, error) {
+	if by.KeyID == "" && (by.Actor == nil || !by.Actor.PlatformAdmin) {
+		return nil, ErrUnauthenticated
+	}
+	if len(reports) > MaxLeakReports {
+		return nil, badInput("a leak report has at most %d entries", MaxLeakReports)
+	}
+	labels := make([]LeakLabel, len(reports))
+	var candidates []int
+	for i, r := range reports {
+		h := HashKey(r.Token)
+		labels[i] = LeakLabel{TokenHash: hex.EncodeToString(h[:]), TokenType: truncate(r.Type), Label: LabelFalsePositive}
+		if WellFormedKey(r.Token) {
+			candidates = append(candidates, i)
+		}
+	}
+	if len(candidates) == 0 {
+		return labels, nil
+	}
+	var revoked []*APIKey
+	workspaces := map[string]bool{}
+	err := s.store.Write(ctx, func(tx Tx) error {
+		revoked, workspaces = revoked[:0], map[string]bool{} // a retried transaction starts over
+		now := s.now()
+		for _, i := range candidates {
+			h := HashKey(reports[i].Token)
+			k, err := tx.APIKeyByHash(ctx, h[:])
+			if errors.Is(err, ErrNotFound) {
+				labels[i].Label = LabelFalsePositive
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			labels[i].Label = LabelTruePositive
+			workspaces[k.WorkspaceID] = true
+			if k.RevokedAt != nil || k.Canary {
+				continue
+			}
+			a := &Actor{Email: leakReportActor, WorkspaceID: k.WorkspaceID, IP: by.IP, UserAgent: truncate(by.UserAgent)}
+			meta := map[string]any{
+				"name": k.Name, "url": truncate(reports[i].URL), "source": truncate(reports[i].Source),
+				"type": truncate(reports[i].Type),
+			}
+			if by.KeyID != "" {
+				meta["reportKey"] = by.KeyID
+			} else {
+				a.AccountID = by.Actor.AccountID
+				meta["reportedBy"] = by.Actor.Email
+			}
+			if err := tx.RevokeAPIKey(ctx, k.ID, now, a.AccountID, ""); err != nil {
+				return err
+			}
+			if err := s.auditAs(ctx, tx, a, AuditEntry{Action: AuditRevoked, APIKeyID: k.ID, APIKeyName: k.Name}, EventKeyLeaked, meta); err != nil {
+				return err
+			}
+			revoked = append(revoked, k)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range revoked {
+		s.forgetKey(k)
+	}
+	// Every workspace of a true positive is told again, also on a replay:
+	// an earlier answer may have failed to tell the other instances.
+	var errs []error
+	for ws := range workspaces {
+		s.cache.dropWorkspace(ws, true)
+		errs = append(errs, s.changed(ctx, ws))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return labels, nil
+}
+
+// Unsigned or failed leak report attempts per client address.
+var leakAttempts = ratelimit.Limits{PerMinute: 30, PerDay: 1000}
+
+// AllowLeakAttempt counts one leak report that is not validly signed from
+// the address and reports whether it is within the address's budget.
+func (s *Service) AllowLeakAttempt(ctx context.Context, ip string) (bool, error) {
+	ok, err := s.passwords.limiter.Allow(ctx, "leaks:"+addressKey(ip), leakAttempts, s.now())
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return ok, nil
+}
+
+func truncate(s string) string {
+	if len(s) <= maxClientString {
+		return s
+	}
+	s = s[:maxClientString]
+	for len(s) > 0 && s[len(s)-1]&0xC0 == 0x80 { // do not split a UTF-8 sequence
+		s = s[:len(s)-1]
+	}
+	if len(s) > 0 && s[len(s)-1] >= 0xC0 {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// ---- Report signing keys ----
+
+// LeakReportKeys are the public keys whose signatures make a leak report
+// acceptable (GitHub's scheme: ECDSA P-256 / SHA-256 over the raw body,
+// base64 DER signature), by identifier.
+type LeakReportKeys struct {
+	byID map[string]*ecdsa.PublicKey
+}
+
+// ParseLeakReportKeys reads PEM public keys (PKIX). A key's identifier is the
+// hex SHA-256 of its DER SubjectPublicKeyInfo, or the value of a
+// "# id: ..." line before its PEM block.
+func ParseLeakReportKeys(data []byte) (*LeakReportKeys, error) {
+	keys := &LeakReportKeys{byID: map[string]*ecdsa.PublicKey{}}
+	rest := data
+	for {
+		var block *pem.Block
+		before := rest
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			if len(bytes.TrimSpace(stripComments(before))) != 0 {
+				return nil, errors.New("leak report keys: text that is not a PEM block")
+			}
+			break
+		}
+		if block.Type != "PUBLIC KEY" {
+			return nil, fmt.Errorf("leak report keys: a %q block; want PUBLIC KEY", block.Type)
+		}
+		pub, err := x509.ParsePKIXPublicKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("leak report keys: %w", err)
+		}
+		ec, ok := pub.(*ecdsa.PublicKey)
+		if !ok || ec.Curve != elliptic.P256() {
+			return nil, errors.New("leak report keys: only ECDSA P-256 public keys are accepted")
+		}
+		id := commentID(before[:len(before)-len(rest)])
+		if id == "" {
+			sum := sha256.Sum256(block.Bytes)
+			id = hex.EncodeToString(sum[:])
+		}
+		if _, dup := keys.byID[id]; dup {
+			return nil, fmt.Errorf("leak report keys: the identifier %s is used twice", id)
+		}
+		keys.byID[id] = ec
+	}
+	return keys, nil
+}
+
+// commentID finds the last "# id: X" line of the text before a PEM block.
+func commentID(chunk []byte) string {
+	if i := bytes.Index(chunk, []byte("-----BEGIN")); i >= 0 {
+		chunk = chunk[:i]
+	}
+	id := ""
+	for _, line := range strings.Split(string(chunk), "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "#"); ok {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(v), "id:"); ok {
+				id = strings.TrimSpace(v)
+			}
+		}
+	}
+	return id
+}
+
+func stripComments(b []byte) []byte {
+	var out []byte
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			out = append(out, t...)
+		}
+	}
+	return out
+}
+
+// Len is the number of keys.
+func (k *LeakReportKeys) Len() int {
+	if k == nil {
+		return 0
+	}
+	return len(k.byID)
+}
+
+// Verify reports whether sig (base64 of an ASN.1 DER ECDSA signature) is the
+// signature of body by the key named id.
+func (k *LeakReportKeys) Verify(id, sig string, body []byte) bool {
+	if k == nil || id == "" || sig == "" {
+		return false
+	}
+	pub := k.byID[strings.TrimSpace(id)]
+	if pub == nil {
+		return false
+	}
+	der, err := base64.StdEncoding.DecodeString(strings.TrimSpace(sig))
+	if err != nil || len(der) > 128 {
+		return false
+	}
+	sum := sha256.Sum256(body)
+	return ecdsa.VerifyASN1(pub, sum[:], der)
+}
+
+// ---- Canary keys ----
+
+type canaryTally struct {
+	count int       // uses not recorded yet
+	tried time.Time // when this instance last tried to record
+}
+
+// canaryBook counts the uses of canary keys between records; bounded (only
+// existing canary keys enter it, and at most maxCanaryTallies of them).
+type canaryBook struct {
+	mu sync.Mutex
+	m  map[string]*canaryTally
+}
+
+type clientRequestKey struct{}
+
+type clientRequest struct{ userAgent, path string }
+
+// WithClientRequest records the request's user agent and path for what has
+// no actor to carry them (a login's event, a canary key's use).
+func WithClientRequest(ctx context.Context, userAgent, path string) context.Context {
+	return context.WithValue(ctx, clientRequestKey{}, clientRequest{truncate(userAgent), truncate(path)})
+}
+
+func clientRequestFrom(ctx context.Context) clientRequest {
+	r, _ := ctx.Value(clientRequestKey{}).(clientRequest)
+	return r
+}
+
+// canaryUsed records the use of a canary key: at most once a minute per key
+// across instances (canary_marks), with the count of uses this instance saw
+// since it last recorded. A failure to record is not the caller's concern:
+// the uses stay counted for the next record.
+func (s *Service) canaryUsed(ctx context.Context, k *APIKey) {
+	if k.RevokedAt != nil {
+		return
+	}
+	now := s.now()
+	s.canaries.mu.Lock()
+	if s.canaries.m == nil || len(s.canaries.m) >= maxCanaryTallies && s.canaries.m[k.ID] == nil {
+		s.canaries.m = map[string]*canaryTally{}
+	}
+	t := s.canaries.m[k.ID]
+	if t == nil {
+		t = &canaryTally{}
+		s.canaries.m[k.ID] = t
+	}
+	t.count++
+	if !t.tried.IsZero() && now.Sub(t.tried) < canaryWindow {
+		s.canaries.mu.Unlock()
+		return
+	}
+	t.tried = now
+	n := t.count
+	s.canaries.mu.Unlock()
+
+	req := clientRequestFrom(ctx)
+	a := &Actor{Email: canaryActor, IP: clientIPFrom(ctx), UserAgent: req.userAgent}
+	won := false
+	err := s.store.Write(context.WithoutCancel(ctx), func(tx Tx) (err error) {
+		if won, err = tx.ClaimCanaryMark(ctx, k.ID, now, now.Add(-canaryWindow)); err != nil || !won {
+			return err
+		}
+		return s.recordEvent(ctx, tx, a, k.WorkspaceID, EventCanaryUsed, "api_key", k.ID,
+			requestMeta(a, map[string]any{"name": k.Name, "path": req.path, "count": n}))
+	})
+	if err == nil && won {
+		s.canaries.mu.Lock()
+		if t := s.canaries.m[k.ID]; t != nil {
+			t.count = max(0, t.count-n)
+		}
+		s.canaries.mu.Unlock()
+	}
+}
