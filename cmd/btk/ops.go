@@ -24,7 +24,9 @@ import (
 type opsState struct {
 	cert    *server.Certificate // nil: plain HTTP
 	proxies *gateway.TrustedProxies
-	metrics *server.Metrics // nil: no metrics
+	// leakKeys sign the leak reports /v1/leaks accepts (nil: none).
+	leakKeys *btk.LeakReportKeys
+	metrics  *server.Metrics // nil: no metrics
 
 	metricsAddr string
 	metricsLn   net.Listener
@@ -38,6 +40,18 @@ func newOps(cfg serveConfig, build server.BuildInfo) (*opsState, error) {
 	var err error
 	if o.proxies, err = gateway.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	if cfg.LeakReportKeys != "" {
+		data, err := os.ReadFile(cfg.LeakReportKeys)
+		if err != nil {
+			return nil, fmt.Errorf("--leak-report-keys: %w", err)
+		}
+		if o.leakKeys, err = btk.ParseLeakReportKeys(data); err != nil {
+			return nil, fmt.Errorf("--leak-report-keys %s: %w", cfg.LeakReportKeys, err)
+		}
+		if o.leakKeys.Len() == 0 {
+			return nil, fmt.Errorf("--leak-report-keys %s: no public key in the file", cfg.LeakReportKeys)
+		}
 	}
 	switch {
 	case cfg.TLSCert != "" && cfg.TLSKey != "":

@@ -41,6 +41,8 @@ type serveConfig struct {
 	TLSCert        string
 	TLSKey         string
 	TrustedProxies string
+	// LeakReportKeys is a PEM file of the keys that sign leak reports.
+	LeakReportKeys string
 	Redis          string
 	RedisPrefix    string
 	// GCPercent is the Go garbage collector's target (as GOGC); 0 leaves
@@ -93,6 +95,7 @@ func (c *serveConfig) settings() []serveSetting {
 		{"tls-cert", "PEM certificate (chain) file: serve HTTPS and HTTP/2 on every listener; re-read on SIGHUP", true, &c.TLSCert},
 		{"tls-key", "PEM private key file of --tls-cert", true, &c.TLSKey},
 		{"trusted-proxies", "comma-separated CIDR ranges whose X-Forwarded-For is believed", true, &c.TrustedProxies},
+		{"leak-report-keys", "PEM file of the ECDSA P-256 public keys whose signed leak reports POST /v1/leaks accepts (GitHub's secret scanning keys)", true, &c.LeakReportKeys},
 		{"gc-percent", "", false, &c.GCPercent}, // as GOGC; 0 leaves Go's default
 	}
 }

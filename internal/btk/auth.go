@@ -42,8 +42,7 @@ func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor
 			s.cache.fill(gen, hash, k, w, rev)
 		}
 		if k.Canary { // a trap: answered as an unknown key (docs/leaks.md)
-			s.canaryUsed(ctx, k)
-			return nil, none, ErrInvalidKey
+			return nil, none, &CanaryUse{key: k}
 		}
 		now := s.now()
 		// Revoked and expired are final: a cached record saying so needs no

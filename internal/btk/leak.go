@@ -37,6 +37,12 @@ const (
 	maxLeakTokenLen    = 1024
 )
 
+// Refusals of POST /v1/leaks.
+var (
+	ErrLeakReportRefused   = &Error{CodeUnauthenticated, "a leak report must be signed by a listed key or sent by a platform admin"}
+	ErrTooManyLeakAttempts = &Error{CodeRateLimited, "too many unsigned leak reports from this address; try again later"}
+)
+
 // Label values of a leak report's answer (GitHub's false-positive feedback
 // vocabulary).
 const (
@@ -159,7 +165,7 @@ func (s *Service) ReportLeaks(ctx context.Context, by Reporter, reports []LeakRe
 	var candidates []int
 	for i, r := range reports {
 		h := HashKey(r.Token)
-		labels[i] = LeakLabel{TokenHash: hex.EncodeToString(h[:]), TokenType: truncate(r.Type), Label: LabelFalsePositive}
+		labels[i] = LeakLabel{TokenHash: hex.EncodeToString(h[:]), TokenType: clientString(r.Type), Label: LabelFalsePositive}
 		if WellFormedKey(r.Token) {
 			candidates = append(candidates, i)
 		}
@@ -187,10 +193,10 @@ func (s *Service) ReportLeaks(ctx context.Context, by Reporter, reports []LeakRe
 			if k.RevokedAt != nil || k.Canary {
 				continue
 			}
-			a := &Actor{Email: leakReportActor, WorkspaceID: k.WorkspaceID, IP: by.IP, UserAgent: truncate(by.UserAgent)}
+			a := &Actor{Email: leakReportActor, WorkspaceID: k.WorkspaceID, IP: by.IP, UserAgent: clientString(by.UserAgent)}
 			meta := map[string]any{
-				"name": k.Name, "url": truncate(reports[i].URL), "source": truncate(reports[i].Source),
-				"type": truncate(reports[i].Type),
+				"name": k.Name, "url": clientString(reports[i].URL), "source": clientString(reports[i].Source),
+				"type": clientString(reports[i].Type),
 			}
 			if by.KeyID != "" {
 				meta["reportKey"] = by.KeyID
@@ -240,19 +246,8 @@ func (s *Service) AllowLeakAttempt(ctx context.Context, ip string) (bool, error)
 	return ok, nil
 }
 
-func truncate(s string) string {
-	if len(s) <= maxClientString {
-		return s
-	}
-	s = s[:maxClientString]
-	for len(s) > 0 && s[len(s)-1]&0xC0 == 0x80 { // do not split a UTF-8 sequence
-		s = s[:len(s)-1]
-	}
-	if len(s) > 0 && s[len(s)-1] >= 0xC0 {
-		s = s[:len(s)-1]
-	}
-	return s
-}
+// clientString cuts a client-sent string that is stored (docs/security.md).
+func clientString(s string) string { return truncate(s, maxClientString) }
 
 // ---- Report signing keys ----
 
@@ -374,10 +369,10 @@ type clientRequestKey struct{}
 
 type clientRequest struct{ userAgent, path string }
 
-// WithClientRequest records the request's user agent and path for what has
-// no actor to carry them (a login's event, a canary key's use).
+// WithClientRequest records the request's user agent and path for the
+// anonymous operations (login) that have no actor to carry them.
 func WithClientRequest(ctx context.Context, userAgent, path string) context.Context {
-	return context.WithValue(ctx, clientRequestKey{}, clientRequest{truncate(userAgent), truncate(path)})
+	return context.WithValue(ctx, clientRequestKey{}, clientRequest{clientString(userAgent), clientString(path)})
 }
 
 func clientRequestFrom(ctx context.Context) clientRequest {
@@ -385,14 +380,26 @@ func clientRequestFrom(ctx context.Context) clientRequest {
 	return r
 }
 
-// canaryUsed records the use of a canary key: at most once a minute per key
-// across instances (canary_marks), with the count of uses this instance saw
-// since it last recorded. A failure to record is not the caller's concern:
-// the uses stay counted for the next record.
-func (s *Service) canaryUsed(ctx context.Context, k *APIKey) {
-	if k.RevokedAt != nil {
+// CanaryUse is AuthenticateKey's refusal of a canary key. To its caller it
+// is ErrInvalidKey (errors.Is, ErrorCode and ErrorMessage say so), so the
+// answer is that of an unknown key; RecordCanaryUse records it.
+type CanaryUse struct{ key *APIKey }
+
+func (c *CanaryUse) Error() string { return ErrInvalidKey.Message }
+func (c *CanaryUse) Unwrap() error { return ErrInvalidKey }
+
+// RecordCanaryUse records the use of a canary key when err is a *CanaryUse
+// (anything else records nothing): at most once a minute per key across
+// instances (canary_marks), with the count of uses this instance saw since
+// it last recorded, the client's address, user agent and path. A failure to
+// record is not the caller's concern: the uses stay counted for the next
+// record.
+func (s *Service) RecordCanaryUse(ctx context.Context, err error, ip, userAgent, path string) {
+	var c *CanaryUse
+	if !errors.As(err, &c) || c.key.RevokedAt != nil {
 		return
 	}
+	k := c.key
 	now := s.now()
 	s.canaries.mu.Lock()
 	if s.canaries.m == nil || len(s.canaries.m) >= maxCanaryTallies && s.canaries.m[k.ID] == nil {
@@ -412,15 +419,15 @@ func (s *Service) canaryUsed(ctx context.Context, k *APIKey) {
 	n := t.count
 	s.canaries.mu.Unlock()
 
-	req := clientRequestFrom(ctx)
-	a := &Actor{Email: canaryActor, IP: clientIPFrom(ctx), UserAgent: req.userAgent}
+	a := &Actor{Email: canaryActor, IP: clientString(ip), UserAgent: clientString(userAgent)}
 	won := false
-	err := s.store.Write(context.WithoutCancel(ctx), func(tx Tx) (err error) {
+	ctx = context.WithoutCancel(ctx) // the client hanging up does not stop the record
+	err = s.store.Write(ctx, func(tx Tx) (err error) {
 		if won, err = tx.ClaimCanaryMark(ctx, k.ID, now, now.Add(-canaryWindow)); err != nil || !won {
 			return err
 		}
 		return s.recordEvent(ctx, tx, a, k.WorkspaceID, EventCanaryUsed, "api_key", k.ID,
-			requestMeta(a, map[string]any{"name": k.Name, "path": req.path, "count": n}))
+			requestMeta(a, map[string]any{"name": k.Name, "path": clientString(path), "count": n}))
 	})
 	if err == nil && won {
 		s.canaries.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -161,7 +162,7 @@ func TestReportLeaksRevokesAndReplays(t *testing.T) {
 	if _, _, err := e.svc.AuthenticateKey(ctx, active.Plaintext); err != btk.ErrKeyRevokedOrExpired {
 		t.Errorf("the leaked key still authenticates: %v", err)
 	}
-	if _, _, err := e.svc.AuthenticateKey(ctx, canary.Plaintext); err != btk.ErrInvalidKey {
+	if _, _, err := e.svc.AuthenticateKey(ctx, canary.Plaintext); !errors.Is(err, btk.ErrInvalidKey) {
 		t.Errorf("canary: %v", err)
 	}
 	entries, _, err := e.svc.KeyAuditLog(ctx, e.owner, btk.AuditFilter{Action: btk.AuditRevoked, Page: btk.Page{First: 50}})
@@ -268,11 +269,16 @@ func TestCanaryKey(t *testing.T) {
 	if err != nil || !c.Key.Canary {
 		t.Fatal(c, err)
 	}
-	rctx := btk.WithClientRequest(btk.WithClientIP(ctx, "198.51.100.9"), "curl/8.5", "/v1/orders")
-	for range 3 {
-		if _, _, err := e.svc.AuthenticateKey(rctx, c.Plaintext); err != btk.ErrInvalidKey {
+	use := func(plaintext string) {
+		t.Helper()
+		_, _, err := e.svc.AuthenticateKey(ctx, plaintext)
+		if !errors.Is(err, btk.ErrInvalidKey) || btk.ErrorCode(err) != btk.CodeUnauthenticated || btk.ErrorMessage(err) != "invalid API key" {
 			t.Fatalf("canary: %v; want %v", err, btk.ErrInvalidKey)
 		}
+		e.svc.RecordCanaryUse(ctx, err, "198.51.100.9", "curl/8.5", "/v1/orders")
+	}
+	for range 3 {
+		use(c.Plaintext)
 	}
 	used := func() []*btk.AuditEvent {
 		ev, _, err := e.svc.AuditEvents(ctx, e.owner, btk.AuditFilter{EventAction: btk.EventCanaryUsed, Page: btk.Page{First: 50}})
@@ -291,9 +297,7 @@ func TestCanaryKey(t *testing.T) {
 		t.Errorf("metadata: %v", meta)
 	}
 	e.advance(61 * time.Second)
-	if _, _, err := e.svc.AuthenticateKey(rctx, c.Plaintext); err != btk.ErrInvalidKey {
-		t.Fatal(err)
-	}
+	use(c.Plaintext)
 	ev = used()
 	if len(ev) != 2 {
 		t.Fatalf("%d events after a minute; want 2", len(ev))
@@ -309,7 +313,5 @@ func TestCanaryKey(t *testing.T) {
 	if err != nil || !r.Key.Canary {
 		t.Fatalf("rotated: %v %v", r, err)
 	}
-	if _, _, err := e.svc.AuthenticateKey(ctx, r.Plaintext); err != btk.ErrInvalidKey {
-		t.Errorf("rotated canary: %v", err)
-	}
+	use(r.Plaintext)
 }

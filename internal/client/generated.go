@@ -4,6 +4,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/Khan/genqlient/graphql"
@@ -137,6 +138,8 @@ type ApiKey struct {
 	RotatedFromId *string `json:"rotatedFromId"`
 	// The key that replaced this one by rotation, if any.
 	ReplacedById *string `json:"replacedById"`
+	// A canary key: never accepted, answered as an unknown key; every use is recorded (api_key.canary_used).
+	Canary bool `json:"canary"`
 }
 
 // GetId returns ApiKey.Id, and is useful for accessing the field via an interface.
@@ -180,6 +183,9 @@ func (v *ApiKey) GetRotatedFromId() *string { return v.RotatedFromId }
 
 // GetReplacedById returns ApiKey.ReplacedById, and is useful for accessing the field via an interface.
 func (v *ApiKey) GetReplacedById() *string { return v.ReplacedById }
+
+// GetCanary returns ApiKey.Canary, and is useful for accessing the field via an interface.
+func (v *ApiKey) GetCanary() bool { return v.Canary }
 
 // What happened to an API key, as recorded in the key audit log.
 type ApiKeyAuditAction string
@@ -230,6 +236,187 @@ type ApiKeyAuditLogResponse struct {
 // GetApiKeyAuditLog returns ApiKeyAuditLogResponse.ApiKeyAuditLog, and is useful for accessing the field via an interface.
 func (v *ApiKeyAuditLogResponse) GetApiKeyAuditLog() ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection {
 	return v.ApiKeyAuditLog
+}
+
+// ApiKeyByHashApiKeyByHashApiKey includes the requested fields of the GraphQL type ApiKey.
+// The GraphQL type's documentation follows.
+//
+// A workspace API key record. The plaintext key is never part of it.
+type ApiKeyByHashApiKeyByHashApiKey struct {
+	ApiKey `json:"-"`
+	// The key's workspace. Given by apiKeyByHash (a platform admin may find any workspace's key); null elsewhere.
+	Workspace *ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant `json:"workspace"`
+}
+
+// GetWorkspace returns ApiKeyByHashApiKeyByHashApiKey.Workspace, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetWorkspace() *ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant {
+	return v.Workspace
+}
+
+// GetId returns ApiKeyByHashApiKeyByHashApiKey.Id, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetId() string { return v.ApiKey.Id }
+
+// GetName returns ApiKeyByHashApiKeyByHashApiKey.Name, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetName() string { return v.ApiKey.Name }
+
+// GetDisplayPrefix returns ApiKeyByHashApiKeyByHashApiKey.DisplayPrefix, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetDisplayPrefix() string { return v.ApiKey.DisplayPrefix }
+
+// GetHint returns ApiKeyByHashApiKeyByHashApiKey.Hint, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetHint() string { return v.ApiKey.Hint }
+
+// GetStatus returns ApiKeyByHashApiKeyByHashApiKey.Status, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetStatus() ApiKeyStatus { return v.ApiKey.Status }
+
+// GetRateLimitPerMinute returns ApiKeyByHashApiKeyByHashApiKey.RateLimitPerMinute, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetRateLimitPerMinute() *int {
+	return v.ApiKey.RateLimitPerMinute
+}
+
+// GetRateLimitPerDay returns ApiKeyByHashApiKeyByHashApiKey.RateLimitPerDay, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetRateLimitPerDay() *int { return v.ApiKey.RateLimitPerDay }
+
+// GetExpiresAt returns ApiKeyByHashApiKeyByHashApiKey.ExpiresAt, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetExpiresAt() *time.Time { return v.ApiKey.ExpiresAt }
+
+// GetScopes returns ApiKeyByHashApiKeyByHashApiKey.Scopes, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetScopes() []string { return v.ApiKey.Scopes }
+
+// GetCreatedAt returns ApiKeyByHashApiKeyByHashApiKey.CreatedAt, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetCreatedAt() time.Time { return v.ApiKey.CreatedAt }
+
+// GetLastUsedAt returns ApiKeyByHashApiKeyByHashApiKey.LastUsedAt, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetLastUsedAt() *time.Time { return v.ApiKey.LastUsedAt }
+
+// GetRevokedAt returns ApiKeyByHashApiKeyByHashApiKey.RevokedAt, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetRevokedAt() *time.Time { return v.ApiKey.RevokedAt }
+
+// GetRotatedFromId returns ApiKeyByHashApiKeyByHashApiKey.RotatedFromId, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetRotatedFromId() *string { return v.ApiKey.RotatedFromId }
+
+// GetReplacedById returns ApiKeyByHashApiKeyByHashApiKey.ReplacedById, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetReplacedById() *string { return v.ApiKey.ReplacedById }
+
+// GetCanary returns ApiKeyByHashApiKeyByHashApiKey.Canary, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetCanary() bool { return v.ApiKey.Canary }
+
+func (v *ApiKeyByHashApiKeyByHashApiKey) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ApiKeyByHashApiKeyByHashApiKey
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ApiKeyByHashApiKeyByHashApiKey = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ApiKey)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalApiKeyByHashApiKeyByHashApiKey struct {
+	Workspace *ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant `json:"workspace"`
+
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	DisplayPrefix string `json:"displayPrefix"`
+
+	Hint string `json:"hint"`
+
+	Status ApiKeyStatus `json:"status"`
+
+	RateLimitPerMinute *int `json:"rateLimitPerMinute"`
+
+	RateLimitPerDay *int `json:"rateLimitPerDay"`
+
+	ExpiresAt *time.Time `json:"expiresAt"`
+
+	Scopes []string `json:"scopes"`
+
+	CreatedAt time.Time `json:"createdAt"`
+
+	LastUsedAt *time.Time `json:"lastUsedAt"`
+
+	RevokedAt *time.Time `json:"revokedAt"`
+
+	RotatedFromId *string `json:"rotatedFromId"`
+
+	ReplacedById *string `json:"replacedById"`
+
+	Canary bool `json:"canary"`
+}
+
+func (v *ApiKeyByHashApiKeyByHashApiKey) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ApiKeyByHashApiKeyByHashApiKey) __premarshalJSON() (*__premarshalApiKeyByHashApiKeyByHashApiKey, error) {
+	var retval __premarshalApiKeyByHashApiKeyByHashApiKey
+
+	retval.Workspace = v.Workspace
+	retval.Id = v.ApiKey.Id
+	retval.Name = v.ApiKey.Name
+	retval.DisplayPrefix = v.ApiKey.DisplayPrefix
+	retval.Hint = v.ApiKey.Hint
+	retval.Status = v.ApiKey.Status
+	retval.RateLimitPerMinute = v.ApiKey.RateLimitPerMinute
+	retval.RateLimitPerDay = v.ApiKey.RateLimitPerDay
+	retval.ExpiresAt = v.ApiKey.ExpiresAt
+	retval.Scopes = v.ApiKey.Scopes
+	retval.CreatedAt = v.ApiKey.CreatedAt
+	retval.LastUsedAt = v.ApiKey.LastUsedAt
+	retval.RevokedAt = v.ApiKey.RevokedAt
+	retval.RotatedFromId = v.ApiKey.RotatedFromId
+	retval.ReplacedById = v.ApiKey.ReplacedById
+	retval.Canary = v.ApiKey.Canary
+	return &retval, nil
+}
+
+// ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant includes the requested fields of the GraphQL type Tenant.
+// The GraphQL type's documentation follows.
+//
+// A workspace (tenant): the owner of API keys.
+type ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant struct {
+	// Workspace UUID.
+	Id string `json:"id"`
+	// Display name.
+	Name string `json:"name"`
+}
+
+// GetId returns ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant.Id, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant) GetId() string { return v.Id }
+
+// GetName returns ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant.Name, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant) GetName() string { return v.Name }
+
+// ApiKeyByHashResponse is returned by ApiKeyByHash on success.
+type ApiKeyByHashResponse struct {
+	// The key whose plaintext has this SHA-256 (64 hex digits), in any state, with its workspace: owner tier for
+	// its own workspace's keys, a platform admin for any. Null otherwise: the existence of a key is never revealed.
+	// Hash locally; never send a plaintext key.
+	ApiKeyByHash *ApiKeyByHashApiKeyByHashApiKey `json:"apiKeyByHash"`
+}
+
+// GetApiKeyByHash returns ApiKeyByHashResponse.ApiKeyByHash, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashResponse) GetApiKeyByHash() *ApiKeyByHashApiKeyByHashApiKey {
+	return v.ApiKeyByHash
 }
 
 // Lifecycle state of an API key.
@@ -493,6 +680,8 @@ type CreateApiKeyInput struct {
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 	// At most 32 scopes, each of [a-z0-9:._-]{1,64}. Stored, not yet enforced.
 	Scopes []string `json:"scopes,omitempty"`
+	// Issue a canary key: a trap never accepted, whose every use is recorded (at most once a minute, with a count).
+	Canary *bool `json:"canary,omitempty"`
 }
 
 // GetName returns CreateApiKeyInput.Name, and is useful for accessing the field via an interface.
@@ -509,6 +698,9 @@ func (v *CreateApiKeyInput) GetExpiresAt() *time.Time { return v.ExpiresAt }
 
 // GetScopes returns CreateApiKeyInput.Scopes, and is useful for accessing the field via an interface.
 func (v *CreateApiKeyInput) GetScopes() []string { return v.Scopes }
+
+// GetCanary returns CreateApiKeyInput.Canary, and is useful for accessing the field via an interface.
+func (v *CreateApiKeyInput) GetCanary() *bool { return v.Canary }
 
 // CreateApiKeyResponse is returned by CreateApiKey on success.
 type CreateApiKeyResponse struct {
@@ -961,6 +1153,14 @@ func (v *__ApiKeyAuditLogInput) GetFirst() int { return v.First }
 // GetAfter returns __ApiKeyAuditLogInput.After, and is useful for accessing the field via an interface.
 func (v *__ApiKeyAuditLogInput) GetAfter() *string { return v.After }
 
+// __ApiKeyByHashInput is used internally by genqlient
+type __ApiKeyByHashInput struct {
+	Sha256 string `json:"sha256"`
+}
+
+// GetSha256 returns __ApiKeyByHashInput.Sha256, and is useful for accessing the field via an interface.
+func (v *__ApiKeyByHashInput) GetSha256() string { return v.Sha256 }
+
 // __ApiKeysInput is used internally by genqlient
 type __ApiKeysInput struct {
 	IncludeRevoked bool    `json:"includeRevoked"`
@@ -1332,6 +1532,63 @@ func ApiKeyAuditLog(
 	return data_, err_
 }
 
+// The query executed by ApiKeyByHash.
+const ApiKeyByHash_Operation = `
+query ApiKeyByHash ($sha256: String!) {
+	apiKeyByHash(sha256: $sha256) {
+		... ApiKey
+		workspace {
+			id
+			name
+		}
+	}
+}
+fragment ApiKey on ApiKey {
+	id
+	name
+	displayPrefix
+	hint
+	status
+	rateLimitPerMinute
+	rateLimitPerDay
+	expiresAt
+	scopes
+	createdAt
+	lastUsedAt
+	revokedAt
+	rotatedFromId
+	replacedById
+	canary
+}
+`
+
+// The key whose plaintext has this SHA-256 (hex): the plaintext itself is
+// never sent (btk whois, btk revoke -, btk scan --check).
+func ApiKeyByHash(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	sha256 string,
+) (data_ *ApiKeyByHashResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ApiKeyByHash",
+		Query:  ApiKeyByHash_Operation,
+		Variables: &__ApiKeyByHashInput{
+			Sha256: sha256,
+		},
+	}
+
+	data_ = &ApiKeyByHashResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by ApiKeys.
 const ApiKeys_Operation = `
 query ApiKeys ($includeRevoked: Boolean!, $first: Int!, $after: String) {
@@ -1359,6 +1616,7 @@ fragment ApiKey on ApiKey {
 	revokedAt
 	rotatedFromId
 	replacedById
+	canary
 }
 fragment PageInfo on PageInfo {
 	hasNextPage
@@ -1574,6 +1832,7 @@ fragment ApiKey on ApiKey {
 	revokedAt
 	rotatedFromId
 	replacedById
+	canary
 }
 `
 
@@ -1790,6 +2049,7 @@ fragment ApiKey on ApiKey {
 	revokedAt
 	rotatedFromId
 	replacedById
+	canary
 }
 `
 
@@ -2118,6 +2378,7 @@ fragment ApiKey on ApiKey {
 	revokedAt
 	rotatedFromId
 	replacedById
+	canary
 }
 `
 
@@ -2177,6 +2438,7 @@ fragment ApiKey on ApiKey {
 	revokedAt
 	rotatedFromId
 	replacedById
+	canary
 }
 `
 
@@ -2239,6 +2501,7 @@ fragment ApiKey on ApiKey {
 	revokedAt
 	rotatedFromId
 	replacedById
+	canary
 }
 `
 

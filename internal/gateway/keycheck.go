@@ -40,6 +40,8 @@ type Gateway struct {
 	svc     *btk.Service
 	log     *slog.Logger
 	proxies *TrustedProxies // whose X-Forwarded-For is believed
+	// leakKeys sign acceptable leak reports (leaks.go); nil: none.
+	leakKeys *btk.LeakReportKeys
 }
 
 // New returns the gateway of svc; proxies (nil: none) are the peers whose
@@ -80,6 +82,9 @@ func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *bt
 	}
 	if err != nil {
 		h.Refuse(w, r, err)
+		// A canary key was answered as an unknown key; its use is recorded
+		// after the answer is written (docs/leaks.md).
+		h.svc.RecordCanaryUse(r.Context(), err, h.ClientIP(r), r.UserAgent(), r.URL.Path)
 		return Refused, nil
 	}
 	return Key, a

@@ -49,6 +49,7 @@ func apiKey(k *btk.APIKey, now time.Time) *graph.APIKey {
 		RateLimitPerMinute: k.RateLimitPerMinute, RateLimitPerDay: k.RateLimitPerDay,
 		ExpiresAt: k.ExpiresAt, Scopes: k.Scopes, CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt,
 		RevokedAt: k.RevokedAt, RotatedFromID: optString(k.RotatedFromID), ReplacedByID: optString(k.ReplacedByID),
+		Canary: k.Canary,
 	}
 }
 

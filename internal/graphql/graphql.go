@@ -112,7 +112,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		actor = a
 	case gateway.None:
 		// Anonymous: only public operations answer; login throttles by address.
-		h.serve(w, r, btk.WithClientIP(ctx, h.gw.ClientIP(r)))
+		h.serve(w, r, btk.WithClientRequest(btk.WithClientIP(ctx, h.gw.ClientIP(r)), r.UserAgent(), r.URL.Path))
 		return
 	}
 	actor.IP, actor.UserAgent = h.gw.ClientIP(r), r.UserAgent()

@@ -37,7 +37,7 @@ func (r *mutationResolver) Elevate(ctx context.Context, password string) (*graph
 func (r *mutationResolver) CreateAPIKey(ctx context.Context, input graph.CreateAPIKeyInput) (*graph.CreateAPIKeyPayload, error) {
 	res, err := r.svc.CreateKey(ctx, btk.ActorFrom(ctx), btk.CreateKeyInput{
 		Name: input.Name, RateLimitPerMinute: input.RateLimitPerMinute, RateLimitPerDay: input.RateLimitPerDay,
-		ExpiresAt: input.ExpiresAt, Scopes: input.Scopes,
+		ExpiresAt: input.ExpiresAt, Scopes: input.Scopes, Canary: input.Canary != nil && *input.Canary,
 	})
 	if err != nil {
 		return nil, err
@@ -192,6 +192,16 @@ func (r *queryResolver) APIKey(ctx context.Context, id string) (*graph.APIKey, e
 		return nil, err
 	}
 	return apiKey(k, r.svc.Now()), nil
+}
+
+func (r *queryResolver) APIKeyByHash(ctx context.Context, sha256 string) (*graph.APIKey, error) {
+	k, w, err := r.svc.KeyByHash(ctx, btk.ActorFrom(ctx), sha256)
+	if err != nil || k == nil {
+		return nil, err
+	}
+	out := apiKey(k, r.svc.Now())
+	out.Workspace = r.tenant(w)
+	return out, nil
 }
 
 func (r *queryResolver) APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *graph.APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) (*graph.APIKeyAuditConnection, error) {

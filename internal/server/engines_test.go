@@ -54,6 +54,8 @@ func TestPostgres(t *testing.T) {
 		{"TestRateLimitDayCountsSurviveRestart", TestRateLimitDayCountsSurviveRestart},
 		{"TestLastUsedAt", TestLastUsedAt},
 		{"TestHealthEndpoints", TestHealthEndpoints},
+		{"TestLeakReportSigned", TestLeakReportSigned},
+		{"TestCanaryAnswersAsUnknownAndIsRecorded", TestCanaryAnswersAsUnknownAndIsRecorded},
 		{"TestPostgresUnreachable", testPostgresUnreachable},
 	} {
 		t.Run(tc.name, tc.fn)

@@ -1,6 +1,9 @@
 package server
 
-import "github.com/btk-project/btk/internal/gateway"
+import (
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/gateway"
+)
 
 // Option configures a Handler.
 type Option func(*Handler)
@@ -9,4 +12,10 @@ type Option func(*Handler)
 // (nil: from none).
 func WithTrustedProxies(tp *gateway.TrustedProxies) Option {
 	return func(h *Handler) { h.proxies = tp }
+}
+
+// WithLeakReportKeys accepts leak reports at POST /v1/leaks signed by these
+// keys (--leak-report-keys; nil: only a platform admin's bearer token).
+func WithLeakReportKeys(keys *btk.LeakReportKeys) Option {
+	return func(h *Handler) { h.leakKeys = keys }
 }

@@ -57,6 +57,8 @@ func TestPostgresRedis(t *testing.T) {
 		name string
 		fn   func(*testing.T)
 	}{
+		{"TestLeakReportSigned", TestLeakReportSigned},
+		{"TestCanaryAnswersAsUnknownAndIsRecorded", TestCanaryAnswersAsUnknownAndIsRecorded},
 		{"TestCreateKeyAuthenticatesAndIsAudited", TestCreateKeyAuthenticatesAndIsAudited},
 		{"TestRotateInheritsAndRevokesOldKeyAtOnce", TestRotateInheritsAndRevokesOldKeyAtOnce},
 		{"TestRevoke", TestRevoke},

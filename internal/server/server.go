@@ -16,15 +16,17 @@ import (
 	"github.com/btk-project/btk/internal/graphql"
 )
 
-// Handler serves the main listener: POST /graphql, /v1/authorize, GET
+// Handler serves the main listener: POST /graphql, /v1/authorize, POST
+// /v1/leaks (docs/leaks.md), GET
 // /healthz, GET /readyz and what Mount adds.
 type Handler struct {
-	svc     *btk.Service
-	store   btk.Store
-	log     *slog.Logger
-	gw      *gateway.Gateway
-	mux     *http.ServeMux
-	proxies *gateway.TrustedProxies // whose X-Forwarded-For is believed (options.go)
+	svc      *btk.Service
+	store    btk.Store
+	log      *slog.Logger
+	gw       *gateway.Gateway
+	mux      *http.ServeMux
+	proxies  *gateway.TrustedProxies // whose X-Forwarded-For is believed (options.go)
+	leakKeys *btk.LeakReportKeys     // sign acceptable leak reports (options.go)
 }
 
 // New returns the HTTP handler of the service. The logger never receives a
@@ -35,9 +37,11 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 		o(h)
 	}
 	h.gw = gateway.New(svc, log, h.proxies)
+	h.gw.SetLeakReportKeys(h.leakKeys)
 
 	h.mux.Handle("POST /graphql", graphql.New(svc, h.gw, log))
 	h.mux.HandleFunc("/v1/authorize", h.gw.Authorize)
+	h.mux.HandleFunc("POST /v1/leaks", h.gw.Leaks)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

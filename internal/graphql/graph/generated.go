@@ -47,6 +47,7 @@ type ComplexityRoot struct {
 	}
 
 	ApiKey struct {
+		Canary             func(childComplexity int) int
 		CreatedAt          func(childComplexity int) int
 		DisplayPrefix      func(childComplexity int) int
 		ExpiresAt          func(childComplexity int) int
@@ -61,6 +62,7 @@ type ComplexityRoot struct {
 		RotatedFromID      func(childComplexity int) int
 		Scopes             func(childComplexity int) int
 		Status             func(childComplexity int) int
+		Workspace          func(childComplexity int) int
 	}
 
 	ApiKeyAuditConnection struct {
@@ -158,6 +160,7 @@ type ComplexityRoot struct {
 	Query struct {
 		APIKey            func(childComplexity int, id string) int
 		APIKeyAuditLog    func(childComplexity int, workspaceID *string, apiKeyID *string, action *APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) int
+		APIKeyByHash      func(childComplexity int, sha256 string) int
 		APIKeys           func(childComplexity int, includeRevoked *bool, first *int, after *string) int
 		Accounts          func(childComplexity int) int
 		AuditEvents       func(childComplexity int, since *time.Time, until *time.Time, first *int, after *string, workspaceID *string, serverWide *bool, action *string, actorEmail *string) int
@@ -230,6 +233,7 @@ type QueryResolver interface {
 	Me(ctx context.Context) (*Account, error)
 	APIKeys(ctx context.Context, includeRevoked *bool, first *int, after *string) (*APIKeyConnection, error)
 	APIKey(ctx context.Context, id string) (*APIKey, error)
+	APIKeyByHash(ctx context.Context, sha256 string) (*APIKey, error)
 	APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) (*APIKeyAuditConnection, error)
 	AuditEvents(ctx context.Context, since *time.Time, until *time.Time, first *int, after *string, workspaceID *string, serverWide *bool, action *string, actorEmail *string) (*AuditEventConnection, error)
 	WorkspaceBranding(ctx context.Context, publicKey string) (*WorkspaceBranding, error)
@@ -299,6 +303,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Account.Role(childComplexity), true
 
+	case "ApiKey.canary":
+		if e.ComplexityRoot.ApiKey.Canary == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.Canary(childComplexity), true
 	case "ApiKey.createdAt":
 		if e.ComplexityRoot.ApiKey.CreatedAt == nil {
 			break
@@ -383,6 +393,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ApiKey.Status(childComplexity), true
+	case "ApiKey.workspace":
+		if e.ComplexityRoot.ApiKey.Workspace == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.Workspace(childComplexity), true
 
 	case "ApiKeyAuditConnection.nodes":
 		if e.ComplexityRoot.ApiKeyAuditConnection.Nodes == nil {
@@ -841,6 +857,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.APIKeyAuditLog(childComplexity, args["workspaceId"].(*string), args["apiKeyId"].(*string), args["action"].(*APIKeyAuditAction), args["since"].(*time.Time), args["until"].(*time.Time), args["first"].(*int), args["after"].(*string), args["actorEmail"].(*string)), true
+	case "Query.apiKeyByHash":
+		if e.ComplexityRoot.Query.APIKeyByHash == nil {
+			break
+		}
+
+		args, err := ec.field_Query_apiKeyByHash_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.APIKeyByHash(childComplexity, args["sha256"].(string)), true
 	case "Query.apiKeys":
 		if e.ComplexityRoot.Query.APIKeys == nil {
 			break
@@ -1265,6 +1292,10 @@ type ApiKey {
   rotatedFromId: ID
   "The key that replaced this one by rotation, if any."
   replacedById: ID
+  "A canary key: never accepted, answered as an unknown key; every use is recorded (api_key.canary_used)."
+  canary: Boolean!
+  "The key's workspace. Given by apiKeyByHash (a platform admin may find any workspace's key); null elsewhere."
+  workspace: Tenant
 }
 
 "A page of API keys."
@@ -1399,6 +1430,8 @@ input CreateApiKeyInput {
   expiresAt: Time
   "At most 32 scopes, each of [a-z0-9:._-]{1,64}. Stored, not yet enforced."
   scopes: [String!]
+  "Issue a canary key: a trap never accepted, whose every use is recorded (at most once a minute, with a count)."
+  canary: Boolean = false
 }
 
 "The key just created, with its plaintext."
@@ -1460,6 +1493,12 @@ type Query {
   apiKeys(includeRevoked: Boolean = false, first: Int = 50, after: String): ApiKeyConnection!
   "One API key of the workspace, or null. Owner tier or ADMIN."
   apiKey(id: ID!): ApiKey
+  """
+  The key whose plaintext has this SHA-256 (64 hex digits), in any state, with its workspace: owner tier for
+  its own workspace's keys, a platform admin for any. Null otherwise: the existence of a key is never revealed.
+  Hash locally; never send a plaintext key.
+  """
+  apiKeyByHash(sha256: String!): ApiKey
   """
   The key audit log, newest first. Owner tier for its own workspace; a platform admin for any workspaceId.
   apiKeyId follows the key's rotation chain both ways: the entries of every key it replaced or was replaced by.
@@ -1595,6 +1634,10 @@ func (ec *executionContext) childFields_ApiKey(ctx context.Context, field graphq
 		return ec.fieldContext_ApiKey_rotatedFromId(ctx, field)
 	case "replacedById":
 		return ec.fieldContext_ApiKey_replacedById(ctx, field)
+	case "canary":
+		return ec.fieldContext_ApiKey_canary(ctx, field)
+	case "workspace":
+		return ec.fieldContext_ApiKey_workspace(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ApiKey", field.Name)
 }
@@ -2313,6 +2356,20 @@ func (ec *executionContext) field_Query_apiKeyAuditLog_args(ctx context.Context,
 	return args, nil
 }
 
+func (ec *executionContext) field_Query_apiKeyByHash_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "sha256",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["sha256"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Query_apiKey_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3005,6 +3062,61 @@ func (ec *executionContext) _ApiKey_replacedById(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_ApiKey_replacedById(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_canary(ctx context.Context, field graphql.CollectedField, obj *APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_canary(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Canary, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_canary(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_workspace(ctx context.Context, field graphql.CollectedField, obj *APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_workspace(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Workspace, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *Tenant) graphql.Marshaler {
+			return ec.marshalOTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenant(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_workspace(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ApiKey",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Tenant(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _ApiKeyAuditConnection_nodes(ctx context.Context, field graphql.CollectedField, obj *APIKeyAuditConnection) (ret graphql.Marshaler) {
@@ -4876,6 +4988,50 @@ func (ec *executionContext) fieldContext_Query_apiKey(ctx context.Context, field
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_apiKey_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_apiKeyByHash(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_apiKeyByHash(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().APIKeyByHash(ctx, fc.Args["sha256"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *APIKey) graphql.Marshaler {
+			return ec.marshalOApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_apiKeyByHash(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ApiKey(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_apiKeyByHash_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -6789,7 +6945,11 @@ func (ec *executionContext) unmarshalInputCreateApiKeyInput(ctx context.Context,
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "rateLimitPerMinute", "rateLimitPerDay", "expiresAt", "scopes"}
+	if _, present := asMap["canary"]; !present {
+		asMap["canary"] = false
+	}
+
+	fieldsInOrder := [...]string{"name", "rateLimitPerMinute", "rateLimitPerDay", "expiresAt", "scopes", "canary"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -6831,6 +6991,13 @@ func (ec *executionContext) unmarshalInputCreateApiKeyInput(ctx context.Context,
 				return it, err
 			}
 			it.Scopes = data
+		case "canary":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("canary"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Canary = data
 		}
 	}
 	return it, nil
@@ -7069,6 +7236,16 @@ func (ec *executionContext) _ApiKey(ctx context.Context, sel ast.SelectionSet, o
 			}
 		case "replacedById":
 			out.Values[i] = ec._ApiKey_replacedById(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "canary":
+			out.Values[i] = ec._ApiKey_canary(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "workspace":
+			out.Values[i] = ec._ApiKey_workspace(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
@@ -7887,6 +8064,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 					}
 				}()
 				res = ec._Query_apiKey(ctx, field)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "apiKeyByHash":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_apiKeyByHash(ctx, field)
 				if res == graphql.RequiredNull {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}

@@ -60,6 +60,10 @@ type APIKey struct {
 	RotatedFromID *string `json:"rotatedFromId,omitempty"`
 	// The key that replaced this one by rotation, if any.
 	ReplacedByID *string `json:"replacedById,omitempty"`
+	// A canary key: never accepted, answered as an unknown key; every use is recorded (api_key.canary_used).
+	Canary bool `json:"canary"`
+	// The key's workspace. Given by apiKeyByHash (a platform admin may find any workspace's key); null elsewhere.
+	Workspace *Tenant `json:"workspace,omitempty"`
 }
 
 // A page of key audit entries, newest first.
@@ -168,6 +172,8 @@ type CreateAPIKeyInput struct {
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 	// At most 32 scopes, each of [a-z0-9:._-]{1,64}. Stored, not yet enforced.
 	Scopes []string `json:"scopes,omitempty"`
+	// Issue a canary key: a trap never accepted, whose every use is recorded (at most once a minute, with a count).
+	Canary *bool `json:"canary,omitempty"`
 }
 
 // The key just created, with its plaintext.

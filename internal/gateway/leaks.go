@@ -1,0 +1,93 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+// Headers of a report signed as GitHub's secret scanning signs
+// (docs/leaks.md).
+const (
+	headerLeakKeyID     = "Github-Public-Key-Identifier"
+	headerLeakSignature = "Github-Public-Key-Signature"
+)
+
+var errLeakBodyTooLarge = btk.Errorf(btk.CodeBadUserInput, "a leak report is at most %d bytes", btk.MaxLeakReportBytes)
+
+// SetLeakReportKeys sets the public keys whose signature makes a leak
+// report acceptable (--leak-report-keys); nil: none, only a platform
+// admin's bearer token is.
+func (h *Gateway) SetLeakReportKeys(keys *btk.LeakReportKeys) { h.leakKeys = keys }
+
+// Leaks serves POST /v1/leaks: a leak report in GitHub's secret-scanning
+// partner format, signed by a listed key or sent with a platform admin's
+// bearer token; anything else 401, and an address past its budget of
+// unsigned or failed attempts 429. Every reported active key is revoked at
+// once; the answer labels each token by its hash. Nothing of a token is
+// ever logged.
+func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if r.ContentLength > btk.MaxLeakReportBytes {
+		WriteError(w, http.StatusRequestEntityTooLarge, errLeakBodyTooLarge)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, btk.MaxLeakReportBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			WriteError(w, http.StatusRequestEntityTooLarge, errLeakBodyTooLarge)
+			return
+		}
+		WriteError(w, http.StatusBadRequest, btk.Errorf(btk.CodeBadUserInput, "could not read the request body"))
+		return
+	}
+	ip := h.ClientIP(r)
+	by := btk.Reporter{IP: ip, UserAgent: r.UserAgent()}
+	keyID := r.Header.Get(headerLeakKeyID)
+	if h.leakKeys.Verify(keyID, r.Header.Get(headerLeakSignature), body) {
+		by.KeyID = keyID
+	} else {
+		ok, err := h.svc.AllowLeakAttempt(ctx, ip)
+		if err != nil {
+			h.Refuse(w, r, err)
+			return
+		}
+		if !ok {
+			w.Header().Set("Retry-After", "60")
+			WriteError(w, http.StatusTooManyRequests, btk.ErrTooManyLeakAttempts)
+			return
+		}
+		token, isBearer := BearerToken(r.Header.Get("Authorization"))
+		if !isBearer {
+			WriteError(w, http.StatusUnauthorized, btk.ErrLeakReportRefused)
+			return
+		}
+		a, err := h.svc.ResolveSession(ctx, token)
+		if err != nil && btk.ErrorCode(err) != btk.CodeUnauthenticated {
+			h.Refuse(w, r, err)
+			return
+		}
+		if err != nil || !a.PlatformAdmin {
+			WriteError(w, http.StatusUnauthorized, btk.ErrLeakReportRefused)
+			return
+		}
+		a.IP, a.UserAgent = ip, r.UserAgent()
+		by.Actor = a
+	}
+	reports, err := btk.ParseLeakReports(body)
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, err)
+		return
+	}
+	labels, err := h.svc.ReportLeaks(ctx, by, reports)
+	if err != nil {
+		h.Refuse(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(labels)
+}
