@@ -23,13 +23,14 @@ func openShared(ctx context.Context, cfg serveConfig, svcCfg *btk.Config, log *s
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := st.Ping(pctx); err != nil {
+	// Ready, not a ping: the server must be a primary that takes writes.
+	if err := st.Ready(pctx); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("--redis %s: %w", redisstate.Redact(cfg.Redis), err)
 	}
 	redis.SetLogger(&redisLog{log: log})
 	svcCfg.KeyGate, svcCfg.Throttle = st, st.Throttle()
-	log.Info("shared state in Redis", "redis", redisstate.Redact(cfg.Redis), "prefix", cfg.RedisPrefix)
+	log.Info("shared state in Redis", "redis", redisstate.Redact(cfg.Redis), "kind", st.Kind().String(), "prefix", cfg.RedisPrefix)
 	return func() { st.Close() }, nil
 }
 

@@ -1,58 +1,51 @@
 -- The two-window GCRA of internal/ratelimit, decided and committed in one
 -- atomic step (see that package for the algorithm; the names match).
 --
--- KEYS: [epoch, revision token, state] for a key check; [state] for a throttle.
--- ARGV: 1 epoch seen, 2 token seen, 3 minute limit, 4 day limit (both
---       clamped), 5-6 stored day state (unix s, ns; 0 0 if none), 7-8 now
---       (unix s, ns; '' '' for the server's clock), 9 this instance's random value (for a new epoch).
+-- KEYS: [revision token, state] for a key check (one hash slot: both carry
+--       the workspace's hash tag); [state] for a throttle.
+-- ARGV: 1 token seen ('' matches none), 2 minute limit, 3 day limit (both
+--       clamped), 4-5 stored day state (unix s, ns; 0 0 if none), 6-7 now
+--       (unix s, ns; '' '' for the server's clock), 8 this instance's random
+--       value (for a new token).
 --
 -- Lua numbers are doubles: every value below stays under 2^53 by working on
 -- differences from now (at most one day, 8.64e13 ns) and keeping absolute
 -- times as whole seconds plus nanoseconds.
 --
--- Returns {'S', epoch, token} when the seen revision is not the current one
--- (nothing counted), else {'A' or 'R', minute d, minute frac, day d, day
--- frac, day state s, day state ns}: the windows' states relative to now
--- after the decision, from which the caller builds the Decision
--- (ratelimit.Decide) with the limiter's own arithmetic.
+-- Returns {'S', token} when the seen token is not the current one (nothing
+-- counted), else {'A' or 'R', minute d, minute frac, day d, day frac, day
+-- state s, day state ns}: the windows' states relative to now after the
+-- decision, from which the caller builds the Decision (ratelimit.Decide)
+-- with the limiter's own arithmetic.
 local NS = 1000000000
 local MP = 60 * NS
 local DP = 86400 * NS
 
-if #KEYS == 3 then
-  local epoch = redis.call('GET', KEYS[1])
-  if not epoch then
-    -- The shared state was lost (Redis restarted empty): a new epoch makes
-    -- every instance read each cached key again before using it. The
-    -- instance's random value and the server's time make it unlike any
-    -- epoch before, even one this instance made.
-    local t = redis.call('TIME')
-    epoch = ARGV[9] .. ':' .. t[1] .. '.' .. t[2]
-    redis.call('SET', KEYS[1], epoch)
-  end
-  local token = redis.call('GET', KEYS[2])
+if #KEYS == 2 then
+  local token = redis.call('GET', KEYS[1])
   if not token then
-    -- No revision yet, or it was lost (evicted, or a replica that never
-    -- had it): a new token unlike any before makes every instance read its
-    -- cached records of the workspace again. A missing token must never
-    -- read as an old value, or a record cached before a revoke would pass.
+    -- No revision yet, or it was lost (Redis restarted empty, evicted, a
+    -- replica that never had it): a new token unlike any before makes
+    -- every instance read its cached records of the workspace again. A
+    -- missing token must never read as an old value, or a record cached
+    -- before a revoke would pass.
     local t = redis.call('TIME')
-    token = ARGV[9] .. ':' .. t[1] .. '.' .. t[2]
-    redis.call('SET', KEYS[2], token)
+    token = ARGV[8] .. ':' .. t[1] .. '.' .. t[2]
+    redis.call('SET', KEYS[1], token)
   end
-  if epoch ~= ARGV[1] or token ~= ARGV[2] then
-    return {'S', epoch, token}
+  if token ~= ARGV[1] then
+    return {'S', token}
   end
 end
 
 local ts, tn
-if ARGV[7] == '' then
+if ARGV[6] == '' then
   local t = redis.call('TIME')
   ts, tn = tonumber(t[1]), tonumber(t[2]) * 1000
 else
-  ts, tn = tonumber(ARGV[7]), tonumber(ARGV[8])
+  ts, tn = tonumber(ARGV[6]), tonumber(ARGV[7])
 end
-local lm, ld = tonumber(ARGV[3]), tonumber(ARGV[4])
+local lm, ld = tonumber(ARGV[2]), tonumber(ARGV[3])
 
 -- prepare: convert the fraction when the limit changed (rounding up), forget
 -- replenished time, cap the allowance in use at one period.
@@ -103,7 +96,7 @@ if st then
   md, mf = prepare((v[1] - ts) * NS + (v[2] - tn), v[3], v[4], lm, MP)
   dd, df = prepare((v[5] - ts) * NS + (v[6] - tn), v[7], v[8], ld, DP)
 else
-  local seedS, seedN = tonumber(ARGV[5]), tonumber(ARGV[6])
+  local seedS, seedN = tonumber(ARGV[4]), tonumber(ARGV[5])
   if seedS ~= 0 or seedN ~= 0 then
     dd, df = prepare((seedS - ts) * NS + (seedN - tn), 0, ld, ld, DP)
   end

@@ -17,7 +17,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,20 +32,17 @@ var gcraSource string
 
 var gcra = redis.NewScript(gcraSource)
 
-// Short timeouts: a key check that cannot reach Redis fails closed (503)
-// quickly, and the pool reconnects by itself once Redis is back.
-const (
-	dialTimeout = time.Second
-	ioTimeout   = 500 * time.Millisecond
-)
-
-// State is the shared state on one Redis. It is safe for concurrent use.
+// State is the shared state on one Redis deployment (a server, a primary
+// followed through Sentinel, or a Redis Cluster). It is safe for concurrent
+// use.
 type State struct {
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
+	kind   Kind
 	prefix string
-	// epoch is the value this instance creates the epoch key with when it
-	// finds it missing (random: unlike any epoch before).
-	epoch string
+	ids    *identities
+	// seed is this instance's random value, from which the script makes a
+	// missing revision token (with the server's time).
+	seed string
 	// now, when set, replaces the Redis server's clock (tests).
 	now func() time.Time
 
@@ -52,39 +50,25 @@ type State struct {
 	usage map[string]ratelimit.State // day states and last uses not yet flushed
 }
 
-// Open connects to the Redis at url (redis:// or rediss://; timeouts may be
-// given as URL parameters, e.g. ?read_timeout=1s) and keeps its keys under
-// prefix. It does not wait for Redis: use Ping.
+// Open connects to the Redis that url names — redis:// or rediss:// (one
+// server), redis+sentinel:// (a primary followed through Sentinel) or
+// redis+cluster:// (Redis Cluster); see docs/clusters.md — and keeps its
+// keys under prefix. It does not wait for Redis: use Ready.
 func Open(url, prefix string) (*State, error) {
-	opt, err := redis.ParseURL(url)
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, errors.New("--redis-prefix: must not contain { or } (btk's keys use a hash tag of their own)")
+	}
+	s := &State{prefix: prefix, ids: newIdentities(), seed: random(), usage: make(map[string]ratelimit.State)}
+	rdb, kind, err := parse(url, s.onConnect)
 	if err != nil {
-		return nil, fmt.Errorf("--redis: %w", err)
+		return nil, err
 	}
-	if opt.DialTimeout == 0 {
-		opt.DialTimeout = dialTimeout
-	}
-	if opt.ReadTimeout == 0 {
-		opt.ReadTimeout = ioTimeout
-	}
-	if opt.WriteTimeout == 0 {
-		opt.WriteTimeout = ioTimeout
-	}
-	if opt.PoolTimeout == 0 {
-		opt.PoolTimeout = time.Second
-	}
-	opt.MaxRetries = 1
-	if opt.DialerRetries == 0 {
-		// A Redis that refuses connections should cost a request
-		// milliseconds, not the default half second of dial retries.
-		opt.DialerRetries, opt.DialerRetryTimeout = 2, 20*time.Millisecond
-	}
-	return New(redis.NewClient(opt), prefix), nil
+	s.rdb, s.kind = rdb, kind
+	return s, nil
 }
 
-// New returns the shared state on rdb under prefix.
-func New(rdb *redis.Client, prefix string) *State {
-	return &State{rdb: rdb, prefix: prefix, epoch: random(), usage: make(map[string]ratelimit.State)}
-}
+// Kind reports the shape of the deployment.
+func (s *State) Kind() Kind { return s.kind }
 
 // UseClock makes the rate limits follow now instead of the Redis server's
 // clock: for tests that move time. Instances that share state must use
@@ -95,10 +79,10 @@ func (s *State) UseClock(now func() time.Time) { s.now = now }
 func (s *State) Close() error { return s.rdb.Close() }
 
 // Client is the underlying client (for tests and benchmarks).
-func (s *State) Client() *redis.Client { return s.rdb }
+func (s *State) Client() redis.UniversalClient { return s.rdb }
 
-// Ping reports whether Redis answers.
-func (s *State) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+// Ping reports whether key checks can be answered (readiness): see Ready.
+func (s *State) Ping(ctx context.Context) error { return s.Ready(ctx) }
 
 // Ready reports whether Redis accepts the writes btk needs (readiness): it
 // writes a short-lived key under the prefix. A Redis that answers but does
@@ -114,8 +98,13 @@ func random() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func (s *State) epochKey() string              { return s.prefix + "epoch" }
-func (s *State) revKey(wsPrefix string) string { return s.prefix + "rev:" + wsPrefix }
+// Every key of a workspace carries the hash tag {<workspace prefix>}: they
+// share one hash slot, so the script may use them together on Redis Cluster,
+// and workspaces spread over the shards.
+func (s *State) revKey(wsPrefix string) string { return s.prefix + "{" + wsPrefix + "}:rev" }
+func (s *State) rlKey(wsPrefix, keyID string) string {
+	return s.prefix + "{" + wsPrefix + "}:rl:" + keyID
+}
 
 // nowArgs returns the two time arguments of the script: empty for the
 // Redis server's clock (one clock for every instance).
@@ -128,31 +117,30 @@ func (s *State) nowArgs() (any, any) {
 }
 
 // run evaluates the script and parses its answer.
-func (s *State) run(ctx context.Context, keys []string, args ...any) (verdict string, vals [6]int64, rev btk.Revision, err error) {
+func (s *State) run(ctx context.Context, keys []string, args ...any) (verdict string, vals [6]int64, token string, err error) {
 	res, err := gcra.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
-		return "", vals, rev, err
+		return "", vals, "", err
 	}
 	if len(res) == 0 {
-		return "", vals, rev, errors.New("redisstate: empty script answer")
+		return "", vals, "", errors.New("redisstate: empty script answer")
 	}
 	verdict, _ = res[0].(string)
 	switch {
-	case verdict == "S" && len(res) == 3:
-		rev.Epoch, _ = res[1].(string)
-		rev.Token, _ = res[2].(string)
-		return verdict, vals, rev, nil
+	case verdict == "S" && len(res) == 2:
+		token, _ = res[1].(string)
+		return verdict, vals, token, nil
 	case (verdict == "A" || verdict == "R") && len(res) == 7:
 		for i := range vals {
 			n, ok := res[i+1].(int64)
 			if !ok {
-				return "", vals, rev, fmt.Errorf("redisstate: bad script answer %v", res)
+				return "", vals, "", fmt.Errorf("redisstate: bad script answer %v", res)
 			}
 			vals[i] = n
 		}
-		return verdict, vals, rev, nil
+		return verdict, vals, "", nil
 	}
-	return "", vals, rev, fmt.Errorf("redisstate: bad script answer %v", res)
+	return "", vals, "", fmt.Errorf("redisstate: bad script answer %v", res)
 }
 
 // Allow checks the revision the cached record was read under and, when it
@@ -160,14 +148,26 @@ func (s *State) run(ctx context.Context, keys []string, args ...any) (verdict st
 func (s *State) Allow(ctx context.Context, c btk.KeyCheck) (btk.KeyVerdict, error) {
 	lm, ld := c.Limits.Clamp()
 	nowS, nowN := s.nowArgs()
-	keys := []string{s.epochKey(), s.revKey(c.WorkspacePrefix), s.prefix + "rl:" + c.KeyID}
-	verdict, v, rev, err := s.run(ctx, keys, c.Seen.Epoch, c.Seen.Token, lm, ld,
-		c.DayState/1e9, c.DayState%1e9, nowS, nowN, s.epoch)
+	// A record read under an earlier epoch (before this instance met a new
+	// server identity) is stale whatever its token: "" matches no token.
+	epoch := s.ids.current()
+	seen := c.Seen.Token
+	if c.Seen.Epoch != epoch {
+		seen = ""
+	}
+	keys := []string{s.revKey(c.WorkspacePrefix), s.rlKey(c.WorkspacePrefix, c.KeyID)}
+	verdict, v, token, err := s.run(ctx, keys, seen, lm, ld, c.DayState/1e9, c.DayState%1e9, nowS, nowN, s.seed)
 	if err != nil {
 		return btk.KeyVerdict{}, err
 	}
+	if after := s.ids.current(); after != epoch {
+		// The round trip may have run on a connection to a server met
+		// meanwhile: its answer is not trusted (a counted request on a
+		// failover is the price).
+		return btk.KeyVerdict{Stale: true, Current: btk.Revision{Epoch: after}}, nil
+	}
 	if verdict == "S" {
-		return btk.KeyVerdict{Stale: true, Current: rev}, nil
+		return btk.KeyVerdict{Stale: true, Current: btk.Revision{Epoch: epoch, Token: token}}, nil
 	}
 	lim := ratelimit.Limits{PerMinute: int(lm), PerDay: int(ld)}
 	d := ratelimit.Decide(lim, verdict == "A", ratelimit.Relative{D: v[0], Frac: v[1]}, ratelimit.Relative{D: v[2], Frac: v[3]})
@@ -188,14 +188,67 @@ func (s *State) record(keyID string, dayState, at int64) {
 	s.mu.Unlock()
 }
 
+// waitTimeout bounds how long a change waits for the replicas (below the
+// read timeout of the connection).
+const waitTimeout = 300 * time.Millisecond
+
 // Changed gives the workspace a new revision token: every instance's cached
 // records of its keys (and its limits) are read again before their next use.
 // The token has no expiry, so that no record read before it can pass after.
+//
+// It answers only once the token would survive the loss of the primary:
+// when the primary has replicas connected, once every one of them has
+// acknowledged it (WAIT); when it has none, at once — no replica can then
+// be promoted with the old token but one that was disconnected, and its
+// promotion gives it a new replication id, which every instance notices
+// (identity.go). A change that reached fewer replicas is an error: the
+// caller answers UNAVAILABLE and the revoke can be repeated.
 func (s *State) Changed(ctx context.Context, workspaceID string) error {
 	if len(workspaceID) < btk.WorkspacePrefixLen {
 		return fmt.Errorf("redisstate: bad workspace id %q", workspaceID)
 	}
-	return s.rdb.Set(ctx, s.revKey(workspaceID[:btk.WorkspacePrefixLen]), random(), 0).Err()
+	key := s.revKey(workspaceID[:btk.WorkspacePrefixLen])
+	c, err := s.primaryFor(ctx, key)
+	if err != nil {
+		return err
+	}
+	replicas, err := connectedReplicas(ctx, c)
+	if err != nil {
+		return err
+	}
+	// One connection: WAIT counts the acknowledgements of this
+	// connection's writes.
+	var wait *redis.Cmd
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, key, random(), 0)
+		if replicas > 0 {
+			wait = p.Do(ctx, "WAIT", replicas, waitTimeout.Milliseconds())
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if wait != nil {
+		if n, err := wait.Int64(); err != nil || n < int64(replicas) {
+			return fmt.Errorf("redisstate: the change reached %d of %d replicas within %v", n, replicas, waitTimeout)
+		}
+	}
+	return nil
+}
+
+// connectedReplicas reads connected_slaves from INFO replication.
+func connectedReplicas(ctx context.Context, c *redis.Client) (int, error) {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("redisstate: INFO replication without connected_slaves")
 }
 
 // Dirty returns the day states and last uses of the keys accepted since the
@@ -244,7 +297,7 @@ type throttle struct{ s *State }
 func (t throttle) Allow(ctx context.Context, key string, lim ratelimit.Limits, _ time.Time) (bool, error) {
 	lm, ld := lim.Clamp()
 	nowS, nowN := t.s.nowArgs()
-	verdict, _, _, err := t.s.run(ctx, []string{t.key(key)}, "", "", lm, ld, 0, 0, nowS, nowN, "")
+	verdict, _, _, err := t.s.run(ctx, []string{t.key(key)}, "", lm, ld, 0, 0, nowS, nowN, "")
 	return verdict == "A", err
 }
 
@@ -267,25 +320,45 @@ var (
 	_ btk.Throttle = throttle{}
 )
 
-// Redact returns a Redis URL without its password, for logs.
+// Redact returns a --redis URL without its password, for logs.
 func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
 		return "redis://(unparsable URL)"
 	}
-	return u.Redacted()
+	authority, path, hasPath := strings.Cut(rest, "/")
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		if user, _, hasPass := strings.Cut(authority[:at], ":"); hasPass {
+			authority = user + ":xxxxx" + authority[at:]
+		}
+	}
+	if hasPath {
+		path = "/" + path
+	}
+	// Query parameters may hold a password too (sentinel_password).
+	if p, q, ok := strings.Cut(path, "?"); ok && strings.Contains(q, "password") {
+		path = p + "?(parameters hidden)"
+	}
+	return scheme + "://" + authority + path
 }
 
 // Wipe deletes every key under the prefix (tests; what a Redis restarted
 // empty looks like to this prefix).
 func (s *State) Wipe(ctx context.Context) error {
-	iter := s.rdb.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil || len(keys) == 0 {
-		return err
-	}
-	return s.rdb.Del(ctx, keys...).Err()
+	return s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil || len(keys) == 0 {
+			return err
+		}
+		for _, k := range keys { // one by one: keys of many slots
+			if err := c.Del(ctx, k).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

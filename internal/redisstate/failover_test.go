@@ -1,0 +1,172 @@
+package redisstate
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/ratelimit"
+	"github.com/btk-project/btk/internal/redisstate/redistest"
+)
+
+// openAt returns a State on url whose first connection is made (Ready).
+func openAt(t *testing.T, url string) *State {
+	t.Helper()
+	s, err := Open(url, "btktest:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("Ready on %s: %v", url, err)
+	}
+	return s
+}
+
+const ws = "0123abcd-0000-4000-8000-000000000000"
+
+// A change is answered only once the replica has it: right after Changed
+// returns, the replica answers the new token. A replica that does not
+// acknowledge makes Changed fail (the caller answers UNAVAILABLE).
+func TestChangedWaitsForTheReplica(t *testing.T) {
+	primary, replica := redistest.Pair(t)
+	s := openAt(t, primary.URL())
+	rc := replica.Client()
+	ctx := context.Background()
+	for i := range 20 {
+		if err := s.Changed(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+		want, err := s.rdb.Get(ctx, s.revKey(ws[:8])).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := rc.Get(ctx, s.revKey(ws[:8])).Result(); err != nil || got != want {
+			t.Fatalf("change %d answered before the replica had it: replica %q %v, primary %q", i, got, err, want)
+		}
+	}
+	replica.Stop()
+	defer replica.Continue()
+	if err := s.Changed(ctx, ws); err == nil || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Fatalf("a change the replica did not acknowledge: %v", err)
+	}
+}
+
+// Pointed at a replica (an old primary back read-only), key checks fail and
+// Ready fails: nothing is answered from a server that cannot take the
+// change of a revoke.
+func TestReplicaIsRefused(t *testing.T) {
+	_, replica := redistest.Pair(t)
+	s, err := Open(replica.URL(), "btktest:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Ready(ctx); err == nil {
+		t.Fatal("Ready on a replica")
+	}
+	v, err := s.Allow(ctx, btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 5, PerDay: 5}})
+	if err == nil {
+		t.Fatalf("a key check on a replica answered %+v", v)
+	}
+}
+
+// proxy forwards TCP connections to a backend that can be switched (as
+// haproxy or a virtual address in front of a primary); a switch closes
+// the connections to the old one.
+type proxy struct {
+	ln      net.Listener
+	mu      sync.Mutex
+	backend string
+	conns   []net.Conn
+}
+
+func newProxy(t *testing.T, backend string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, backend: backend}
+	t.Cleanup(func() { ln.Close(); p.switchTo("") })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			b := p.backend
+			p.mu.Unlock()
+			u, err := net.DialTimeout("tcp", b, time.Second)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { io.Copy(u, c); u.Close() }()
+			go func() { io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *proxy) url() string { return "redis://" + p.ln.Addr().String() + "/0" }
+
+func (p *proxy) switchTo(backend string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.backend = backend
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// A new primary that missed the last change (a lagging replica promoted, a
+// server restored from an older snapshot) answers the token from before a
+// revoke. The instance notices the new server identity on its new
+// connection and reads its cached records again instead of trusting them.
+func TestNewPrimaryMakesCacheStale(t *testing.T) {
+	a, b := redistest.Standalone(t), redistest.Standalone(t)
+	px := newProxy(t, a.Addr())
+	inst := openAt(t, px.url()) // the instance with a record cached
+	other := openAt(t, a.URL()) // the instance that revokes
+	ctx := context.Background()
+	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 100, PerDay: 100}, Now: time.Now()}
+	c.Seen = current(t, inst, c)
+	if v, err := inst.Allow(ctx, c); err != nil || !v.Allowed {
+		t.Fatalf("%+v %v", v, err)
+	}
+	if err := other.Changed(ctx, ws); err != nil { // the revoke
+		t.Fatal(err)
+	}
+	// b is the replica that never had the revoke: the token from before.
+	if err := b.Client().Set(ctx, inst.revKey(ws[:8]), c.Seen.Token, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	px.switchTo(b.Addr()) // the failover
+	var v btk.KeyVerdict
+	var err error
+	for range 3 { // the first try may fail on a connection the switch closed
+		if v, err = inst.Allow(ctx, c); err == nil {
+			break
+		}
+	}
+	if err != nil || !v.Stale {
+		t.Fatalf("after a failover to a server with the old token, a record cached before the revoke: %+v %v", v, err)
+	}
+	if v.Current.Epoch == c.Seen.Epoch {
+		t.Fatalf("the epoch did not move: %+v", v.Current)
+	}
+}

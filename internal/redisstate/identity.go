@@ -1,0 +1,169 @@
+package redisstate
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Failover and lost data (docs/clusters.md, "Failover"):
+//
+// A revision token read from a primary is only as good as that primary's
+// data. A replica promoted after it missed the last writes, or a server
+// restarted from an older snapshot, can answer an older token — the one a
+// record cached before a revoke was read under — and that record would
+// pass. So every connection btk opens first reads the server's identity:
+// its run_id (new at every start) and master_replid (new at every
+// promotion). The first time an instance meets an identity it has not met
+// before, it moves its epoch on, and every revision cached under the
+// previous epoch is stale: each key is read again from the database before
+// its next use. A key check compares the epoch before and after its round
+// trip, so a check that ran on a connection opened meanwhile is never
+// trusted. A connection to a server that is not a primary (an old primary
+// back as a replica) is refused: key checks fail closed (503) and Ready
+// fails, until the client finds the primary again.
+
+// errNotPrimary is the refusal of a connection to a replica.
+var errNotPrimary = errors.New("redisstate: the server is a replica (READONLY), not the primary")
+
+// identities tracks the servers an instance has met.
+type identities struct {
+	mu    sync.Mutex
+	known map[string]bool
+	// epoch is the instance's current epoch, as the string cached
+	// revisions carry (Revision.Epoch).
+	epoch atomic.Pointer[string]
+	n     uint64
+}
+
+func newIdentities() *identities {
+	id := &identities{known: make(map[string]bool)}
+	id.bump()
+	return id
+}
+
+func (id *identities) bump() {
+	id.n++
+	e := "e" + strconv.FormatUint(id.n, 10) + ":" + random()[:8]
+	id.epoch.Store(&e)
+}
+
+// current returns the epoch.
+func (id *identities) current() string { return *id.epoch.Load() }
+
+// met records a server's identity; a new one moves the epoch on.
+func (id *identities) met(ident string) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.known[ident] {
+		return
+	}
+	if len(id.known) >= 1024 { // identities are few; a bound all the same
+		clear(id.known)
+	}
+	id.known[ident] = true
+	id.bump()
+}
+
+// serverIdentity reads run_id, role and master_replid from INFO; a
+// Sentinel (whose connections share the hook) answers sentinel.
+func serverIdentity(info string) (ident string, primary, sentinel bool, err error) {
+	var runID, role, replID string
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "run_id":
+			runID = v
+		case "role":
+			role = v
+		case "master_replid":
+			replID = v
+		case "redis_mode":
+			sentinel = v == "sentinel"
+		}
+	}
+	if sentinel {
+		return "", false, true, nil
+	}
+	if runID == "" || role == "" {
+		return "", false, false, fmt.Errorf("redisstate: INFO without run_id or role")
+	}
+	return runID + ":" + replID, role == "master", false, nil
+}
+
+// onConnect checks every new connection: it must reach a primary, whose
+// identity is recorded.
+func (s *State) onConnect(ctx context.Context, cn *redis.Conn) error {
+	return s.checkIdentity(ctx, cn)
+}
+
+// checkIdentity reads a server's identity through c.
+func (s *State) checkIdentity(ctx context.Context, c interface {
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}) error {
+	info, err := c.Info(ctx, "server", "replication").Result()
+	if err != nil {
+		return err
+	}
+	ident, primary, sentinel, err := serverIdentity(info)
+	if err != nil || sentinel {
+		return err
+	}
+	if !primary {
+		return errNotPrimary
+	}
+	s.ids.met(ident)
+	return nil
+}
+
+// probe is a script that writes nothing but is refused wherever a write
+// would be: on a replica (READONLY), out of memory (OOM), or without the
+// replicas min-replicas-to-write asks for (NOREPLICAS). A script with a
+// shebang and no flags is checked as a write before it runs.
+var probe = redis.NewScript("#!lua\nreturn 1")
+
+// Ready reports whether key checks can be answered: every primary btk uses
+// answers, accepts writes, and is the primary it was (a new identity moves
+// the epoch on, as on a new connection). /readyz fails otherwise.
+func (s *State) Ready(ctx context.Context) error {
+	return s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error {
+		if err := probe.Run(ctx, c, nil).Err(); err != nil {
+			return err
+		}
+		return s.checkIdentity(ctx, c)
+	})
+}
+
+// eachPrimary calls fn with the client of every primary: the one, or each
+// shard's.
+func (s *State) eachPrimary(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
+	}
+	return fmt.Errorf("redisstate: unexpected client %T", s.rdb)
+}
+
+// primaryFor returns the client of the primary that holds key.
+func (s *State) primaryFor(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	case *redis.Client:
+		return c, nil
+	}
+	return nil, fmt.Errorf("redisstate: unexpected client %T", s.rdb)
+}

@@ -1,0 +1,374 @@
+// Package redistest starts real Redis servers for tests, on free ports of
+// 127.0.0.1, and stops them when the test ends: a standalone server, a
+// primary with a replica and three sentinels, and a three-master Redis
+// Cluster (made by redis-cli --cluster create). A test whose programs are
+// missing is skipped, naming them (Debian packages redis-server,
+// redis-sentinel, redis-tools).
+package redistest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// wait bounds every wait of this package.
+const wait = 30 * time.Second
+
+// need returns the path of program or skips the test naming it.
+func need(t testing.TB, program, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(program)
+	if err != nil {
+		t.Skipf("%s is not installed (Debian package %s): skipping", program, pkg)
+	}
+	return p
+}
+
+// Server is one redis-server (or redis-sentinel) process of the test.
+type Server struct {
+	t    testing.TB
+	Port int
+	Dir  string
+	args []string
+	bin  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	out  *bytes.Buffer
+}
+
+// Addr is host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// URL is the redis:// URL of the server, database 0.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Client returns a client of the server alone (closed at the test's end).
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, ReadTimeout: 5 * time.Second, MaxRetries: -1, Protocol: 2})
+	s.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// freePort returns a port free at the moment whose cluster bus port
+// (+10000) is free too.
+func freePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if port+10000 > 65535 {
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		return port
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// start runs bin with a config file made of conf lines (port and dir are
+// added) and waits until it answers PING.
+func start(t testing.TB, bin string, conf ...string) *Server {
+	t.Helper()
+	s := &Server{t: t, Port: freePort(t), Dir: t.TempDir(), bin: bin}
+	lines := append([]string{
+		"bind 127.0.0.1", "port " + strconv.Itoa(s.Port), "dir " + s.Dir,
+		"save \"\"", "appendonly no", "protected-mode no", "repl-diskless-sync-delay 0",
+	}, conf...)
+	file := filepath.Join(s.Dir, "redis.conf")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.args = []string{file}
+	s.run()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+func (s *Server) run() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.out = new(bytes.Buffer)
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	s.done = done
+	cmd := s.cmd
+	go func() { cmd.Wait(); close(done) }()
+	s.waitUp()
+}
+
+func (s *Server) waitUp() {
+	s.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-s.done:
+			s.t.Fatalf("%s on %d exited: %s", s.bin, s.Port, s.out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s on %d did not answer: %v", s.bin, s.Port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill stops the process at once (SIGKILL) and waits for it.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies too
+	s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+// Stop pauses the process (SIGSTOP): it keeps its connections and answers
+// nothing, as a hung server.
+func (s *Server) Stop() { s.signal(syscall.SIGSTOP) }
+
+// Continue resumes a stopped process.
+func (s *Server) Continue() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Signal(sig)
+	}
+}
+
+// Restart starts the process again with its config (after Kill): without
+// persistence, it comes back empty.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	s.run()
+}
+
+// Standalone starts one redis-server.
+func Standalone(t testing.TB) *Server {
+	t.Helper()
+	return start(t, need(t, "redis-server", "redis-server"))
+}
+
+// SentinelGroup is a primary, its replica and three sentinels that watch
+// it under the name Master.
+type SentinelGroup struct {
+	Primary, Replica *Server
+	Sentinels        [3]*Server
+	Master           string
+}
+
+// Sentinels starts a primary, a replica and three sentinels (quorum 2)
+// that declare the primary down after half a second.
+func Sentinels(t testing.TB) *SentinelGroup {
+	t.Helper()
+	server := need(t, "redis-server", "redis-server")
+	sentinel := need(t, "redis-sentinel", "redis-sentinel")
+	g := &SentinelGroup{Master: "btkprimary"}
+	g.Primary = start(t, server)
+	g.Replica = start(t, server, "replicaof 127.0.0.1 "+strconv.Itoa(g.Primary.Port), "repl-diskless-load on-empty-db")
+	g.waitLinked(t, g.Primary, 1)
+	for i := range g.Sentinels {
+		g.Sentinels[i] = start(t, sentinel,
+			"sentinel monitor "+g.Master+" 127.0.0.1 "+strconv.Itoa(g.Primary.Port)+" 2",
+			"sentinel down-after-milliseconds "+g.Master+" 500",
+			"sentinel failover-timeout "+g.Master+" 5000",
+			"sentinel parallel-syncs "+g.Master+" 1")
+	}
+	// Every sentinel knows the replica and the other sentinels.
+	deadline := time.Now().Add(wait)
+	for _, s := range g.Sentinels {
+		c := s.Client()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			m, err := c.Do(ctx, "SENTINEL", "MASTER", g.Master).Slice()
+			cancel()
+			if err == nil && field(m, "num-slaves") == "1" && field(m, "num-other-sentinels") == "2" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sentinel %d does not see the group: %v %v", s.Port, m, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return g
+}
+
+// field returns a field of a SENTINEL MASTER answer (a flat list).
+func field(m []any, name string) string {
+	for i := 0; i+1 < len(m); i += 2 {
+		if m[i] == name {
+			return fmt.Sprint(m[i+1])
+		}
+	}
+	return ""
+}
+
+// URL is the redis+sentinel:// URL of the group.
+func (g *SentinelGroup) URL() string {
+	var hosts []string
+	for _, s := range g.Sentinels {
+		hosts = append(hosts, s.Addr())
+	}
+	return "redis+sentinel://" + strings.Join(hosts, ",") + "/" + g.Master + "/0"
+}
+
+// waitLinked waits until the primary has n replicas online.
+func (g *SentinelGroup) waitLinked(t testing.TB, primary *Server, n int) {
+	t.Helper()
+	c := primary.Client()
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := c.Info(ctx, "replication").Result()
+		cancel()
+		if err == nil && strings.Contains(info, "connected_slaves:"+strconv.Itoa(n)) && strings.Contains(info, "state=online") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica does not link to %d: %s %v", primary.Port, info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// PrimaryAddr asks the first sentinel that answers which server is the
+// primary.
+func (g *SentinelGroup) PrimaryAddr() string {
+	for _, s := range g.Sentinels {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		a, err := s.Client().Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", g.Master).StringSlice()
+		cancel()
+		if err == nil && len(a) == 2 {
+			return a[0] + ":" + a[1]
+		}
+	}
+	return ""
+}
+
+// WaitPromoted waits until the sentinels name the replica as primary and
+// it answers as one.
+func (g *SentinelGroup) WaitPromoted(t testing.TB) {
+	t.Helper()
+	c := g.Replica.Client()
+	deadline := time.Now().Add(wait)
+	for {
+		if g.PrimaryAddr() == g.Replica.Addr() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			info, err := c.Info(ctx, "replication").Result()
+			cancel()
+			if err == nil && strings.Contains(info, "role:master") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no failover to %s: the sentinels name %q", g.Replica.Addr(), g.PrimaryAddr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ClusterGroup is a three-master Redis Cluster.
+type ClusterGroup struct {
+	Nodes [3]*Server
+}
+
+// Cluster starts three redis-server in cluster mode and joins them with
+// redis-cli --cluster create (no replicas), then waits for cluster_state:ok.
+func Cluster(t testing.TB) *ClusterGroup {
+	t.Helper()
+	server := need(t, "redis-server", "redis-server")
+	cli := need(t, "redis-cli", "redis-tools")
+	g := &ClusterGroup{}
+	var addrs []string
+	for i := range g.Nodes {
+		g.Nodes[i] = start(t, server, "cluster-enabled yes", "cluster-config-file nodes.conf",
+			"cluster-node-timeout 2000", "cluster-require-full-coverage yes")
+		addrs = append(addrs, g.Nodes[i].Addr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, cli, append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(wait)
+	for _, n := range g.Nodes {
+		c := n.Client()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			info, err := c.ClusterInfo(ctx).Result()
+			cancel()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the cluster is not ok on %d: %s %v", n.Port, info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return g
+}
+
+// URL is the redis+cluster:// URL of the cluster.
+func (g *ClusterGroup) URL() string {
+	var hosts []string
+	for _, n := range g.Nodes {
+		hosts = append(hosts, n.Addr())
+	}
+	return "redis+cluster://" + strings.Join(hosts, ",")
+}
+
+// Pair starts a primary and a replica of it (no sentinels).
+func Pair(t testing.TB) (primary, replica *Server) {
+	t.Helper()
+	server := need(t, "redis-server", "redis-server")
+	primary = start(t, server)
+	replica = start(t, server, "replicaof 127.0.0.1 "+strconv.Itoa(primary.Port))
+	(&SentinelGroup{}).waitLinked(t, primary, 1)
+	return primary, replica
+}

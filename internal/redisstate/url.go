@@ -1,0 +1,216 @@
+package redisstate
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Short timeouts: a key check that cannot reach Redis fails closed (503)
+// quickly, and the pool reconnects by itself once Redis is back.
+const (
+	dialTimeout = time.Second
+	ioTimeout   = 500 * time.Millisecond
+)
+
+// Kind is the shape of the Redis deployment a URL names.
+type Kind int
+
+const (
+	Standalone Kind = iota // redis:// or rediss://: one server (or a proxy in front of a primary)
+	Sentinel               // redis+sentinel://: a primary found and followed through Sentinel
+	Cluster                // redis+cluster://: Redis Cluster
+)
+
+func (k Kind) String() string {
+	return [...]string{"standalone", "sentinel", "cluster"}[k]
+}
+
+// urlForms is the help every URL error ends with.
+const urlForms = "want redis://[user:password@]host:port/db, rediss://…, " +
+	"redis+sentinel://[:password@]host:port[,host:port…]/MASTER[/db] or " +
+	"redis+cluster://[:password@]host:port[,host:port…]"
+
+// badURL is a URL error that names the part at fault, never the password.
+func badURL(format string, args ...any) error {
+	return fmt.Errorf("--redis: "+format+" ("+urlForms+")", args...)
+}
+
+// settings is what every kind of client shares.
+type settings struct {
+	username, password string
+	sentinelPassword   string
+	tls                bool
+	dial, read, write  time.Duration
+}
+
+// parse reads a --redis URL into the client it names. The client is not
+// connected yet.
+func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, Kind, error) {
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil, 0, badURL("no scheme in the URL")
+	}
+	switch strings.ToLower(scheme) {
+	case "redis", "rediss":
+		opt, err := redis.ParseURL(raw)
+		if err != nil {
+			// go-redis's own message may quote the URL: name the fault only.
+			return nil, 0, badURL("%s", describeParseError(err))
+		}
+		applyDefaults(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
+		opt.PoolTimeout, opt.MaxRetries = time.Second, 1
+		opt.DialerRetries, opt.DialerRetryTimeout = 2, 20*time.Millisecond
+		opt.OnConnect = onConnect
+		return redis.NewClient(opt), Standalone, nil
+	case "redis+sentinel", "rediss+sentinel":
+		st, hosts, path, err := split(raw)
+		if err != nil {
+			return nil, 0, err
+		}
+		st.tls = strings.HasPrefix(strings.ToLower(scheme), "rediss")
+		parts := strings.Split(strings.Trim(path, "/"), "/")
+		if parts[0] == "" {
+			return nil, 0, badURL("redis+sentinel needs the primary's name as the path (/MASTER)")
+		}
+		if len(parts) > 2 {
+			return nil, 0, badURL("redis+sentinel's path is /MASTER or /MASTER/db, not %q", path)
+		}
+		db := 0
+		if len(parts) == 2 {
+			if db, err = strconv.Atoi(parts[1]); err != nil || db < 0 {
+				return nil, 0, badURL("the database %q is not a number", parts[1])
+			}
+		}
+		opt := &redis.FailoverOptions{
+			MasterName: parts[0], SentinelAddrs: hosts, DB: db,
+			Username: st.username, Password: st.password, SentinelPassword: st.sentinelPassword,
+			DialTimeout: st.dial, ReadTimeout: st.read, WriteTimeout: st.write,
+			PoolTimeout: time.Second, MaxRetries: 1,
+			DialerRetries: 2, DialerRetryTimeout: 20 * time.Millisecond,
+			OnConnect: onConnect,
+		}
+		if st.tls {
+			opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		return redis.NewFailoverClient(opt), Sentinel, nil
+	case "redis+cluster", "rediss+cluster":
+		st, hosts, path, err := split(raw)
+		if err != nil {
+			return nil, 0, err
+		}
+		st.tls = strings.HasPrefix(strings.ToLower(scheme), "rediss")
+		if p := strings.Trim(path, "/"); p != "" && p != "0" {
+			return nil, 0, badURL("Redis Cluster has only database 0; remove the path %q", path)
+		}
+		opt := &redis.ClusterOptions{
+			Addrs: hosts, Username: st.username, Password: st.password,
+			DialTimeout: st.dial, ReadTimeout: st.read, WriteTimeout: st.write,
+			PoolTimeout: time.Second, MaxRetries: 1, MaxRedirects: 3,
+			DialerRetries: 2, DialerRetryTimeout: 20 * time.Millisecond,
+			OnConnect: onConnect,
+		}
+		if st.tls {
+			opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		return redis.NewClusterClient(opt), Cluster, nil
+	}
+	return nil, 0, badURL("unknown scheme %q", scheme)
+}
+
+func applyDefaults(dial, read, write *time.Duration) {
+	if *dial == 0 {
+		*dial = dialTimeout
+	}
+	if *read == 0 {
+		*read = ioTimeout
+	}
+	if *write == 0 {
+		*write = ioTimeout
+	}
+}
+
+// split reads the user part, the comma-separated host:port list, the path
+// and the query of a redis+sentinel:// or redis+cluster:// URL (url.Parse
+// refuses a list of hosts).
+func split(raw string) (settings, []string, string, error) {
+	var st settings
+	_, rest, _ := strings.Cut(raw, "://")
+	rest, query, _ := strings.Cut(rest, "?")
+	authority, path, _ := strings.Cut(rest, "/")
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		user, pass, hasPass := strings.Cut(authority[:at], ":")
+		var err error
+		if st.username, err = url.PathUnescape(user); err != nil {
+			return st, nil, "", badURL("the user name is not valid URL escaping")
+		}
+		if hasPass {
+			if st.password, err = url.PathUnescape(pass); err != nil {
+				return st, nil, "", badURL("the password is not valid URL escaping")
+			}
+		}
+		authority = authority[at+1:]
+	}
+	if authority == "" {
+		return st, nil, "", badURL("no host:port in the URL")
+	}
+	var hosts []string
+	for _, h := range strings.Split(authority, ",") {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil || host == "" {
+			return st, nil, "", badURL("%q is not host:port", h)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			return st, nil, "", badURL("the port of %q is not a port number", h)
+		}
+		hosts = append(hosts, h)
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return st, nil, "", badURL("the query is not valid URL escaping")
+	}
+	for name, vals := range q {
+		v := vals[len(vals)-1]
+		var d *time.Duration
+		switch name {
+		case "dial_timeout":
+			d = &st.dial
+		case "read_timeout":
+			d = &st.read
+		case "write_timeout":
+			d = &st.write
+		case "sentinel_password":
+			st.sentinelPassword = v
+			continue
+		default:
+			return st, nil, "", badURL("unknown parameter %q (dial_timeout, read_timeout, write_timeout, sentinel_password)", name)
+		}
+		if *d, err = time.ParseDuration(v); err != nil || *d <= 0 {
+			return st, nil, "", badURL("%s=%q is not a duration such as 1s", name, v)
+		}
+	}
+	applyDefaults(&st.dial, &st.read, &st.write)
+	return st, hosts, path, nil
+}
+
+// describeParseError turns go-redis's URL errors into a message without the
+// URL (which holds the password).
+func describeParseError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return "the URL does not parse: " + ue.Err.Error()
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "redis"); i >= 0 && strings.Contains(msg, "://") {
+		return "the URL is not valid"
+	}
+	return strings.TrimPrefix(msg, "redis: ")
+}
