@@ -81,16 +81,9 @@ func (s *State) Close() error { return s.rdb.Close() }
 // Client is the underlying client (for tests and benchmarks).
 func (s *State) Client() redis.UniversalClient { return s.rdb }
 
-// Ping reports whether key checks can be answered (readiness): see Ready.
-func (s *State) Ping(ctx context.Context) error { return s.Ready(ctx) }
-
-// Ready reports whether Redis accepts the writes btk needs (readiness): it
-// writes a short-lived key under the prefix. A Redis that answers but does
-// not write (a replica, an old primary back as one: READONLY; out of memory
-// under noeviction: OOM) would answer PING while every key check fails.
-func (s *State) Ready(ctx context.Context) error {
-	return s.rdb.Set(ctx, s.prefix+"ready", s.epoch, 10*time.Second).Err()
-}
+// Ping reports whether Redis answers (a replica does too: readiness is
+// Ready).
+func (s *State) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 
 func random() string {
 	b := make([]byte, 16)
