@@ -33,7 +33,7 @@ Rate limits left out inherit the workspace defaults; a key without an expiry
 never expires.`,
 		Example: `  btk create payments-backend
   btk create nightly-export --rate-per-minute 60 --expires-in 90d --scope export:read
-  btk create ci-deploy -o plain | vault kv put secret/ci/btk key=-
+  key=$(btk create ci-deploy -o plain) && printf '%s' "$key" | vault kv put secret/ci/btk key=-
   btk create billing -o json | jq -r .plaintextKey`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -16,6 +16,7 @@ type rotateOptions struct {
 	expiresAt     string
 	noExpiry      bool
 	passwordStdin bool
+	overlap       bool
 }
 
 func newRotateCmd(f *factory) *cobra.Command {
@@ -31,20 +32,33 @@ alone, for piping into a secrets manager.
 Rotation needs a fresh proof of your password (an elevation). On a terminal
 btk asks for the password; elsewhere pass it with --password-stdin, or pass an
 elevation token from 'btk elevate' with --elevation-token or BTK_ELEVATION.
-Without a terminal and without these, rotate fails at once (exit 2).`,
+Without a terminal and without these, rotate fails at once (exit 2).
+
+--overlap is rotation without downtime: it issues the successor and revokes
+nothing. The new key gets the old one's rate limits, scopes and expiry (unless
+overridden) and a name of its own, chosen for you: NAME-2, or the next free
+NAME-3, NAME-4, … (--name chooses another). Deploy the new key, then revoke
+the old one with 'btk revoke'. Like 'btk create', it needs no elevation.`,
 		Example: `  # Interactive: asks for your password
   btk rotate payments-backend
 
-  # From a CI job, straight into a secrets manager
-  printf '%s' "$BTK_PASSWORD" | btk rotate payments-backend --password-stdin -o plain \
-    | vault kv put secret/payments btk_key=-
+  # From a CI job (set -euo pipefail): store the key only once rotate succeeded
+  new_key=$(printf '%s' "$BTK_PASSWORD" | btk rotate payments-backend --password-stdin -o plain)
+  printf '%s' "$new_key" | vault kv put secret/payments btk_key=-
 
   # New name and expiry for the new key
-  btk rotate 6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21 --name payments-2027 --expires-in 365d`,
+  btk rotate 6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21 --name payments-2027 --expires-in 365d
+
+  # Without downtime: a successor beside the old key, then revoke the old one
+  btk rotate payments-backend --overlap      # creates payments-backend-2
+  btk revoke payments-backend --yes          # once nothing uses it`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: positional(f.completeKeys),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.key = args[0]
+			if opts.overlap {
+				return runRotateOverlap(cmd, opts)
+			}
 			return runRotate(cmd, opts)
 		},
 	}
@@ -55,6 +69,7 @@ Without a terminal and without these, rotate fails at once (exit 2).`,
 	fl.BoolVar(&opts.noExpiry, "no-expiry", false, "the new key never expires")
 	fl.BoolVar(&opts.passwordStdin, "password-stdin", false, "read your password from standard input, for the elevation")
 	fl.String("elevation-token", "", "elevation `token` from 'btk elevate' (env BTK_ELEVATION)")
+	fl.BoolVar(&opts.overlap, "overlap", false, "issue a successor beside the key and revoke nothing (rotation without downtime)")
 	bind(f.v, keyElevation, fl.Lookup("elevation-token")) // and BTK_ELEVATION
 	return cmd
 }
