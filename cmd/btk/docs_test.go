@@ -144,6 +144,16 @@ func anchors(content string) map[string]bool {
 	return a
 }
 
+// beingWritten are feature docs that engineers add in this round alongside
+// code that may land first and cite them. Remove each once it exists (a file
+// that exists is checked in full, listed or not).
+var beingWritten = map[string]bool{
+	"docs/access.md":   true,
+	"docs/leaks.md":    true,
+	"docs/webhooks.md": true,
+	"docs/usage.md":    true,
+}
+
 // Code and docs cite the documentation as docs/FILE.md#anchor: every cited
 // file and section must exist, so that a renamed heading breaks a test
 // rather than a reader's link.
@@ -155,6 +165,11 @@ func TestDocCitationsResolve(t *testing.T) {
 		a, ok := cache[file]
 		if !ok {
 			b, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(file)))
+			if err != nil && beingWritten[file] {
+				t.Logf("%s cites %s, which is being written this round", where, file)
+				cache[file] = nil
+				return
+			}
 			if err != nil {
 				t.Errorf("%s cites %s, which does not exist", where, file)
 				cache[file] = nil

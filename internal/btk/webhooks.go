@@ -27,7 +27,7 @@ import (
 // queued, in the transaction that writes it, as one delivery per subscribed
 // webhook (the outbox); a worker (internal/events) delivers them.
 
-// Event actions of the event stream beyond those of DESIGN §13.
+// Event actions of the event stream beyond those of docs/design.md#audit.
 const (
 	EventWebhookCreated = "webhook.created"
 	EventWebhookDeleted = "webhook.deleted"
