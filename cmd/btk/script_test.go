@@ -90,9 +90,12 @@ func cmdServe(ts *testscript.TestScript, neg bool, args []string) {
 		"BTK_BOOTSTRAP_PASSWORD=" + ts.Getenv("ADMIN_PASSWORD"),
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = ts.Getenv("WORK") // relative paths of a config file are in $WORK
 	ts.Check(cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logFile.Close() }()
+	// exited is closed when the process has ended, with its error in waitErr.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); logFile.Close(); close(exited) }()
 	ts.Defer(func() {
 		cmd.Process.Signal(os.Interrupt)
 		select {
@@ -114,9 +117,9 @@ func cmdServe(ts *testscript.TestScript, neg bool, args []string) {
 			}
 		}
 		select {
-		case err := <-exited:
+		case <-exited:
 			b, _ := os.ReadFile(ts.MkAbs("serve.log"))
-			ts.Fatalf("btk serve exited: %v\n%s", err, b)
+			ts.Fatalf("btk serve exited: %v\n%s", waitErr, b)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {

@@ -41,6 +41,10 @@ the flag names without dashes in front (rate-per-minute: 1000), and these
 settings that are never flags:
   secret              BTK_SECRET: signs session tokens, at least 32 bytes
                       (default: a secret generated in the database)
+  session-keys        BTK_SESSION_KEYS: session signing keys that can be
+                      rotated, ID=SECRET[,ID=SECRET...]; the first signs, the
+                      others verify (docs/security.md); replaces secret
+  session-keys-file   BTK_SESSION_KEYS_FILE: the same, one ID=SECRET a line
   bootstrap-email     BTK_BOOTSTRAP_EMAIL: the first platform admin
   bootstrap-password  BTK_BOOTSTRAP_PASSWORD: its password
   gc-percent          BTK_GC_PERCENT: the Go garbage collector's target, as
@@ -109,7 +113,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer db.Close()
-	svcCfg := btk.Config{DefaultPerMinute: cfg.RatePerMinute, DefaultPerDay: cfg.RatePerDay, Observer: ops.observer()}
+	svcCfg := btk.Config{DefaultPerMinute: cfg.RatePerMinute, DefaultPerDay: cfg.RatePerDay, Observer: ops.observer(), SessionKeys: cfg.sessionKeys}
 	if cfg.Redis != "" {
 		closeShared, err := openShared(ctx, cfg, &svcCfg, log)
 		if err != nil {

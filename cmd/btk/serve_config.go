@@ -45,6 +45,12 @@ type serveConfig struct {
 	LeakReportKeys string
 	Redis          string
 	RedisPrefix    string
+	// SessionKeys and SessionKeysFile list the session signing keys, one
+	// ID=SECRET each, the first signing (docs/security.md); sessionKeys is
+	// what Validate made of them.
+	SessionKeys     string
+	SessionKeysFile string
+	sessionKeys     []btk.SigningKey
 	// GCPercent is the Go garbage collector's target (as GOGC); 0 leaves
 	// Go's default, or the GOGC variable, alone.
 	GCPercent int
@@ -97,6 +103,8 @@ func (c *serveConfig) settings() []serveSetting {
 		{"trusted-proxies", "comma-separated CIDR ranges whose X-Forwarded-For is believed", true, &c.TrustedProxies},
 		{"leak-report-keys", "PEM file of the ECDSA P-256 public keys whose signed leak reports POST /v1/leaks accepts (GitHub's secret scanning keys)", true, &c.LeakReportKeys},
 		{"gc-percent", "", false, &c.GCPercent}, // as GOGC; 0 leaves Go's default
+		{"session-keys", "", false, &c.SessionKeys},
+		{"session-keys-file", "", false, &c.SessionKeysFile},
 	}
 }
 
@@ -203,7 +211,8 @@ func loadServeConfig(cmd *cobra.Command, getenv func(string) string) (serveConfi
 			}
 		}
 	}
-	return cfg, cfg.Validate()
+	err = cfg.Validate()
+	return cfg, err
 }
 
 // serveConfigPath is the file `btk serve` reads: --config or BTK_CONFIG
@@ -335,6 +344,29 @@ func (c *serveConfig) Validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return usageErrorf("--tls-cert and --tls-key go together")
+	}
+	switch {
+	case c.SessionKeys != "" && c.SessionKeysFile != "":
+		return usageErrorf("session-keys (BTK_SESSION_KEYS) and session-keys-file (BTK_SESSION_KEYS_FILE): give one, not both")
+	case c.SessionKeys != "":
+		keys, err := btk.ParseSessionKeys(c.SessionKeys)
+		if err != nil {
+			return usageErrorf("session-keys (BTK_SESSION_KEYS): %v", err)
+		}
+		c.sessionKeys = keys
+	case c.SessionKeysFile != "":
+		b, err := os.ReadFile(c.SessionKeysFile)
+		if err != nil {
+			return usageErrorf("session-keys-file (BTK_SESSION_KEYS_FILE): %v", err)
+		}
+		keys, err := btk.ParseSessionKeys(string(b))
+		if err != nil {
+			return usageErrorf("session-keys-file %s: %v", c.SessionKeysFile, err)
+		}
+		if len(keys) == 0 {
+			return usageErrorf("session-keys-file %s: no key in it", c.SessionKeysFile)
+		}
+		c.sessionKeys = keys
 	}
 	if c.GCPercent < -1 {
 		return usageErrorf("gc-percent (BTK_GC_PERCENT): want -1 (off), 0 (Go's default) or a positive percentage, got %d", c.GCPercent)

@@ -32,6 +32,11 @@ type Config struct {
 	WebhookAllowPrivate bool
 	// Resolver resolves webhook hosts at creation; nil means net.DefaultResolver.
 	Resolver Resolver
+	// SessionKeys, when given, sign and verify session tokens by key id
+	// (Keyring); the first signs. The single secret of before then only
+	// verifies tokens without a key id, for one session lifetime after the
+	// first start with keys (docs/security.md).
+	SessionKeys []SigningKey
 }
 
 // Server defaults (docs/design.md#rate-limits).
@@ -88,18 +93,27 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	if cfg.Observer == nil {
 		cfg.Observer = NopObserver{}
 	}
-	if len(secret) == 0 {
+	var ring Keyring
+	if len(cfg.SessionKeys) > 0 {
 		var err error
-		if secret, err = storedSecret(ctx, store); err != nil {
+		if ring, err = sessionKeyring(ctx, store, secret, cfg.SessionKeys, cfg.Now()); err != nil {
 			return nil, err
 		}
-	}
-	if len(secret) < 32 {
-		return nil, errors.New("the server secret must be at least 32 bytes")
+	} else {
+		if len(secret) == 0 {
+			var err error
+			if secret, err = storedSecret(ctx, store); err != nil {
+				return nil, err
+			}
+		}
+		if len(secret) < MinSecretLen {
+			return nil, errors.New("the server secret must be at least 32 bytes")
+		}
+		ring.Legacy = secret
 	}
 	svc := &Service{
 		store:     store,
-		tokens:    NewTokens(secret, cfg.Now),
+		tokens:    NewKeyringTokens(ring, cfg.Now),
 		now:       cfg.Now,
 		cfg:       cfg,
 		cache:     newKeyCache(cfg.KeyCacheSize),
@@ -111,6 +125,59 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 		svc.passwords.limiter = cfg.Throttle
 	}
 	return svc, nil
+}
+
+// keyringSinceSetting is when the server first started with session keys:
+// the single secret of before verifies its tokens (no kid) for one session
+// lifetime after it, and never again.
+const keyringSinceSetting = "session_keyring_since"
+
+// sessionKeyring builds the ring of keys: the configured ones, and the
+// secret of before (explicit, or the one in the database if there is one)
+// for tokens without a kid until a session lifetime after the first start
+// with keys.
+func sessionKeyring(ctx context.Context, store Store, secret []byte, keys []SigningKey, now time.Time) (Keyring, error) {
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if !keyIDPattern.MatchString(k.ID) || seen[k.ID] || len(k.Secret) < MinSecretLen {
+			return Keyring{}, fmt.Errorf("session key %q: want a unique id of 1-64 letters, digits, '.', '_' or '-' and a secret of at least %d bytes", k.ID, MinSecretLen)
+		}
+		seen[k.ID] = true
+	}
+	ring := Keyring{Keys: keys, Legacy: secret}
+	err := store.Write(ctx, func(tx Tx) error {
+		if len(ring.Legacy) == 0 {
+			s, err := tx.Setting(ctx, secretSetting)
+			switch {
+			case errors.Is(err, ErrNotFound):
+			case err != nil:
+				return err
+			default:
+				ring.Legacy = []byte(s)
+			}
+		}
+		since, err := tx.Setting(ctx, keyringSinceSetting)
+		if errors.Is(err, ErrNotFound) {
+			since = now.UTC().Format(time.RFC3339Nano)
+			err = tx.SetSetting(ctx, keyringSinceSetting, since)
+		}
+		if err != nil {
+			return err
+		}
+		t, err := time.Parse(time.RFC3339Nano, since)
+		if err != nil {
+			return fmt.Errorf("stored %s: %w", keyringSinceSetting, err)
+		}
+		ring.LegacyUntil = t.Add(SessionTTL)
+		return nil
+	})
+	if err != nil {
+		return Keyring{}, fmt.Errorf("session keys: %w", err)
+	}
+	if len(ring.Legacy) == 0 {
+		ring.LegacyUntil = time.Time{}
+	}
+	return ring, nil
 }
 
 // storedSecret returns the signing secret kept in the database, making one on

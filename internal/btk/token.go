@@ -1,6 +1,7 @@
 package btk
 
 import (
+	"errors"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -19,16 +20,22 @@ const (
 	elevationAudience = "btk-elevation"
 )
 
-// Tokens signs and checks session and elevation JWTs (HS256). The two kinds
-// carry different audiences, so neither can ever pass as the other.
+// Tokens signs and checks session and elevation JWTs (HS256) with the keys
+// of a Keyring. The two kinds carry different audiences, so neither can
+// ever pass as the other.
 type Tokens struct {
-	secret []byte
-	now    func() time.Time
+	ring Keyring
+	now  func() time.Time
 }
 
-// NewTokens returns a signer with the server secret.
+// NewTokens returns a signer with the single server secret (no key id).
 func NewTokens(secret []byte, now func() time.Time) *Tokens {
-	return &Tokens{secret: secret, now: now}
+	return &Tokens{ring: Keyring{Legacy: secret}, now: now}
+}
+
+// NewKeyringTokens returns a signer with the keys of ring.
+func NewKeyringTokens(ring Keyring, now func() time.Time) *Tokens {
+	return &Tokens{ring: ring, now: now}
 }
 
 type sessionClaims struct {
@@ -47,7 +54,12 @@ type SessionClaims struct {
 }
 
 func (t *Tokens) sign(claims jwt.Claims) string {
-	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(t.secret)
+	kid, secret := t.ring.signer()
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
+	if kid != "" {
+		tok.Header["kid"] = kid
+	}
+	s, err := tok.SignedString(secret)
 	if err != nil { // only for a key of the wrong type, which ours never is
 		panic(err)
 	}
@@ -81,7 +93,7 @@ func (t *Tokens) ElevationToken(accountID, sessionID string) (string, time.Time)
 }
 
 func (t *Tokens) parse(token, audience string, claims jwt.Claims) error {
-	_, err := jwt.ParseWithClaims(token, claims, func(*jwt.Token) (any, error) { return t.secret, nil },
+	_, err := jwt.ParseWithClaims(token, claims, t.key,
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithAudience(audience),
 		jwt.WithIssuer(tokenIssuer),
@@ -90,6 +102,20 @@ func (t *Tokens) parse(token, audience string, claims jwt.Claims) error {
 		jwt.WithTimeFunc(t.now),
 	)
 	return err
+}
+
+// key is the secret that verifies tok: the ring's key its kid names, or
+// the legacy secret for a token without one.
+func (t *Tokens) key(tok *jwt.Token) (any, error) {
+	kid := ""
+	if v, ok := tok.Header["kid"]; ok {
+		s, ok := v.(string)
+		if !ok || s == "" {
+			return nil, errors.New("malformed key id")
+		}
+		kid = s
+	}
+	return t.ring.verifier(kid, t.now())
 }
 
 // ErrInvalidSession is the request-level failure for a bad bearer token.
