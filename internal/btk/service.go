@@ -93,27 +93,30 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	if cfg.Observer == nil {
 		cfg.Observer = NopObserver{}
 	}
-	var ring Keyring
+	ring := Keyring{Legacy: secret}
 	if len(cfg.SessionKeys) > 0 {
+		// Before storedSecret makes one: only a secret that existed can
+		// have signed sessions.
 		var err error
 		if ring, err = sessionKeyring(ctx, store, secret, cfg.SessionKeys, cfg.Now()); err != nil {
 			return nil, err
 		}
-	} else {
-		if len(secret) == 0 {
-			var err error
-			if secret, err = storedSecret(ctx, store); err != nil {
-				return nil, err
-			}
+	}
+	if len(secret) == 0 {
+		var err error
+		if secret, err = storedSecret(ctx, store); err != nil {
+			return nil, err
 		}
-		if len(secret) < MinSecretLen {
-			return nil, errors.New("the server secret must be at least 32 bytes")
+		if len(cfg.SessionKeys) == 0 {
+			ring.Legacy = secret
 		}
-		ring.Legacy = secret
+	}
+	if len(secret) < MinSecretLen {
+		return nil, errors.New("the server secret must be at least 32 bytes")
 	}
 	svc := &Service{
 		store:     store,
-		tokens:    NewKeyringTokens(ring, cfg.Now),
+		tokens:    NewKeyringTokens(ring, secret, cfg.Now),
 		now:       cfg.Now,
 		cfg:       cfg,
 		cache:     newKeyCache(cfg.KeyCacheSize),

@@ -25,17 +25,21 @@ const (
 // ever pass as the other.
 type Tokens struct {
 	ring Keyring
-	now  func() time.Time
+	// secret is the server secret, which does not change when session keys
+	// rotate: device tokens and the webhook sealing key derive from it.
+	secret []byte
+	now    func() time.Time
 }
 
 // NewTokens returns a signer with the single server secret (no key id).
 func NewTokens(secret []byte, now func() time.Time) *Tokens {
-	return &Tokens{ring: Keyring{Legacy: secret}, now: now}
+	return &Tokens{ring: Keyring{Legacy: secret}, secret: secret, now: now}
 }
 
-// NewKeyringTokens returns a signer with the keys of ring.
-func NewKeyringTokens(ring Keyring, now func() time.Time) *Tokens {
-	return &Tokens{ring: ring, now: now}
+// NewKeyringTokens returns a signer of sessions with the keys of ring, and
+// of device tokens with the server secret.
+func NewKeyringTokens(ring Keyring, secret []byte, now func() time.Time) *Tokens {
+	return &Tokens{ring: ring, secret: secret, now: now}
 }
 
 type sessionClaims struct {
