@@ -11,7 +11,7 @@ func newAccountCmd(f *factory) *cobra.Command {
 		Use:   "account",
 		Short: "Manage accounts (platform admin)",
 	}
-	cmd.AddCommand(newAccountCreateCmd(f), newAccountListCmd(f), newAccountDisableCmd(f), newAccountEnableCmd(f))
+	cmd.AddCommand(newAccountCreateCmd(f), newAccountListCmd(f), newAccountDisableCmd(f), newAccountEnableCmd(f), newAccountResetPasswordCmd(f))
 	return group(cmd)
 }
 

@@ -127,3 +127,36 @@ func (s *Service) accountEvent(ctx context.Context, tx Tx, a *Actor, action stri
 	return s.recordEvent(ctx, tx, a, "", action, targetAccount, target.ID,
 		requestMeta(a, map[string]any{"email": target.Email}))
 }
+
+// ResetPassword is the operator's recovery (btk account reset-password, run
+// on the server host against the database): it sets the account's
+// password, ends all its sessions, and records account.password_changed
+// attributed to "system". It needs no actor: who may run it is who may
+// write the database.
+func (s *Service) ResetPassword(ctx context.Context, email, password string) (*Account, error) {
+	if err := checkPassword(password); err != nil {
+		return nil, err
+	}
+	email = strings.TrimSpace(email)
+	var acct *Account
+	if err := s.store.Read(ctx, func(tx Tx) (err error) {
+		acct, err = tx.AccountByEmail(ctx, email)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	hash := HashPassword(password) // outside the transaction: argon2id is slow
+	err := s.store.Write(ctx, func(tx Tx) error {
+		if err := tx.SetAccountPassword(ctx, acct.ID, hash); err != nil {
+			return err
+		}
+		if err := tx.RevokeAccountSessions(ctx, acct.ID, "", s.now()); err != nil {
+			return err
+		}
+		return s.accountEvent(ctx, tx, &Actor{Email: "system"}, EventAccountPasswordChanged, acct)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return acct, nil
+}

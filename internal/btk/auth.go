@@ -24,6 +24,14 @@ var (
 // when the request is refused for its limit (ErrRateLimited), for the
 // response headers. It reads the database only on a cache miss.
 func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor, ratelimit.Decision, error) {
+	return s.AuthenticateKeyFrom(ctx, plaintext, nil)
+}
+
+// AuthenticateKeyFrom is AuthenticateKey for a request whose client address
+// addr returns (called only on a cache miss; nil: the context's, see
+// WithClientIP): an address that presents too many unknown keys is refused
+// without a database lookup (docs/security.md).
+func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, addr func() string) (*Actor, ratelimit.Decision, error) {
 	var none ratelimit.Decision
 	if !WellFormedKey(plaintext) { // also refuses bpk_ keys
 		return nil, none, ErrInvalidKey
@@ -35,8 +43,22 @@ func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor
 	s.cfg.Observer.KeyCacheLookup(k != nil && w != nil)
 	for attempt := 0; ; attempt++ {
 		if k == nil || w == nil {
+			var ip string
+			if k == nil { // a key this node does not know
+				if addr != nil {
+					ip = addr()
+				} else {
+					ip = clientIPFrom(ctx)
+				}
+				if err := s.unknown.before(hash, ip, s.now()); err != nil {
+					return nil, none, err
+				}
+			}
 			var err error
 			if k, w, err = s.loadKey(ctx, hash, k); err != nil {
+				if err == ErrInvalidKey {
+					s.unknown.unknown(hash, ip, s.now())
+				}
 				return nil, none, err
 			}
 			s.cache.fill(gen, hash, k, w, rev)

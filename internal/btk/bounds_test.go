@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -107,5 +108,74 @@ func TestThrottleEvictionFavoursOwner(t *testing.T) {
 	}
 	if refused != 10-deviceAttempts.PerMinute {
 		t.Fatalf("a device token's budget refused %d of 10", refused)
+	}
+}
+
+// lookupStore counts the database lookups of keys, none of which exist.
+type lookupStore struct {
+	Store
+	lookups atomic.Int64
+}
+
+func (s *lookupStore) Read(ctx context.Context, fn func(Tx) error) error { return fn(lookupTx{s: s}) }
+
+type lookupTx struct {
+	Tx
+	s *lookupStore
+}
+
+func (lookupTx) Setting(context.Context, string) (string, error) { return "", ErrNotFound }
+func (t lookupTx) APIKeyByHash(context.Context, []byte) (*APIKey, error) {
+	t.s.lookups.Add(1)
+	return nil, ErrNotFound
+}
+
+// Issue 15, row 9: a flood of unknown keys reached the database one lookup
+// each. The same unknown key again is answered from the negative cache; an
+// address that presents many distinct unknown keys is refused without a
+// lookup once its budget is spent; another address is not.
+func TestUnknownKeysKeptOffTheDatabase(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	st := &lookupStore{}
+	svc, err := NewService(ctx, st, []byte(strings.Repeat("s", 32)), Config{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(i int) string {
+		k := fmt.Sprintf("btk_0123abcd_%042d0", i)
+		if !WellFormedKey(k) {
+			t.Fatalf("%q is not well formed", k)
+		}
+		return k
+	}
+	from := func(ip string) func() string { return func() string { return ip } }
+	for range 1000 {
+		if _, _, err := svc.AuthenticateKeyFrom(ctx, key(0), from("192.0.2.1")); err != ErrInvalidKey {
+			t.Fatalf("unknown key: %v", err)
+		}
+	}
+	if n := st.lookups.Load(); n != 1 {
+		t.Fatalf("the same unknown key 1,000 times: %d lookups, want 1", n)
+	}
+	refused := 0
+	for i := range 1000 {
+		if _, _, err := svc.AuthenticateKeyFrom(ctx, key(i+1), from("192.0.2.1")); err == ErrTooManyUnknownKeys {
+			refused++
+		}
+	}
+	if n := st.lookups.Load(); n > 1+int64(unknownKeyLookups.PerMinute) {
+		t.Fatalf("1,000 distinct unknown keys from one address: %d lookups", n)
+	}
+	if refused < 1000-unknownKeyLookups.PerMinute {
+		t.Fatalf("only %d of 1,000 refused", refused)
+	}
+	if _, _, err := svc.AuthenticateKeyFrom(ctx, key(5000), from("192.0.2.2")); err != ErrInvalidKey {
+		t.Fatalf("another address: %v, want a lookup and ErrInvalidKey", err)
+	}
+	// A minute later the address may look up again.
+	now = now.Add(time.Minute)
+	if _, _, err := svc.AuthenticateKeyFrom(ctx, key(6000), from("192.0.2.1")); err != ErrInvalidKey {
+		t.Fatalf("a minute later: %v", err)
 	}
 }

@@ -64,6 +64,8 @@ type Service struct {
 	usage usageBook
 	// canaries counts canary key uses between their records.
 	canaries canaryBook
+	// unknown keeps floods of unknown keys off the database.
+	unknown *unknownKeys
 }
 
 const secretSetting = "jwt_secret"
@@ -123,6 +125,7 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 		gate:      cfg.KeyGate,
 		clustered: clustered,
 		passwords: newPasswordGate(),
+		unknown:   newUnknownKeys(),
 	}
 	if cfg.Throttle != nil { // the instances share the password budgets
 		svc.passwords.limiter = cfg.Throttle

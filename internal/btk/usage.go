@@ -47,6 +47,7 @@ func (s *Service) flushUsage(ctx context.Context, all bool) error {
 	states := s.gate.Dirty()
 	s.gate.Sweep(nowT)
 	s.passwords.sweep(nowT)
+	s.unknown.sweep(nowT)
 
 	u := &s.usage
 	u.mu.Lock()

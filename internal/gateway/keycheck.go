@@ -75,7 +75,7 @@ func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *bt
 	if key == "" {
 		return None, nil
 	}
-	a, d, err := h.svc.AuthenticateKey(r.Context(), key)
+	a, d, err := h.svc.AuthenticateKeyFrom(r.Context(), key, func() string { return h.ClientIP(r) })
 	h.svc.Observer().KeyChecked(btk.KeyCheckResultOf(err))
 	if d.Limit > 0 {
 		setRateLimitHeaders(w.Header(), d)

@@ -25,6 +25,16 @@ func Open(ctx context.Context, db string, shared bool) (btk.Store, error) {
 	return sqlite.Open(ctx, db)
 }
 
+// OpenBeside opens db for a maintenance command that may run beside btk
+// serve (btk account reset-password): a SQLite file through
+// sqlite.OpenBeside, a PostgreSQL database as one more instance sharing it.
+func OpenBeside(ctx context.Context, db string) (btk.Store, error) {
+	if postgres.IsURL(db) {
+		return postgres.Open(ctx, db, postgres.Options{Shared: true})
+	}
+	return sqlite.OpenBeside(ctx, db)
+}
+
 // CheckDB says whether db names a database Open can open: a postgres:// or
 // postgresql:// URL, or a SQLite file path. Another URL scheme (mysql://,
 // sqlite://) is refused with the list of those supported, rather than

@@ -62,6 +62,23 @@ var pragmas = []string{
 // Open opens (creating if missing) the database file at path and applies any
 // pending migration.
 func Open(ctx context.Context, path string) (*DB, error) {
+	return open(ctx, path, false)
+}
+
+// OpenBeside opens an existing database for a short maintenance write
+// (btk account reset-password) also while a btk serve holds it: then
+// without its lock and without migrating (the schema must be this binary's
+// own). SQLite serialises the writers; what such a write changes (a
+// password, sessions) is read from the database on every request, never
+// from the server's caches. Without a server it is Open.
+func OpenBeside(ctx context.Context, path string) (*DB, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	return open(ctx, path, true)
+}
+
+func open(ctx context.Context, path string, beside bool) (*DB, error) {
 	// The file holds password hashes and the server secret: create it private.
 	// SQLite gives the -wal and -shm files the same mode.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -70,22 +87,34 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	}
 	f.Close()
 	lock, err := lockFile(path)
-	if err != nil {
+	held := err == nil
+	if err != nil && !beside {
 		return nil, err
+	}
+	closeLock := func() {
+		if held {
+			lock.Close()
+		}
 	}
 	w, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
-		lock.Close()
+		closeLock()
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	db := &DB{w: w, lock: lock}
-	if err := migrate(ctx, w); err != nil {
+	db := &DB{w: w}
+	if held {
+		db.lock = lock
+		err = migrate(ctx, w)
+	} else {
+		err = schemaCurrent(ctx, w)
+	}
+	if err != nil {
 		w.Close()
-		lock.Close()
+		closeLock()
 		return nil, err
 	}
 
@@ -93,7 +122,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	r, err := sql.Open("sqlite", dsn(path, true))
 	if err != nil {
 		w.Close()
-		lock.Close()
+		closeLock()
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	r.SetMaxOpenConns(n)
@@ -184,6 +213,25 @@ func migrate(ctx context.Context, w *sql.DB) error {
 	}
 	if int(newest.Int64) > latest {
 		return fmt.Errorf("store: database schema version %d is newer than this binary (%d)", newest.Int64, latest)
+	}
+	return nil
+}
+
+// schemaCurrent checks that the database's schema is the newest this binary
+// knows, for a process that must not migrate (OpenBeside).
+func schemaCurrent(ctx context.Context, w *sql.DB) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil || len(names) == 0 {
+		return fmt.Errorf("store: no migrations: %v", err)
+	}
+	sort.Strings(names)
+	latest, _ := strconv.Atoi(strings.SplitN(strings.TrimPrefix(names[len(names)-1], "migrations/"), "_", 2)[0])
+	var newest sql.NullInt64
+	if err := w.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&newest); err != nil {
+		return fmt.Errorf("store: schema version: %w", err)
+	}
+	if int(newest.Int64) != latest {
+		return fmt.Errorf("store: the database's schema is version %d, this binary's %d: run the btk version the server runs", newest.Int64, latest)
 	}
 	return nil
 }
