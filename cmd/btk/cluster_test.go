@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/btk-project/btk/internal/redisstate/redistest"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -187,7 +188,80 @@ func TestCluster(t *testing.T) {
 	db := pgtest.URL(t)
 	prefix := randomPrefix()
 	t.Cleanup(func() { wipeRedis(rurl, prefix) })
-	flags := []string{"--redis", rurl, "--redis-prefix", prefix}
+	clusterGuarantees(t, db, "--redis", rurl, "--redis-prefix", prefix)
+}
+
+// Every guarantee of one node, with the shared state on a primary followed
+// through Sentinel (a primary, a replica and three sentinels of the test's
+// own).
+func TestClusterOnSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve, redis-server and redis-sentinel processes")
+	}
+	t.Parallel()
+	g := redistest.Sentinels(t)
+	bases, token := clusterGuarantees(t, pgtest.URL(t), "--redis", g.URL())
+	// Fail closed: no primary to be had.
+	k := createKeyAt(t, bases[0], token, "closed", 0)
+	g.Primary.Kill()
+	g.Replica.Kill()
+	failsClosed(t, bases, k)
+}
+
+// Every guarantee of one node, with the shared state on a three-master
+// Redis Cluster of the test's own.
+func TestClusterOnRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve and redis-server processes")
+	}
+	t.Parallel()
+	g := redistest.Cluster(t)
+	bases, token := clusterGuarantees(t, pgtest.URL(t), "--redis", g.URL())
+	// Fail closed: the shard of the workspace is down (the one whose
+	// primary answers for the workspace's hash tag, not MOVED).
+	k := createKeyAt(t, bases[0], token, "closed", 0)
+	tag := "{" + k.Plaintext[len("btk_"):len("btk_")+8] + "}"
+	var owner *redistest.Server
+	for _, n := range g.Nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := n.Client().Get(ctx, "btk:"+tag+":rev").Err()
+		cancel()
+		if err == nil || err == redis.Nil {
+			owner = n
+		}
+	}
+	if owner == nil {
+		t.Fatalf("no node holds %s", tag)
+	}
+	owner.Kill()
+	failsClosed(t, bases, k)
+}
+
+// failsClosed checks that every instance refuses k with 503 UNAVAILABLE and
+// fails /readyz.
+func failsClosed(t *testing.T, bases []string, k procKey) {
+	t.Helper()
+	for i := range 2 * len(bases) {
+		a, err := call(bases[i%len(bases)], "", k.Plaintext, probeQuery, nil)
+		if err != nil || a.status != http.StatusServiceUnavailable || a.code != "UNAVAILABLE" {
+			t.Fatalf("request %d with the shared state down: %+v %v", i, a, err)
+		}
+	}
+	for _, b := range bases {
+		res, err := clusterClient.Get(b + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz of %s with the shared state down: %d", b, res.StatusCode)
+		}
+	}
+}
+
+// clusterGuarantees runs three instances on db with flags and checks
+// every guarantee of the cluster contract (docs/clusters.md).
+func clusterGuarantees(t *testing.T, db string, flags ...string) (live []string, token string) {
 	// Three instances started at once on an empty database.
 	procs := startCluster(t, 3, db, flags...)
 	bases := []string{procs[0].url, procs[1].url, procs[2].url}
@@ -221,7 +295,7 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	token := loginAt(t, bases[0])
+	token = loginAt(t, bases[0])
 
 	t.Run("exact limit across instances", func(t *testing.T) {
 		// The day window: it refills one request every 36 minutes, so a slow
@@ -361,6 +435,23 @@ func TestCluster(t *testing.T) {
 		t.Logf("load meanwhile: %d requests", l.sent.Load())
 	})
 
+	t.Run("shared throttles", func(t *testing.T) {
+		// An account's attempts from one address: five a minute, counted
+		// once for all instances (docs/security.md#password-throttles).
+		login := `mutation($e:String!,$p:String!){login(email:$e,password:$p){accessToken}}`
+		vars := map[string]any{"e": "nobody-" + randomPrefix()[8:20] + "@example.com", "p": "wrong password"}
+		for i := range 5 {
+			if a, err := call(bases[i%3], "", "", login, vars); err != nil || a.code == "RATE_LIMITED" || a.code == "" {
+				t.Fatalf("attempt %d: %+v %v", i+1, a, err)
+			}
+		}
+		for i, b := range bases {
+			if a, err := call(b, "", "", login, vars); err != nil || a.code != "RATE_LIMITED" {
+				t.Fatalf("a sixth attempt on instance %d: %+v %v", i, a, err)
+			}
+		}
+	})
+
 	t.Run("kill -9 under load", func(t *testing.T) {
 		var loadKey atomic.Value
 		loadKey.Store(createKeyAt(t, bases[0], token, "survivor", 0).Plaintext)
@@ -402,6 +493,7 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("the rejoined instance, a key spent on the others: %+v %v", a, err)
 		}
 	})
+	return bases[:2], token // the third was killed (its successor ended with the subtest)
 }
 
 // wipeRedis deletes the keys under prefix.

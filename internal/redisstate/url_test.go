@@ -1,0 +1,74 @@
+package redisstate
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every --redis form is understood; a bad one is refused with a message
+// that names the fault and the forms, never Go's parse error or the
+// password.
+func TestParseURL(t *testing.T) {
+	good := map[string]Kind{
+		"redis://127.0.0.1:6379/0":                                        Standalone,
+		"rediss://:secret@cache.internal:6380/2?read_timeout=1s":          Standalone,
+		"redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster":         Sentinel,
+		"redis+sentinel://:secret@10.0.0.1:26379/mymaster/3":              Sentinel,
+		"redis+sentinel://s1:26379/m?sentinel_password=x&dial_timeout=2s": Sentinel,
+		"redis+cluster://10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000":       Cluster,
+		"rediss+cluster://:secret@10.0.0.1:7000/":                         Cluster,
+	}
+	for u, kind := range good {
+		s, err := Open(u, "btk:")
+		if err != nil {
+			t.Errorf("%s: %v", u, err)
+			continue
+		}
+		if s.Kind() != kind {
+			t.Errorf("%s: %v, want %v", u, s.Kind(), kind)
+		}
+		s.Close()
+	}
+	bad := map[string]string{
+		"127.0.0.1:6379":                                  "no scheme",
+		"http://127.0.0.1:6379":                           `unknown scheme "http"`,
+		"redis+sentinel://10.0.0.1:26379":                 "primary's name",
+		"redis+sentinel://10.0.0.1:26379/":                "primary's name",
+		"redis+sentinel://:secret@10.0.0.1:26379/m/x":     `database "x"`,
+		"redis+sentinel://10.0.0.1:26379/m/0/extra":       "/MASTER or /MASTER/db",
+		"redis+sentinel://10.0.0.1,10.0.0.2:26379/m":      `"10.0.0.1" is not host:port`,
+		"redis+cluster://:secret@10.0.0.1:99999":          "not a port number",
+		"redis+cluster://10.0.0.1:7000/3":                 "only database 0",
+		"redis+cluster://":                                "no host:port",
+		"redis+cluster://10.0.0.1:7000?read_timeout=fast": "not a duration",
+		"redis+cluster://10.0.0.1:7000?db=2":              `unknown parameter "db"`,
+		"redis://:secret@[::1:6379/0":                     "does not parse",
+	}
+	for u, want := range bad {
+		_, err := Open(u, "btk:")
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "redis+sentinel://[:password@]") {
+			t.Errorf("%s: %v, want an error with %q and the forms", u, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: the error shows the password: %v", u, err)
+		}
+	}
+	if _, err := Open("redis://127.0.0.1:6379/0", "btk{x}:"); err == nil {
+		t.Error("a prefix with a hash tag of its own was accepted")
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://:hunter2@127.0.0.1:1/0":                   "redis://:xxxxx@127.0.0.1:1/0",
+		"redis://user:hunter2@h:1/0":                       "redis://user:xxxxx@h:1/0",
+		"redis+sentinel://:hunter2@a:1,b:2/m/0":            "redis+sentinel://:xxxxx@a:1,b:2/m/0",
+		"redis+cluster://a:1,b:2":                          "redis+cluster://a:1,b:2",
+		"redis+sentinel://a:1/m?sentinel_password=hunter2": "redis+sentinel://a:1/m?(parameters hidden)",
+		"redis://127.0.0.1:6379/0":                         "redis://127.0.0.1:6379/0",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
