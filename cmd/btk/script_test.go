@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +52,46 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 	"envset":   cmdEnvset,
 	"hang":     cmdHang,
 	"sleep":    cmdSleep,
+	"recipe":   cmdRecipe,
+}
+
+// recipe NAME FILE: write the script block of docs/recipes.md marked
+// "<!-- recipe: NAME -->" to FILE, exactly as the reader sees it, so that a
+// script runs what the documentation tells people to run.
+func cmdRecipe(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: recipe NAME FILE")
+	}
+	doc, err := os.ReadFile(recipesDoc)
+	ts.Check(err)
+	block, err := recipeBlock(string(doc), args[0])
+	ts.Check(err)
+	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(block), 0o755))
+}
+
+// recipesDoc is docs/recipes.md, from cmd/btk where the tests start.
+var recipesDoc, _ = filepath.Abs(filepath.Join("..", "..", "docs", "recipes.md"))
+
+// recipeBlock returns the body of the first fenced code block after the
+// marker of recipe name.
+func recipeBlock(doc, name string) (string, error) {
+	marker := "<!-- recipe: " + name + " -->"
+	i := strings.Index(doc, marker)
+	if i < 0 {
+		return "", fmt.Errorf("docs/recipes.md has no %q", marker)
+	}
+	rest := doc[i+len(marker):]
+	open := strings.Index(rest, "\n```")
+	if open < 0 {
+		return "", fmt.Errorf("no code block after %q", marker)
+	}
+	rest = rest[open+1:]
+	rest = rest[strings.Index(rest, "\n")+1:] // past the ```bash line
+	end := strings.Index(rest, "\n```")
+	if end < 0 {
+		return "", fmt.Errorf("the code block after %q does not end", marker)
+	}
+	return rest[:end+1], nil
 }
 
 // sleep DURATION: wait, as for a key's expiry.
