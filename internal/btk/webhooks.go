@@ -93,6 +93,8 @@ type WebhookDelivery struct {
 	// URL and Sealed are the webhook's, filled in by ClaimWebhookDeliveries.
 	URL    string
 	Sealed string
+	// Claim is the token the delivery was claimed under (ClaimDeliveries).
+	Claim string
 }
 
 // OutboxStats are the outbox figures for metrics.
@@ -472,6 +474,9 @@ func (s *Service) ClaimDeliveries(ctx context.Context, claim string, lease time.
 		out, err = tx.ClaimWebhookDeliveries(ctx, s.now(), lease, claim, limit)
 		return err
 	})
+	for _, d := range out {
+		d.Claim = claim
+	}
 	return out, err
 }
 
