@@ -55,13 +55,14 @@ func (c *Certificate) NotAfter() time.Time { return c.pair.Load().Leaf.NotAfter 
 func (c *Certificate) Subject() string { return c.pair.Load().Leaf.Subject.String() }
 
 // TLSConfig is the server configuration of every btk listener: TLS 1.2 at
-// least (with Go's defaults that means ECDHE and AEAD cipher suites only;
-// 1.3 alone would shut out the load balancers and clients that still stop
-// at 1.2), the current certificate at each handshake, and HTTP/2 offered by
-// ALPN.
+// least (1.3 alone would shut out the load balancers and clients that still
+// stop at 1.2), with ECDHE and AEAD cipher suites only for 1.2 (Go's
+// defaults still offer two CBC suites with SHA-1; 1.3's are all AEAD), the
+// current certificate at each handshake, and HTTP/2 offered by ALPN.
 func (c *Certificate) TLSConfig() *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: AEADCipherSuites,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return c.pair.Load(), nil
 		},
@@ -69,12 +70,48 @@ func (c *Certificate) TLSConfig() *tls.Config {
 	}
 }
 
+// AEADCipherSuites are the TLS 1.2 suites btk offers: forward secret, AEAD.
+var AEADCipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// MaxHeaderBytes bounds a request's header block on every listener: real
+// traffic (cookies, a bearer token, tracing headers) fits many times over,
+// and a 1 MB block (Go's default) costs milliseconds of CPU to refuse.
+const MaxHeaderBytes = 64 << 10
+
+// HSTS is the Strict-Transport-Security of every answer over TLS.
+const HSTS = "max-age=31536000"
+
 // Serve serves srv on ln, with TLS (and HTTP/2) when cert is not nil. Every
-// btk listener (the API, the metrics, the reverse proxy) goes through it.
+// btk listener (the API, the metrics, the reverse proxy) goes through it,
+// and gets the bounds of docs/security.md: header blocks of at most
+// MaxHeaderBytes, connections counted against the descriptor limit (idle
+// ones closed first), and over TLS the AEAD suites and HSTS.
 func Serve(srv *http.Server, ln net.Listener, cert *Certificate) error {
+	return ServeGuarded(srv, ln, cert, processGuard)
+}
+
+// ServeGuarded is Serve with the connections counted by g (tests).
+func ServeGuarded(srv *http.Server, ln net.Listener, cert *Certificate, g *ConnGuard) error {
+	if srv.MaxHeaderBytes == 0 {
+		srv.MaxHeaderBytes = MaxHeaderBytes
+	}
+	g.Track(srv)
+	ln = g.Listener(ln)
 	if cert == nil {
 		return srv.Serve(ln)
 	}
+	next := srv.Handler
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Strict-Transport-Security", HSTS)
+		next.ServeHTTP(w, r)
+	})
 	srv.TLSConfig = cert.TLSConfig()
 	return srv.ServeTLS(ln, "", "") // the files are not read here: GetCertificate is set
 }
