@@ -28,9 +28,9 @@ func newAuditCmd(f *factory) *cobra.Command {
 client: the key-specific audit log, newest first. Owners see their workspace; a
 platform admin may read any workspace with --workspace (a name or an id).
 
---key takes a key id, or the name of a key that is not revoked (active or
-expired); use the id for a revoked key. It shows the key's whole history
-across rotations: the entries of every key it replaced and of the keys that
+--key takes a key id or a key's name: the key of that name that is not
+revoked, or, when every key of that name is revoked, the newest of them. It
+shows the key's whole history across rotations: the entries of every key it replaced and of the keys that
 replaced it. Each row shows the key's name at the time, so after
 'rotate --name' older rows keep the old name; the KEY ID column tells the keys
 of a chain apart.
@@ -48,7 +48,7 @@ and accounts are in 'btk events'.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.workspace, "workspace", "", "`workspace` (name or id) to read; your own by default")
-	fl.StringVar(&opts.key, "key", "", "only entries about this `KEY` and its rotations (id, or name of a key not revoked)")
+	fl.StringVar(&opts.key, "key", "", "only entries about this `KEY` and its rotations (id or name; a name whose keys are all revoked means its newest key)")
 	fl.StringVar(&opts.action, "action", "", "only this `action`: created, rotated, revoked or revoked_all")
 	fl.StringVar(&opts.actor, "actor", "", "only entries by the account with this `email`")
 	fl.StringVar(&opts.since, "since", "", "only entries since this `time`: a duration ago (24h, 7d) or an RFC 3339 time")
@@ -115,7 +115,7 @@ func runAudit(cmd *cobra.Command, opts *auditOptions) error {
 				// Names resolve in the caller's own workspace only.
 				return usageErrorf("--key takes a key id, not a name, together with --workspace")
 			}
-			k, err := client.ResolveKey(ctx, c, id)
+			k, err := client.ResolveKeyForAudit(ctx, c, id)
 			if err != nil {
 				return err
 			}

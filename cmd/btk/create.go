@@ -18,6 +18,7 @@ type createOptions struct {
 	expiresIn string
 	expiresAt string
 	scopes    []string
+	canary    bool
 }
 
 func newCreateCmd(f *factory) *cobra.Command {
@@ -30,11 +31,16 @@ keys; an expired key keeps its name until it is revoked). The plaintext key is s
 in a secrets manager. -o plain prints the key alone, for piping.
 
 Rate limits left out inherit the workspace defaults; a key without an expiry
-never expires.`,
+never expires.
+
+--canary issues a trap (docs/leaks.md): a key that is never accepted and
+answers exactly as an unknown key, while every use of it is recorded as an
+api_key.canary_used event with the caller's address, user agent and path.`,
 		Example: `  btk create payments-backend
   btk create nightly-export --rate-per-minute 60 --expires-in 90d --scope export:read
   key=$(btk create ci-deploy -o plain) && printf '%s' "$key" | vault kv put secret/ci/btk key=-
-  btk create billing -o json | jq -r .plaintextKey`,
+  btk create billing -o json | jq -r .plaintextKey
+  btk create canary-ci-vars --canary -o plain   # a trap: plant it where nothing should read it`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.name = args[0]
@@ -47,6 +53,7 @@ never expires.`,
 	fl.StringVar(&opts.expiresIn, "expires-in", "", "expire after this `duration`, such as 90d or 36h")
 	fl.StringVar(&opts.expiresAt, "expires-at", "", "expire at this RFC 3339 `time`")
 	fl.StringArrayVar(&opts.scopes, "scope", nil, "a `scope` to store with the key (repeatable; not yet enforced)")
+	fl.BoolVar(&opts.canary, "canary", false, "issue a canary key: never accepted, every use recorded")
 	return cmd
 }
 
@@ -66,6 +73,7 @@ func runCreate(cmd *cobra.Command, opts *createOptions) error {
 		RateLimitPerDay:    opts.perDay,
 		ExpiresAt:          expiresAt,
 		Scopes:             opts.scopes,
+		Canary:             optionalBool(opts.canary),
 	})
 	if err != nil {
 		return nameTaken(cmd.Context(), c, opts.name, err)
@@ -113,4 +121,12 @@ func (p *printer) newKey(payload any, k client.ApiKey, plaintext, notice string)
 	p.Fields(p.apiKeyFields(k))
 	p.Secret(plaintext)
 	return nil
+}
+
+// optionalBool is nil for false, so that an unset flag is not sent.
+func optionalBool(b bool) *bool {
+	if !b {
+		return nil
+	}
+	return &b
 }

@@ -22,6 +22,7 @@ const (
 	exitConflict    = 6 // NAME_TAKEN, KEY_REVOKED
 	exitRateLimited = 7 // RATE_LIMITED
 	exitUnreachable = 8 // no answer from the server
+	exitKeysFound   = 9 // btk scan found keys (with --check: active ones)
 	// exitInterrupted: Ctrl-C (SIGINT) or SIGTERM, 128+2 as shells report it.
 	exitInterrupted = 130
 )
@@ -30,6 +31,11 @@ const (
 type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
+
+// keysFoundError ends a btk scan that found keys (exit 9).
+type keysFoundError struct{ msg string }
+
+func (e *keysFoundError) Error() string { return e.msg }
 
 func usageErrorf(format string, args ...any) error {
 	return &usageError{fmt.Sprintf(format, args...)}
@@ -43,6 +49,10 @@ func exitCode(err error) int {
 	var ue *usageError
 	if errors.As(err, &ue) {
 		return exitUsage
+	}
+	var fe *keysFoundError
+	if errors.As(err, &fe) {
+		return exitKeysFound
 	}
 	if errors.Is(err, errInterrupted) {
 		return exitInterrupted

@@ -50,6 +50,9 @@ func (p *printer) apiKeyFields(k client.ApiKey) []field {
 		{"Created", p.Time(&k.CreatedAt, "")},
 		{"Last used", p.Time(k.LastUsedAt, "never")},
 	}
+	if k.Canary {
+		fields = append(fields, field{"Canary", "yes: never accepted, every use recorded (api_key.canary_used)"})
+	}
 	if k.RevokedAt != nil {
 		fields = append(fields, field{"Revoked", p.Time(k.RevokedAt, "")})
 	}

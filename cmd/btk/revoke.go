@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -24,10 +25,16 @@ func newRevokeCmd(f *factory) *cobra.Command {
 it is rejected. There is no undo: create a new key instead. Revoking works on
 every plan.
 
+KEY "-" reads the plaintext key itself from standard input (typed without
+echo on a terminal, or piped: any text holding one key): it is hashed here and
+found by its hash, so a leaked key is revoked without ever being an argument
+(docs/leaks.md).
+
 On a terminal btk asks for confirmation; elsewhere --yes is required.`,
 		Example: `  btk revoke payments-backend
   btk revoke 6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21 --yes
-  btk revoke leaked-key --yes -o json`,
+  btk revoke leaked-key --yes -o json
+  pbpaste | btk revoke - --yes               # the leaked key itself, from the clipboard`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: positional(f.completeKeys),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -49,8 +56,19 @@ func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
 		return err
 	}
 	ctx := cmd.Context()
-	k, err := client.ResolveKey(ctx, c, opts.key)
-	if err != nil {
+	var k client.ApiKey
+	var workspace *client.ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant
+	if opts.key == "-" {
+		plaintext, err := readKeyInput(f.io)
+		if err != nil {
+			return err
+		}
+		found, err := client.ResolveKeyBySecret(ctx, c, plaintext)
+		if err != nil {
+			return err
+		}
+		k, workspace = found.ApiKey, found.Workspace
+	} else if k, err = client.ResolveKey(ctx, c, opts.key); err != nil {
 		return err
 	}
 	if !opts.yes {
@@ -64,6 +82,11 @@ func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
 	}
 	resp, err := client.RevokeApiKey(ctx, c, k.Id)
 	if err != nil {
+		if ce := (*client.Error)(nil); workspace != nil && errors.As(err, &ce) && ce.Code == "NOT_FOUND" {
+			// A platform admin found another workspace's key by its hash.
+			return fmt.Errorf("key %q belongs to workspace %q (%s): revoke it there ('btk impersonate %s', then 'btk revoke %s'): %w",
+				k.Name, workspace.Name, workspace.Id, workspace.Id, k.Id, err)
+		}
 		return err
 	}
 	revoked := resp.RevokeApiKey

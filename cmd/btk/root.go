@@ -64,7 +64,8 @@ the credentials file ($XDG_CONFIG_HOME/btk/credentials.yaml), apart from the
 config file. Data goes to standard output, messages and errors to standard
 error. Exit codes: 0 ok, 1 other failure, 2 usage, 3 not authenticated,
 4 forbidden (role, elevation or plan), 5 not found, 6 conflict (name taken,
-key revoked), 7 rate limited, 8 server unreachable, 130 interrupted (Ctrl-C).`,
+key revoked), 7 rate limited, 8 server unreachable, 9 'btk scan' found keys,
+130 interrupted (Ctrl-C).`,
 		Version:       f.version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -79,7 +80,7 @@ key revoked), 7 rate limited, 8 server unreachable, 130 interrupted (Ctrl-C).`,
 		&cobra.Group{ID: "operator", Title: "Operator commands:"},
 		&cobra.Group{ID: "server", Title: "Server commands:"},
 	)
-	for _, c := range []*cobra.Command{newCreateCmd(f), newListCmd(f), newShowCmd(f), newRotateCmd(f), newRevokeCmd(f), newRevokeAllCmd(f), newAuditCmd(f), newEventsCmd(f)} {
+	for _, c := range []*cobra.Command{newCreateCmd(f), newListCmd(f), newShowCmd(f), newRotateCmd(f), newRevokeCmd(f), newRevokeAllCmd(f), newAuditCmd(f), newEventsCmd(f), newWhoisCmd(f), newScanCmd(f)} {
 		c.GroupID = "keys"
 		root.AddCommand(c)
 	}

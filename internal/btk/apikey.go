@@ -86,3 +86,22 @@ func b64Value(c byte) int {
 	}
 	return -1
 }
+
+// WellFormedKeyBytes is WellFormedKey of bytes, without a conversion (the
+// key scanner's strict match, docs/leaks.md).
+func WellFormedKeyBytes(s []byte) bool {
+	if len(s) != KeyLen || string(s[:len(KeyPrefix)]) != KeyPrefix || s[DisplayPrefixLen] != '_' {
+		return false
+	}
+	for i := len(KeyPrefix); i < DisplayPrefixLen; i++ {
+		if !isLowerHex(s[i]) {
+			return false
+		}
+	}
+	for i := randomStart; i < KeyLen; i++ {
+		if b64Value(s[i]) < 0 {
+			return false
+		}
+	}
+	return b64Value(s[KeyLen-1])&3 == 0
+}

@@ -2,6 +2,9 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -180,4 +183,51 @@ func pickName(list []named, ref string) (string, error) {
 		return exact[0], nil
 	}
 	return "", &Error{Code: "BAD_USER_INPUT", Message: fmt.Sprintf("several workspaces are named %q: use the id", ref)}
+}
+
+// KeyHash is the hex SHA-256 of a plaintext key: what apiKeyByHash takes.
+// The plaintext itself never leaves the machine.
+func KeyHash(plaintext string) string {
+	h := sha256.Sum256([]byte(plaintext))
+	return hex.EncodeToString(h[:])
+}
+
+// ResolveKeyBySecret finds the key whose plaintext is given, by its hash. A
+// key that does not exist or is not visible is a NOT_FOUND *Error (the
+// server never says which).
+func ResolveKeyBySecret(ctx context.Context, c graphql.Client, plaintext string) (*ApiKeyByHashApiKeyByHashApiKey, error) {
+	resp, err := ApiKeyByHash(ctx, c, KeyHash(plaintext))
+	if err != nil {
+		return nil, err
+	}
+	if resp.ApiKeyByHash == nil {
+		return nil, &Error{Code: "NOT_FOUND", Message: "no API key with that secret is visible to you"}
+	}
+	return resp.ApiKeyByHash, nil
+}
+
+// ResolveKeyForAudit is ResolveKey that also finds a name whose keys are all
+// revoked: then the newest key of that name (its rotation chain is the
+// latest of the name).
+func ResolveKeyForAudit(ctx context.Context, c graphql.Client, ref string) (ApiKey, error) {
+	k, err := ResolveKey(ctx, c, ref)
+	var ce *Error
+	if err == nil || IsID(ref) || !errors.As(err, &ce) || ce.Code != "NOT_FOUND" {
+		return k, err
+	}
+	keys, err := AllApiKeys(ctx, c, true)
+	if err != nil {
+		return ApiKey{}, err
+	}
+	name := strings.TrimSpace(norm.NFC.String(ref))
+	var newest *ApiKey
+	for i := range keys {
+		if keys[i].Name == name && (newest == nil || keys[i].CreatedAt.After(newest.CreatedAt)) {
+			newest = &keys[i]
+		}
+	}
+	if newest == nil {
+		return ApiKey{}, &Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no API key named %q, active or revoked", ref)}
+	}
+	return *newest, nil
 }

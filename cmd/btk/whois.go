@@ -1,0 +1,145 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+	"github.com/btk-project/btk/internal/keyscan"
+)
+
+// maxKeyInput bounds what is read from standard input for a key.
+const maxKeyInput = 1 << 20
+
+// readKeyInput reads the one btk key that standard input holds: typed at a
+// prompt without echo on a terminal, or piped (a log line, a file: any text
+// that holds exactly one key). The key never comes from an argument, so it
+// stays out of shell history and process listings (docs/leaks.md).
+func readKeyInput(s *iostreams) (string, error) {
+	var text string
+	if s.canPrompt() {
+		var err error
+		if text, err = s.promptSecret("API key (not echoed): "); err != nil {
+			return "", err
+		}
+	} else {
+		b, err := io.ReadAll(io.LimitReader(s.In, maxKeyInput))
+		if err != nil {
+			return "", fmt.Errorf("reading standard input: %w", err)
+		}
+		text = string(b)
+	}
+	seen := map[string]bool{}
+	var keys []string
+	keyscan.Reader(strings.NewReader(text), "-", nil, false, func(m keyscan.Match) {
+		if !seen[m.Key] {
+			seen[m.Key] = true
+			keys = append(keys, m.Key)
+		}
+	})
+	switch len(keys) {
+	case 0:
+		return "", usageErrorf("no btk API key on standard input (btk_ followed by 8 hex digits, _ and 43 characters)")
+	case 1:
+		return keys[0], nil
+	}
+	return "", usageErrorf("standard input holds %d different keys: give one, or use 'btk scan - --check'", len(keys))
+}
+
+type whoisOptions struct {
+	f     *factory
+	limit int
+}
+
+// whoisResult is the -o json document of whois.
+type whoisResult struct {
+	ApiKey    *client.ApiKeyByHashApiKeyByHashApiKey `json:"apiKey"`
+	CreatedBy string                                 `json:"createdBy"`
+	History   []client.AuditEntry                    `json:"history"`
+}
+
+func newWhoisCmd(f *factory) *cobra.Command {
+	opts := &whoisOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "whois",
+		Short: "Tell whose API key the one on standard input is",
+		Long: `Read an API key from standard input (typed without echo on a terminal, or
+piped: any text holding one key, such as a log line), hash it here and ask the
+server by the hash: the plaintext never leaves this machine, and never appears
+in an argument, shell history or process listing.
+
+Prints the key's workspace, name, id, status, who created it, its last use and
+its history across rotations. The owner tier sees its own workspace's keys, a
+platform admin any workspace's; any other key is "not found" (exit 5), whether
+or not it exists.`,
+		Example: `  pbpaste | btk whois
+  grep -o 'btk_[^ ]*' app.log | head -1 | btk whois -o json
+  btk whois            # then paste the key and press Enter`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWhois(cmd, opts)
+		},
+	}
+	cmd.Flags().IntVar(&opts.limit, "limit", 50, "show at most this many history entries")
+	return cmd
+}
+
+func runWhois(cmd *cobra.Command, opts *whoisOptions) error {
+	f := opts.f
+	key, err := readKeyInput(f.io)
+	if err != nil {
+		return err
+	}
+	p, c, err := f.connect(cmd)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	k, err := client.ResolveKeyBySecret(ctx, c, key)
+	if err != nil {
+		return err
+	}
+	res := whoisResult{ApiKey: k, History: []client.AuditEntry{}}
+	filter := client.AuditFilter{ApiKeyID: &k.Id}
+	if k.Workspace != nil {
+		filter.WorkspaceID = &k.Workspace.Id
+	}
+	history, more, herr := client.AuditLog(ctx, c, filter, opts.limit)
+	if herr == nil {
+		res.History = history
+		for _, e := range history {
+			if e.ApiKeyId != nil && *e.ApiKeyId == k.Id && e.Action == client.ApiKeyAuditActionCreated ||
+				e.NewApiKeyId != nil && *e.NewApiKeyId == k.Id {
+				res.CreatedBy = e.ActorEmail
+			}
+		}
+	}
+	if p.format == formatJSON {
+		return p.JSON(res)
+	}
+	var fields []field
+	if k.Workspace != nil {
+		fields = append(fields, field{"Workspace", k.Workspace.Name + " (" + k.Workspace.Id + ")"})
+	}
+	fields = append(fields, p.apiKeyFields(k.ApiKey)...)
+	created := res.CreatedBy
+	if created == "" {
+		created = "unknown"
+	}
+	fields = append(fields, field{"Created by", created})
+	p.Fields(fields)
+	switch {
+	case herr != nil:
+		fmt.Fprintf(f.io.ErrOut, "btk: the key's history could not be read: %v\n", herr)
+	case len(history) > 0:
+		fmt.Fprintln(f.io.Out)
+		p.auditTable(history)
+	}
+	if more {
+		limitNote(f, opts.limit, "history entries")
+	}
+	return nil
+}
