@@ -57,16 +57,48 @@ func (p *printer) JSON(v any) error {
 }
 
 // Table writes rows under headers: a lipgloss table for people, tab-separated
-// lines without the header for -o plain.
+// lines without the header for -o plain. On a terminal the widest columns
+// are cut to fit; Columns says which columns may go first.
 func (p *printer) Table(headers []string, rows [][]string) {
+	cols := make([]column, len(headers))
+	for i, h := range headers {
+		cols[i] = column{header: h}
+	}
+	p.Columns(cols, rows)
+}
+
+// column is one column of a table for people, and what may happen to it on
+// a terminal too narrow for the whole table (docs/design.md#narrow-terminals).
+type column struct {
+	header string
+	// short, when set, gives a cell's shorter form, used on a narrow
+	// terminal before any column is dropped (a key's shared display prefix
+	// goes, its hint stays).
+	short func(cell string) string
+	// drop orders the columns that may be left out on a narrow terminal:
+	// the highest goes first; 0 never goes.
+	drop int
+	// flex columns are cut with an ellipsis before the others are.
+	flex bool
+}
+
+// Columns writes rows under cols: every column, in full, for -o plain and
+// off a terminal; on a terminal a table that fits its width, as gh does:
+// shorter forms first, then whole columns of low priority dropped, then
+// cells cut with an ellipsis, flexible columns first.
+func (p *printer) Columns(cols []column, rows [][]string) {
 	if !p.human() {
 		for _, row := range rows {
 			fmt.Fprintln(p.io.Out, strings.Join(row, "\t"))
 		}
 		return
 	}
+	headers := make([]string, len(cols))
+	for i, c := range cols {
+		headers[i] = c.header
+	}
 	if w := p.io.outWidth(); w > 0 {
-		headers, rows = fitColumns(headers, rows, w)
+		headers, rows = fitTable(cols, rows, w)
 	}
 	last := len(headers) - 1
 	t := table.New().
@@ -206,13 +238,22 @@ func relativeTime(now, t time.Time) string {
 const (
 	columnGap = 2
 	minColumn = 6
+	// flexMin is how narrow a flexible column may be cut before a column
+	// of lower priority is dropped instead.
+	flexMin = 20
 )
 
-// fitColumns truncates cells, with an ellipsis, so that the table fits in
-// width columns: the widest column gives way first, as gh does, until all
-// fit or every column is at its minimum. Only for a terminal: piped output
-// keeps every character.
-func fitColumns(headers []string, rows [][]string, width int) ([]string, [][]string) {
+// tableWidth is the width of headers and rows laid out with columnGap.
+func tableWidth(headers []string, rows [][]string) int {
+	widths := columnWidths(headers, rows)
+	total := columnGap * (len(widths) - 1)
+	for _, w := range widths {
+		total += w
+	}
+	return total
+}
+
+func columnWidths(headers []string, rows [][]string) []int {
 	widths := make([]int, len(headers))
 	for i, h := range headers {
 		widths[i] = ansi.StringWidth(h)
@@ -224,24 +265,118 @@ func fitColumns(headers []string, rows [][]string, width int) ([]string, [][]str
 			}
 		}
 	}
+	return widths
+}
+
+// fitTable lays out a table for a terminal width columns wide: a table that
+// fits is left alone; otherwise the columns' shorter forms are used, then
+// columns are dropped (highest drop first) until it fits, then cells are
+// cut, the flexible columns' first.
+func fitTable(cols []column, rows [][]string, width int) ([]string, [][]string) {
+	headers := make([]string, len(cols))
+	for i, c := range cols {
+		headers[i] = c.header
+	}
+	if tableWidth(headers, rows) <= width {
+		return headers, rows
+	}
+	out := make([][]string, len(rows))
+	for r, row := range rows {
+		out[r] = make([]string, len(row))
+		for i, cell := range row {
+			if i < len(cols) && cols[i].short != nil {
+				cell = cols[i].short(cell)
+			}
+			out[r][i] = cell
+		}
+	}
+	keep := make([]bool, len(cols))
+	for i := range keep {
+		keep[i] = true
+	}
+	project := func() ([]string, [][]string, []bool) {
+		var h []string
+		var flex []bool
+		for i, c := range cols {
+			if keep[i] {
+				h = append(h, c.header)
+				flex = append(flex, c.flex)
+			}
+		}
+		rs := make([][]string, len(out))
+		for r, row := range out {
+			for i, cell := range row {
+				if i < len(keep) && keep[i] {
+					rs[r] = append(rs[r], cell)
+				}
+			}
+		}
+		return h, rs, flex
+	}
+	h, rs, flex := project()
+	// A column is dropped only while the table would not fit even with its
+	// flexible columns cut down to flexMin cells.
+	needed := func() int {
+		total := columnGap * (len(h) - 1)
+		for i, w := range columnWidths(h, rs) {
+			if flex[i] {
+				w = min(w, flexMin)
+			}
+			total += w
+		}
+		return total
+	}
+	for needed() > width {
+		next := -1
+		for i, c := range cols {
+			if keep[i] && c.drop > 0 && (next < 0 || c.drop > cols[next].drop) {
+				next = i
+			}
+		}
+		if next < 0 {
+			break
+		}
+		keep[next] = false
+		h, rs, flex = project()
+	}
+	return cutColumns(h, rs, width, flex)
+}
+
+// fitColumns truncates cells, with an ellipsis, so that the table fits in
+// width columns: the widest column gives way first, as gh does, until all
+// fit or every column is at its minimum. Only for a terminal: piped output
+// keeps every character.
+func fitColumns(headers []string, rows [][]string, width int) ([]string, [][]string) {
+	return cutColumns(headers, rows, width, nil)
+}
+
+// cutColumns is fitColumns where the columns marked in flex give way first,
+// widest first, before any other is cut.
+func cutColumns(headers []string, rows [][]string, width int, flex []bool) ([]string, [][]string) {
+	widths := columnWidths(headers, rows)
 	total := columnGap * (len(widths) - 1)
 	for _, w := range widths {
 		total += w
 	}
 	cut := false
-	for total > width {
-		widest := 0
-		for i, w := range widths {
-			if w > widths[widest] {
-				widest = i
+	for _, onlyFlex := range []bool{true, false} {
+		for total > width {
+			widest := -1
+			for i, w := range widths {
+				if onlyFlex && (i >= len(flex) || !flex[i]) {
+					continue
+				}
+				if widest < 0 || w > widths[widest] {
+					widest = i
+				}
 			}
+			if widest < 0 || widths[widest] <= minColumn {
+				break
+			}
+			widths[widest]--
+			total--
+			cut = true
 		}
-		if widths[widest] <= minColumn {
-			break
-		}
-		widths[widest]--
-		total--
-		cut = true
 	}
 	if !cut {
 		return headers, rows

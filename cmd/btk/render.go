@@ -17,6 +17,25 @@ import (
 
 func keyDisplay(k client.ApiKey) string { return k.DisplayPrefix + "_…" + k.Hint }
 
+// keyHintOnly is keyDisplay without the display prefix, which every key of a
+// workspace shares: "…" and the hint.
+func keyHintOnly(cell string) string {
+	if i := strings.Index(cell, "…"); i >= 0 {
+		return cell[i:]
+	}
+	return cell
+}
+
+// shortTarget shortens an event target's UUID ("api_key 6f1c8f5e-2b0e-…")
+// to its first 8 characters, as git shortens commits.
+func shortTarget(cell string) string {
+	typ, id, ok := strings.Cut(cell, " ")
+	if !ok || len(id) != 36 || strings.Count(id, "-") != 4 {
+		return cell
+	}
+	return typ + " " + id[:8]
+}
+
 func scopes(s []string) string {
 	if len(s) == 0 {
 		return "none"
@@ -100,7 +119,17 @@ func (p *printer) apiKeyTable(keys []client.ApiKey) {
 	for i, k := range keys {
 		rows[i] = []string{k.Name, k.Id, keyDisplay(k), p.Status(string(k.Status)), p.Time(k.ExpiresAt, "never"), p.Time(k.LastUsedAt, "never")}
 	}
-	p.Table([]string{"NAME", "ID", "KEY", "STATUS", "EXPIRES", "LAST USED"}, rows)
+	// On a narrow terminal (docs/design.md#narrow-terminals): the display
+	// prefix, the same for every key of the workspace, goes first; then the
+	// id, the times; NAME, KEY's hint and STATUS stay.
+	p.Columns([]column{
+		{header: "NAME", flex: true},
+		{header: "ID", drop: 3},
+		{header: "KEY", short: keyHintOnly},
+		{header: "STATUS"},
+		{header: "EXPIRES", drop: 1},
+		{header: "LAST USED", drop: 2},
+	}, rows)
 }
 
 func (p *printer) tenantFields(t client.Tenant) []field {
@@ -179,11 +208,22 @@ func (p *printer) eventTable(events []client.AuditEvent) {
 		}
 		rows[i] = []string{p.Time(&e.CreatedAt, ""), e.Action, e.ActorEmail, e.TargetType + " " + e.TargetId, ws, detail}
 	}
-	p.Table([]string{"TIME", "ACTION", "ACTOR", "TARGET", "WORKSPACE", "DETAIL"}, rows)
+	// On a narrow terminal: the workspace (one id repeated on every row of a
+	// workspace's events) goes first, a target's id is shortened, then the
+	// target goes (a key's DETAIL names it); DETAIL is cut before TIME,
+	// ACTION and ACTOR.
+	p.Columns([]column{
+		{header: "TIME"},
+		{header: "ACTION"},
+		{header: "ACTOR"},
+		{header: "TARGET", short: shortTarget, drop: 1, flex: true},
+		{header: "WORKSPACE", drop: 2},
+		{header: "DETAIL", flex: true},
+	}, rows)
 }
 
-// metadataText shows an event's metadata (a JSON object) as key=value pairs
-// in key order; null values are shown as "none".
+// metadataText shows an event's metadata (a JSON object) as key=value pairs,
+// name first, then in key order; null values are shown as "none".
 func metadataText(meta string) string {
 	var m map[string]any
 	if err := json.Unmarshal([]byte(meta), &m); err != nil {
@@ -193,7 +233,14 @@ func metadataText(meta string) string {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	// A key's name first, so that a DETAIL cut on a narrow terminal still
+	// says which key; the rest in key order.
+	sort.Slice(keys, func(i, j int) bool {
+		if (keys[i] == "name") != (keys[j] == "name") {
+			return keys[i] == "name"
+		}
+		return keys[i] < keys[j]
+	})
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		v := m[k]
