@@ -185,6 +185,14 @@ func TestDocCitationsResolve(t *testing.T) {
 	repoFiles(t, func(path, content string) {
 		for i, line := range strings.Split(content, "\n") {
 			where := path + ":" + strconv.Itoa(i+1)
+			if strings.HasSuffix(path, ".go") {
+				// Citations are comments; a string may name any file.
+				_, comment, ok := strings.Cut(line, "//")
+				if !ok {
+					continue
+				}
+				line = comment
+			}
 			for _, m := range cite.FindAllStringSubmatch(line, -1) {
 				check(where, "docs/"+m[1], m[2])
 			}
