@@ -138,7 +138,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		}
 	}
 
-	handler := server.New(svc, db, log, server.WithTrustedProxies(ops.proxies), server.WithLeakReportKeys(ops.leakKeys))
+	handler := server.New(svc, db, log, server.WithTrustedProxies(ops.proxies), server.WithLeakReportKeys(ops.leakKeys), server.WithUpstreamTimeout(cfg.UpstreamTimeout))
 	if cfg.Dashboard {
 		handler.Mount(web.New(svc, log, handler.ClientIP), web.Patterns...)
 	}

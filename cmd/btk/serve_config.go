@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/gateway"
 	"github.com/btk-project/btk/internal/store"
 )
 
@@ -36,6 +37,7 @@ type serveConfig struct {
 	Dashboard         bool
 	ProxyAddr         string // reverse proxy listener, off when empty
 	Upstream          string
+	UpstreamTimeout   time.Duration // wait for the upstream's response headers
 	// Operations (ops.go).
 	MetricsAddr    string
 	TLSCert        string
@@ -67,6 +69,8 @@ func defaultServeConfig() serveConfig {
 		LogLevel:      "info",
 		Dashboard:     true,
 		RedisPrefix:   "btk:",
+		// The upstream's time to its response headers; then 504.
+		UpstreamTimeout: gateway.DefaultUpstreamTimeout,
 	}
 }
 
@@ -95,6 +99,7 @@ func (c *serveConfig) settings() []serveSetting {
 		{"dashboard", "serve the owner dashboard at /", true, &c.Dashboard},
 		{"proxy-addr", "also listen here as a reverse proxy to --upstream, checking X-Api-Key on every request", true, &c.ProxyAddr},
 		{"upstream", "the service the reverse proxy forwards accepted requests to, e.g. http://127.0.0.1:9000", true, &c.Upstream},
+		{"upstream-timeout", "how long the reverse proxy waits for the upstream's response headers before answering 504", true, &c.UpstreamTimeout},
 		{"redis", "redis:// URL of the state several instances share; needed to run more than one on PostgreSQL", true, &c.Redis},
 		{"redis-prefix", "prefix of btk's keys in Redis: instances that share state use the same", true, &c.RedisPrefix},
 		{"metrics-addr", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090; off when empty", true, &c.MetricsAddr},

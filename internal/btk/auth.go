@@ -335,3 +335,42 @@ func (s *Service) Elevate(ctx context.Context, a *Actor, password string) (strin
 	}
 	return token, exp, nil
 }
+
+// KeyWatchInterval is how often a proxied connection that outlives its
+// request (an upgrade, a stream) checks that its key is still valid
+// (docs/security.md): on one node the check reads the key cache, which
+// every change empties at once; with several instances it reads the
+// database, the source of truth every instance shares.
+func (s *Service) KeyWatchInterval() time.Duration {
+	if s.clustered {
+		return time.Second
+	}
+	return 500 * time.Millisecond
+}
+
+// KeyStillValid reports whether a key accepted earlier is still valid (not
+// revoked, replaced by a rotation, or expired), without counting a request.
+// An error is a store that did not answer: the caller decides.
+func (s *Service) KeyStillValid(ctx context.Context, plaintext string) (bool, error) {
+	if !WellFormedKey(plaintext) {
+		return false, nil
+	}
+	hash := sha256.Sum256([]byte(plaintext))
+	if !s.clustered {
+		if k, _, _, _ := s.cache.get(hash, plaintext[len(KeyPrefix):DisplayPrefixLen]); k != nil {
+			return k.Status(s.now()) == KeyActive, nil
+		}
+	}
+	var k *APIKey
+	err := s.store.Read(ctx, func(tx Tx) (err error) {
+		k, err = tx.APIKeyByHash(ctx, hash[:])
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return k.Status(s.now()) == KeyActive, nil
+}

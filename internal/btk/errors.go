@@ -20,6 +20,9 @@ const (
 	CodeBadUserInput        Code = "BAD_USER_INPUT"
 	CodeRateLimited         Code = "RATE_LIMITED"
 	CodeInternal            Code = "INTERNAL"
+	// The reverse proxy's answers about its upstream (docs/gateway.md).
+	CodeBadGateway     Code = "BAD_GATEWAY"
+	CodeGatewayTimeout Code = "GATEWAY_TIMEOUT"
 )
 
 // Error is an error meant for the caller: its message is safe to show.

@@ -42,6 +42,8 @@ type Gateway struct {
 	proxies *TrustedProxies // whose X-Forwarded-For is believed
 	// leakKeys sign acceptable leak reports (leaks.go); nil: none.
 	leakKeys *btk.LeakReportKeys
+	// upstreamTimeout bounds the wait for an upstream's response headers.
+	upstreamTimeout time.Duration
 }
 
 // New returns the gateway of svc; proxies (nil: none) are the peers whose

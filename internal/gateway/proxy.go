@@ -9,13 +9,30 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
 )
 
 // errBadGateway answers a proxied request whose upstream did not answer.
-var errBadGateway = &btk.Error{Code: "BAD_GATEWAY", Message: "the upstream service is unreachable"}
+var errBadGateway = &btk.Error{Code: btk.CodeBadGateway, Message: "the upstream service is unreachable"}
+
+// errGatewayTimeout answers a proxied request whose upstream did not send
+// its response headers within the upstream timeout.
+var errGatewayTimeout = &btk.Error{Code: btk.CodeGatewayTimeout, Message: "the upstream service did not answer in time"}
+
+// errKeyNoLongerValid ends a proxied connection whose key was revoked,
+// replaced or expired while it lasted.
+var errKeyNoLongerValid = errors.New("the API key of this connection is no longer valid")
+
+// DefaultUpstreamTimeout is --upstream-timeout's default.
+const DefaultUpstreamTimeout = 60 * time.Second
+
+// SetUpstreamTimeout sets the time the proxy waits for an upstream's
+// response headers (--upstream-timeout; 0: DefaultUpstreamTimeout). Call it
+// before Proxy.
+func (h *Gateway) SetUpstreamTimeout(d time.Duration) { h.upstreamTimeout = d }
 
 // ProxyTransport is the transport of the reverse proxy: http.DefaultTransport
 // with enough idle connections per host for a busy upstream (the default
@@ -36,7 +53,18 @@ func ProxyTransport() *http.Transport {
 // Bodies stream both ways and upgrades (WebSocket) pass: httputil.ReverseProxy
 // copies as data arrives and flushes at once a response of unknown length or
 // an event stream.
+//
+// Past the upstream timeout without response headers the answer is 504
+// GATEWAY_TIMEOUT. Once the response has begun, a key-authenticated
+// connection is watched: when its key stops being valid (revoked, rotated,
+// revoked with all others, expired), the stream or upgraded connection is
+// closed (docs/security.md).
 func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
+	transport := ProxyTransport()
+	transport.ResponseHeaderTimeout = h.upstreamTimeout
+	if transport.ResponseHeaderTimeout <= 0 {
+		transport.ResponseHeaderTimeout = DefaultUpstreamTimeout
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -51,11 +79,24 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 				}
 			}
 		},
-		Transport: ProxyTransport(),
+		Transport: transport,
 		ErrorLog:  slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+		ModifyResponse: func(res *http.Response) error {
+			// The response has begun: from now on the key is watched.
+			if kw, ok := res.Request.Context().Value(keyWatchKey{}).(*keyWatch); ok {
+				kw.start()
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client went away; nobody to answer
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && !isDial(err) {
+				h.log.WarnContext(r.Context(), "upstream timed out", "err", err, "path", r.URL.Path)
+				WriteError(w, http.StatusGatewayTimeout, errGatewayTimeout)
+				return
 			}
 			h.log.WarnContext(r.Context(), "upstream unreachable", "err", err, "path", r.URL.Path)
 			WriteError(w, http.StatusBadGateway, errBadGateway)
@@ -70,9 +111,81 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 			return
 		case Key:
 			setKeyHeaders(r.Header, a)
+			kw := &keyWatch{svc: h.svc, log: h.log, key: r.Header.Get("X-Api-Key")}
+			var cancel context.CancelCauseFunc
+			kw.ctx, cancel = context.WithCancelCause(context.WithValue(r.Context(), keyWatchKey{}, kw))
+			kw.cancel = cancel
+			defer kw.stop()
+			r = r.WithContext(kw.ctx)
 		}
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// isDial reports whether err is a failure to connect to the upstream (not
+// reachable: 502), rather than a wait for its answer (504).
+func isDial(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
+type keyWatchKey struct{}
+
+// keyWatch checks, every KeyWatchInterval once the response has begun,
+// that the key of a proxied request is still valid, and cancels the
+// request when it is not: httputil.ReverseProxy then closes the upstream
+// connection, which ends a stream or an upgraded (WebSocket) tunnel. A
+// timer, not a goroutine, waits between checks.
+type keyWatch struct {
+	svc    *btk.Service
+	log    *slog.Logger
+	key    string
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+}
+
+func (kw *keyWatch) start() {
+	kw.mu.Lock()
+	defer kw.mu.Unlock()
+	if kw.timer == nil && !kw.stopped {
+		kw.timer = time.AfterFunc(kw.svc.KeyWatchInterval(), kw.check)
+	}
+}
+
+func (kw *keyWatch) check() {
+	if kw.ctx.Err() != nil {
+		return
+	}
+	ok, err := kw.svc.KeyStillValid(kw.ctx, kw.key)
+	if err != nil {
+		// A store that does not answer for a moment does not end every
+		// stream: the next check decides.
+		kw.log.WarnContext(kw.ctx, "could not recheck the key of a proxied connection", "err", err)
+		ok = true
+	}
+	if !ok {
+		kw.cancel(errKeyNoLongerValid)
+		return
+	}
+	kw.mu.Lock()
+	if !kw.stopped {
+		kw.timer.Reset(kw.svc.KeyWatchInterval())
+	}
+	kw.mu.Unlock()
+}
+
+func (kw *keyWatch) stop() {
+	kw.mu.Lock()
+	kw.stopped = true
+	if kw.timer != nil {
+		kw.timer.Stop()
+	}
+	kw.mu.Unlock()
+	kw.cancel(nil)
 }
 
 // stripIdentityHeaders removes every header that names a key or a tenant in

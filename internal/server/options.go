@@ -1,6 +1,8 @@
 package server
 
 import (
+	"time"
+
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/gateway"
 )
@@ -18,4 +20,10 @@ func WithTrustedProxies(tp *gateway.TrustedProxies) Option {
 // keys (--leak-report-keys; nil: only a platform admin's bearer token).
 func WithLeakReportKeys(keys *btk.LeakReportKeys) Option {
 	return func(h *Handler) { h.leakKeys = keys }
+}
+
+// WithUpstreamTimeout bounds the reverse proxy's wait for the upstream's
+// response headers (--upstream-timeout; 0: gateway.DefaultUpstreamTimeout).
+func WithUpstreamTimeout(d time.Duration) Option {
+	return func(h *Handler) { h.upstreamTimeout = d }
 }

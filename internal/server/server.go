@@ -27,6 +27,8 @@ type Handler struct {
 	mux      *http.ServeMux
 	proxies  *gateway.TrustedProxies // whose X-Forwarded-For is believed (options.go)
 	leakKeys *btk.LeakReportKeys     // sign acceptable leak reports (options.go)
+	// upstreamTimeout bounds the proxy's wait for response headers (options.go).
+	upstreamTimeout time.Duration
 }
 
 // New returns the HTTP handler of the service. The logger never receives a
@@ -38,6 +40,7 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 	}
 	h.gw = gateway.New(svc, log, h.proxies)
 	h.gw.SetLeakReportKeys(h.leakKeys)
+	h.gw.SetUpstreamTimeout(h.upstreamTimeout)
 
 	h.mux.Handle("POST /graphql", graphql.New(svc, h.gw, log))
 	h.mux.HandleFunc("/v1/authorize", h.gw.Authorize)

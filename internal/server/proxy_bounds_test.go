@@ -1,0 +1,197 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/btk-project/btk/internal/server"
+)
+
+// proxyWith is proxyFor with server options (an upstream timeout).
+func (e *env) proxyWith(upstream string, opts ...server.Option) *httptest.Server {
+	e.t.Helper()
+	u, err := url.Parse(upstream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(lockedWriter{e.logMu, e.logs}, nil))
+	p := httptest.NewServer(server.New(e.svc, e.db, log, opts...).Proxy(u))
+	e.t.Cleanup(p.Close)
+	return p
+}
+
+// Issue 15, row 4: requests to an upstream that never answers held their
+// goroutines and descriptors indefinitely. Past --upstream-timeout they
+// are answered 504 GATEWAY_TIMEOUT, and what they held is given back.
+func TestProxyUpstreamTimeout(t *testing.T) {
+	e := newEnv(t)
+	k := e.createKey(e.admin(), "slow-upstream")
+	hang := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer up.Close()
+	defer close(hang)
+	p := e.proxyWith(up.URL, server.WithUpstreamTimeout(300*time.Millisecond))
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	before := runtime.NumGoroutine()
+	const n = 50
+	var wg sync.WaitGroup
+	results := make(chan authResponse, n)
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequest("GET", p.URL+"/never", nil)
+			req.Header.Set("X-Api-Key", k.Plaintext)
+			res, err := client.Do(req)
+			if err != nil {
+				results <- authResponse{Body: err.Error()}
+				return
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			results <- authResponse{Status: res.StatusCode, Body: string(b)}
+		})
+	}
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r.Status != http.StatusGatewayTimeout || !strings.Contains(r.Body, `"GATEWAY_TIMEOUT"`) {
+			t.Fatalf("a request to an upstream that never answers: HTTP %d %s", r.Status, r.Body)
+		}
+	}
+	// The goroutines of the 50 requests are gone (bounded wait).
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before+10 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine(); g > before+10 {
+		t.Fatalf("%d goroutines after the timeouts, %d before", g, before)
+	}
+}
+
+// Issue 15, row 5: a WebSocket opened through the proxy kept passing data
+// after its key was revoked. It is closed after the revoke answered, within
+// a bounded wait; and so is a long response stream when its key is
+// rotated, and one whose key expires.
+func TestProxyCutsConnectionsWhenKeyInvalid(t *testing.T) {
+	e := newEnv(t)
+	owner := e.admin()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/socket" {
+			c, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+			defer cancel()
+			for {
+				typ, msg, err := c.Read(ctx)
+				if err != nil {
+					return
+				}
+				if err := c.Write(ctx, typ, msg); err != nil {
+					return
+				}
+			}
+		}
+		// An endless event stream: a line every 20 ms.
+		w.Header().Set("Content-Type", "text/event-stream")
+		for {
+			if _, err := io.WriteString(w, "data: tick\n\n"); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}))
+	defer up.Close()
+	p := e.proxyFor(up.URL)
+
+	t.Run("websocket, revoked", func(t *testing.T) {
+		k := e.createKey(owner, "ws-revoked")
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ws := "ws" + strings.TrimPrefix(p.URL, "http") + "/socket"
+		c, _, err := websocket.Dial(ctx, ws, &websocket.DialOptions{HTTPHeader: http.Header{"X-Api-Key": {k.Plaintext}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		if err := c.Write(ctx, websocket.MessageText, []byte("before")); err != nil {
+			t.Fatal(err)
+		}
+		if _, m, err := c.Read(ctx); err != nil || string(m) != "before" {
+			t.Fatalf("echo before the revoke: %q %v", m, err)
+		}
+		e.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
+		// Keep talking: within the bounded wait the tunnel is closed.
+		for {
+			if ctx.Err() != nil {
+				t.Fatal("the WebSocket still passes data 20 s after its key was revoked")
+			}
+			if err := c.Write(ctx, websocket.MessageText, []byte("after")); err != nil {
+				break
+			}
+			if _, _, err := c.Read(ctx); err != nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+
+	stream := func(t *testing.T, key string, invalidate func()) {
+		req, _ := http.NewRequest("GET", p.URL+"/events", nil)
+		req.Header.Set("X-Api-Key", key)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		res, err := http.DefaultClient.Do(req.WithContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		br := bufio.NewReader(res.Body)
+		if line, err := br.ReadString('\n'); err != nil || line != "data: tick\n" {
+			t.Fatalf("the stream: %q %v", line, err)
+		}
+		invalidate()
+		for {
+			if _, err := br.ReadString('\n'); err != nil {
+				if ctx.Err() != nil {
+					t.Fatal("the stream still runs 20 s after its key stopped being valid")
+				}
+				return // cut
+			}
+		}
+	}
+	t.Run("stream, rotated", func(t *testing.T) {
+		k := e.createKey(owner, "stream-rotated")
+		stream(t, k.Plaintext, func() {
+			e.must(e.elevated(owner, adminPassword), `mutation($id:ID!){rotateApiKey(id:$id){apiKey{id}}}`, map[string]any{"id": k.ID}, &struct{}{})
+		})
+	})
+	t.Run("stream, expired", func(t *testing.T) {
+		exp := e.clock.Now().Add(time.Hour).Format(time.RFC3339)
+		k := e.createKeyWith(owner, "stream-expired", `expiresAt:"`+exp+`"`)
+		stream(t, k.Plaintext, func() { e.clock.Advance(2 * time.Hour) })
+	})
+}
