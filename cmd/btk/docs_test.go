@@ -208,3 +208,67 @@ func TestDocCitationsResolve(t *testing.T) {
 		}
 	})
 }
+
+// section returns the text of a markdown file's "## title" section.
+func section(t *testing.T, file, title string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	start := strings.Index(text, "\n## "+title+"\n")
+	if start < 0 {
+		t.Fatalf("%s has no section %q", file, title)
+	}
+	text = text[start+1:]
+	if end := strings.Index(text[3:], "\n## "); end > 0 {
+		text = text[:end+3]
+	}
+	return text
+}
+
+// docs/design.md#error-codes names every code the domain declares.
+func TestDesignListsEveryErrorCode(t *testing.T) {
+	table := section(t, "docs/design.md", "Error codes")
+	decl := regexp.MustCompile(`Code\s*=\s*"([A-Z_]+)"`)
+	files, _ := filepath.Glob(filepath.Join(repoRoot, "internal", "btk", "*.go"))
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			found++
+			if !strings.Contains(table, "`"+m[1]+"`") {
+				t.Errorf("docs/design.md#error-codes does not list %s (declared in %s)", m[1], filepath.Base(f))
+			}
+		}
+	}
+	if found < 10 {
+		t.Fatalf("found %d code declarations in internal/btk: the pattern is stale", found)
+	}
+}
+
+// docs/design.md#exit-codes has a row for every exit code of the CLI.
+func TestDesignListsEveryExitCode(t *testing.T) {
+	table := section(t, "docs/design.md", "Exit codes")
+	b, err := os.ReadFile("exit.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	decl := regexp.MustCompile(`(?m)^\s*(exit[A-Za-z]+)\s*=\s*([0-9]+)`)
+	ms := decl.FindAllStringSubmatch(string(b), -1)
+	if len(ms) < 9 {
+		t.Fatalf("found %d exit codes in exit.go: the pattern is stale", len(ms))
+	}
+	for _, m := range ms {
+		if !strings.Contains(table, "\n| "+m[2]+" |") {
+			t.Errorf("docs/design.md#exit-codes has no row for %s = %s", m[1], m[2])
+		}
+	}
+}
