@@ -27,7 +27,7 @@ func (r *Resolver) tenant(w *btk.Workspace) *graph.Tenant {
 	}
 	perMinute, perDay := r.svc.WorkspaceLimits(w)
 	return &graph.Tenant{
-		ID: w.ID, Name: w.Name, Prefix: w.Prefix(), Plan: graph.Plan(w.Plan), PublicClientKey: w.PublicClientKey,
+		ID: w.ID, Name: w.Name, Prefix: w.Prefix(), Plan: w.Plan, PublicClientKey: w.PublicClientKey,
 		DefaultRateLimitPerMinute: perMinute, DefaultRateLimitPerDay: perDay, CreatedAt: w.CreatedAt,
 	}
 }
@@ -36,7 +36,7 @@ func account(a *btk.Account, role btk.Role) *graph.Account {
 	out := &graph.Account{ID: a.ID, Email: a.Email, PlatformAdmin: a.PlatformAdmin, Memberships: []*graph.Membership{},
 		Disabled: a.DisabledAt != nil}
 	if role != "" {
-		r := graph.Role(role)
+		r := role
 		out.Role = &r
 	}
 	return out
@@ -45,7 +45,7 @@ func account(a *btk.Account, role btk.Role) *graph.Account {
 func apiKey(k *btk.APIKey, now time.Time) *graph.APIKey {
 	return &graph.APIKey{
 		ID: k.ID, Name: k.Name, DisplayPrefix: k.DisplayPrefix, Hint: k.Hint,
-		Status:             graph.APIKeyStatus(k.Status(now)),
+		Status:             k.Status(now),
 		RateLimitPerMinute: k.RateLimitPerMinute, RateLimitPerDay: k.RateLimitPerDay,
 		ExpiresAt: k.ExpiresAt, Scopes: k.Scopes, CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt,
 		RevokedAt: k.RevokedAt, RotatedFromID: optString(k.RotatedFromID), ReplacedByID: optString(k.ReplacedByID),
@@ -55,7 +55,7 @@ func apiKey(k *btk.APIKey, now time.Time) *graph.APIKey {
 
 func auditEntry(e *btk.AuditEntry) *graph.APIKeyAuditEntry {
 	return &graph.APIKeyAuditEntry{
-		ID: e.ID, WorkspaceID: e.WorkspaceID, Action: graph.APIKeyAuditAction(e.Action),
+		ID: e.ID, WorkspaceID: e.WorkspaceID, Action: e.Action,
 		APIKeyID: optString(e.APIKeyID), APIKeyName: optString(e.APIKeyName), NewAPIKeyID: optString(e.NewAPIKeyID),
 		RevokedCount: e.RevokedCount, ActorID: e.ActorID, ActorEmail: e.ActorEmail,
 		ImpersonatorID: optString(e.ImpersonatorID), ImpersonatorEmail: optString(e.ImpersonatorEmail), IP: e.IP, UserAgent: e.UserAgent, CreatedAt: e.CreatedAt,
@@ -83,7 +83,7 @@ func (r *Resolver) session(s *btk.SessionInfo) *graph.Session {
 
 func memberships(ms []btk.MembershipInfo) []*graph.Membership {
 	return mapSlice(ms, func(m btk.MembershipInfo) *graph.Membership {
-		return &graph.Membership{WorkspaceID: m.WorkspaceID, WorkspaceName: m.WorkspaceName, Role: graph.Role(m.Role)}
+		return &graph.Membership{WorkspaceID: m.WorkspaceID, WorkspaceName: m.WorkspaceName, Role: m.Role}
 	})
 }
 

@@ -80,7 +80,7 @@ func (r *mutationResolver) RevokeAllAPIKeys(ctx context.Context) (*graph.RevokeA
 func (r *mutationResolver) CreateWorkspace(ctx context.Context, input graph.CreateWorkspaceInput) (*graph.Tenant, error) {
 	plan := btk.PlanSelfHosted
 	if input.Plan != nil {
-		plan = btk.Plan(*input.Plan)
+		plan = *input.Plan
 	}
 	w, err := r.svc.CreateWorkspace(ctx, btk.ActorFrom(ctx), input.Name, plan)
 	if err != nil {
@@ -89,8 +89,8 @@ func (r *mutationResolver) CreateWorkspace(ctx context.Context, input graph.Crea
 	return r.tenant(w), nil
 }
 
-func (r *mutationResolver) SetWorkspacePlan(ctx context.Context, workspaceID string, plan graph.Plan) (*graph.Tenant, error) {
-	w, err := r.svc.SetWorkspacePlan(ctx, btk.ActorFrom(ctx), workspaceID, btk.Plan(plan))
+func (r *mutationResolver) SetWorkspacePlan(ctx context.Context, workspaceID string, plan btk.Plan) (*graph.Tenant, error) {
+	w, err := r.svc.SetWorkspacePlan(ctx, btk.ActorFrom(ctx), workspaceID, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -113,10 +113,10 @@ func (r *mutationResolver) Impersonate(ctx context.Context, workspaceID string) 
 	return r.session(s), nil
 }
 
-func (r *mutationResolver) SetMembership(ctx context.Context, workspaceID string, accountID string, role *graph.Role) (bool, error) {
+func (r *mutationResolver) SetMembership(ctx context.Context, workspaceID string, accountID string, role *btk.Role) (bool, error) {
 	var rl btk.Role
 	if role != nil {
-		rl = btk.Role(*role)
+		rl = *role
 	}
 	err := r.svc.SetMembership(ctx, btk.ActorFrom(ctx), workspaceID, accountID, rl)
 	return err == nil, err
@@ -204,13 +204,13 @@ func (r *queryResolver) APIKeyByHash(ctx context.Context, sha256 string) (*graph
 	return out, nil
 }
 
-func (r *queryResolver) APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *graph.APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) (*graph.APIKeyAuditConnection, error) {
+func (r *queryResolver) APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *btk.AuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) (*graph.APIKeyAuditConnection, error) {
 	f := btk.AuditFilter{
 		WorkspaceID: deref(workspaceID), APIKeyID: deref(apiKeyID), Since: since, Until: until, Page: page(first, after),
 		ActorEmail: deref(actorEmail),
 	}
 	if action != nil {
-		f.Action = btk.AuditAction(*action)
+		f.Action = *action
 	}
 	entries, next, err := r.svc.KeyAuditLog(ctx, btk.ActorFrom(ctx), f)
 	if err != nil {
@@ -260,7 +260,7 @@ func (r *queryResolver) Members(ctx context.Context, workspaceID string) ([]*gra
 		return nil, err
 	}
 	return mapSlice(ms, func(m btk.Member) *graph.Member {
-		return &graph.Member{AccountID: m.AccountID, Email: m.Email, Role: graph.Role(m.Role)}
+		return &graph.Member{AccountID: m.AccountID, Email: m.Email, Role: m.Role}
 	}), nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/introspection"
+	"github.com/btk-project/btk/internal/btk"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -147,8 +148,8 @@ type ComplexityRoot struct {
 		RevokeAPIKey           func(childComplexity int, id string) int
 		RevokeAllAPIKeys       func(childComplexity int) int
 		RotateAPIKey           func(childComplexity int, id string, input *RotateAPIKeyInput) int
-		SetMembership          func(childComplexity int, workspaceID string, accountID string, role *Role) int
-		SetWorkspacePlan       func(childComplexity int, workspaceID string, plan Plan) int
+		SetMembership          func(childComplexity int, workspaceID string, accountID string, role *btk.Role) int
+		SetWorkspacePlan       func(childComplexity int, workspaceID string, plan btk.Plan) int
 		SetWorkspaceRateLimits func(childComplexity int, workspaceID string, perMinute *int, perDay *int) int
 	}
 
@@ -159,7 +160,7 @@ type ComplexityRoot struct {
 
 	Query struct {
 		APIKey            func(childComplexity int, id string) int
-		APIKeyAuditLog    func(childComplexity int, workspaceID *string, apiKeyID *string, action *APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) int
+		APIKeyAuditLog    func(childComplexity int, workspaceID *string, apiKeyID *string, action *btk.AuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) int
 		APIKeyByHash      func(childComplexity int, sha256 string) int
 		APIKeys           func(childComplexity int, includeRevoked *bool, first *int, after *string) int
 		Accounts          func(childComplexity int) int
@@ -219,10 +220,10 @@ type MutationResolver interface {
 	RevokeAPIKey(ctx context.Context, id string) (*APIKey, error)
 	RevokeAllAPIKeys(ctx context.Context) (*RevokeAllAPIKeysPayload, error)
 	CreateWorkspace(ctx context.Context, input CreateWorkspaceInput) (*Tenant, error)
-	SetWorkspacePlan(ctx context.Context, workspaceID string, plan Plan) (*Tenant, error)
+	SetWorkspacePlan(ctx context.Context, workspaceID string, plan btk.Plan) (*Tenant, error)
 	CreateAccount(ctx context.Context, input CreateAccountInput) (*Account, error)
 	Impersonate(ctx context.Context, workspaceID string) (*Session, error)
-	SetMembership(ctx context.Context, workspaceID string, accountID string, role *Role) (bool, error)
+	SetMembership(ctx context.Context, workspaceID string, accountID string, role *btk.Role) (bool, error)
 	SetWorkspaceRateLimits(ctx context.Context, workspaceID string, perMinute *int, perDay *int) (*Tenant, error)
 	ChangePassword(ctx context.Context, currentPassword string, newPassword string) (bool, error)
 	DisableAccount(ctx context.Context, id *string, email *string) (*Account, error)
@@ -234,7 +235,7 @@ type QueryResolver interface {
 	APIKeys(ctx context.Context, includeRevoked *bool, first *int, after *string) (*APIKeyConnection, error)
 	APIKey(ctx context.Context, id string) (*APIKey, error)
 	APIKeyByHash(ctx context.Context, sha256 string) (*APIKey, error)
-	APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *APIKeyAuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) (*APIKeyAuditConnection, error)
+	APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *btk.AuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) (*APIKeyAuditConnection, error)
 	AuditEvents(ctx context.Context, since *time.Time, until *time.Time, first *int, after *string, workspaceID *string, serverWide *bool, action *string, actorEmail *string) (*AuditEventConnection, error)
 	WorkspaceBranding(ctx context.Context, publicKey string) (*WorkspaceBranding, error)
 	Workspaces(ctx context.Context) ([]*Tenant, error)
@@ -798,7 +799,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.SetMembership(childComplexity, args["workspaceId"].(string), args["accountId"].(string), args["role"].(*Role)), true
+		return e.ComplexityRoot.Mutation.SetMembership(childComplexity, args["workspaceId"].(string), args["accountId"].(string), args["role"].(*btk.Role)), true
 	case "Mutation.setWorkspacePlan":
 		if e.ComplexityRoot.Mutation.SetWorkspacePlan == nil {
 			break
@@ -809,7 +810,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.SetWorkspacePlan(childComplexity, args["workspaceId"].(string), args["plan"].(Plan)), true
+		return e.ComplexityRoot.Mutation.SetWorkspacePlan(childComplexity, args["workspaceId"].(string), args["plan"].(btk.Plan)), true
 	case "Mutation.setWorkspaceRateLimits":
 		if e.ComplexityRoot.Mutation.SetWorkspaceRateLimits == nil {
 			break
@@ -856,7 +857,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.APIKeyAuditLog(childComplexity, args["workspaceId"].(*string), args["apiKeyId"].(*string), args["action"].(*APIKeyAuditAction), args["since"].(*time.Time), args["until"].(*time.Time), args["first"].(*int), args["after"].(*string), args["actorEmail"].(*string)), true
+		return e.ComplexityRoot.Query.APIKeyAuditLog(childComplexity, args["workspaceId"].(*string), args["apiKeyId"].(*string), args["action"].(*btk.AuditAction), args["since"].(*time.Time), args["until"].(*time.Time), args["first"].(*int), args["after"].(*string), args["actorEmail"].(*string)), true
 	case "Query.apiKeyByHash":
 		if e.ComplexityRoot.Query.APIKeyByHash == nil {
 			break
@@ -2210,8 +2211,8 @@ func (ec *executionContext) field_Mutation_setMembership_args(ctx context.Contex
 	}
 	args["accountId"] = arg1
 	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "role",
-		func(ctx context.Context, v any) (*Role, error) {
-			return ec.unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx, v)
+		func(ctx context.Context, v any) (*btk.Role, error) {
+			return ec.unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2232,8 +2233,8 @@ func (ec *executionContext) field_Mutation_setWorkspacePlan_args(ctx context.Con
 	}
 	args["workspaceId"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "plan",
-		func(ctx context.Context, v any) (Plan, error) {
-			return ec.unmarshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx, v)
+		func(ctx context.Context, v any) (btk.Plan, error) {
+			return ec.unmarshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2306,8 +2307,8 @@ func (ec *executionContext) field_Query_apiKeyAuditLog_args(ctx context.Context,
 	}
 	args["apiKeyId"] = arg1
 	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "action",
-		func(ctx context.Context, v any) (*APIKeyAuditAction, error) {
-			return ec.unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx, v)
+		func(ctx context.Context, v any) (*btk.AuditAction, error) {
+			return ec.unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2653,8 +2654,8 @@ func (ec *executionContext) _Account_role(ctx context.Context, field graphql.Col
 			return obj.Role, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *Role) graphql.Marshaler {
-			return ec.marshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *btk.Role) graphql.Marshaler {
+			return ec.marshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole(ctx, selections, v)
 		},
 		true,
 		false,
@@ -2846,8 +2847,8 @@ func (ec *executionContext) _ApiKey_status(ctx context.Context, field graphql.Co
 			return obj.Status, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v APIKeyStatus) graphql.Marshaler {
-			return ec.marshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyStatus(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v btk.KeyStatus) graphql.Marshaler {
+			return ec.marshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐKeyStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3241,8 +3242,8 @@ func (ec *executionContext) _ApiKeyAuditEntry_action(ctx context.Context, field 
 			return obj.Action, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v APIKeyAuditAction) graphql.Marshaler {
-			return ec.marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v btk.AuditAction) graphql.Marshaler {
+			return ec.marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4045,8 +4046,8 @@ func (ec *executionContext) _Member_role(ctx context.Context, field graphql.Coll
 			return obj.Role, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v Role) graphql.Marshaler {
-			return ec.marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v btk.Role) graphql.Marshaler {
+			return ec.marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4114,8 +4115,8 @@ func (ec *executionContext) _Membership_role(ctx context.Context, field graphql.
 			return obj.Role, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v Role) graphql.Marshaler {
-			return ec.marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v btk.Role) graphql.Marshaler {
+			return ec.marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4454,7 +4455,7 @@ func (ec *executionContext) _Mutation_setWorkspacePlan(ctx context.Context, fiel
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().SetWorkspacePlan(ctx, fc.Args["workspaceId"].(string), fc.Args["plan"].(Plan))
+			return ec.Resolvers.Mutation().SetWorkspacePlan(ctx, fc.Args["workspaceId"].(string), fc.Args["plan"].(btk.Plan))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *Tenant) graphql.Marshaler {
@@ -4586,7 +4587,7 @@ func (ec *executionContext) _Mutation_setMembership(ctx context.Context, field g
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().SetMembership(ctx, fc.Args["workspaceId"].(string), fc.Args["accountId"].(string), fc.Args["role"].(*Role))
+			return ec.Resolvers.Mutation().SetMembership(ctx, fc.Args["workspaceId"].(string), fc.Args["accountId"].(string), fc.Args["role"].(*btk.Role))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
@@ -5048,7 +5049,7 @@ func (ec *executionContext) _Query_apiKeyAuditLog(ctx context.Context, field gra
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().APIKeyAuditLog(ctx, fc.Args["workspaceId"].(*string), fc.Args["apiKeyId"].(*string), fc.Args["action"].(*APIKeyAuditAction), fc.Args["since"].(*time.Time), fc.Args["until"].(*time.Time), fc.Args["first"].(*int), fc.Args["after"].(*string), fc.Args["actorEmail"].(*string))
+			return ec.Resolvers.Query().APIKeyAuditLog(ctx, fc.Args["workspaceId"].(*string), fc.Args["apiKeyId"].(*string), fc.Args["action"].(*btk.AuditAction), fc.Args["since"].(*time.Time), fc.Args["until"].(*time.Time), fc.Args["first"].(*int), fc.Args["after"].(*string), fc.Args["actorEmail"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *APIKeyAuditConnection) graphql.Marshaler {
@@ -5678,8 +5679,8 @@ func (ec *executionContext) _Tenant_plan(ctx context.Context, field graphql.Coll
 			return obj.Plan, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v Plan) graphql.Marshaler {
-			return ec.marshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v btk.Plan) graphql.Marshaler {
+			return ec.marshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7034,7 +7035,7 @@ func (ec *executionContext) unmarshalInputCreateWorkspaceInput(ctx context.Conte
 			it.Name = data
 		case "plan":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("plan"))
-			data, err := ec.unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx, v)
+			data, err := ec.unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -8969,15 +8970,37 @@ func (ec *executionContext) marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtk
 	return ec._ApiKey(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx context.Context, v any) (APIKeyAuditAction, error) {
-	var res APIKeyAuditAction
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction(ctx context.Context, v any) (btk.AuditAction, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx context.Context, sel ast.SelectionSet, v APIKeyAuditAction) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction(ctx context.Context, sel ast.SelectionSet, v btk.AuditAction) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction[v])
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
 }
+
+var (
+	unmarshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction = map[string]btk.AuditAction{
+		"CREATED":     btk.AuditCreated,
+		"ROTATED":     btk.AuditRotated,
+		"REVOKED":     btk.AuditRevoked,
+		"REVOKED_ALL": btk.AuditRevokedAll,
+	}
+	marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction = map[btk.AuditAction]string{
+		btk.AuditCreated:    "CREATED",
+		btk.AuditRotated:    "ROTATED",
+		btk.AuditRevoked:    "REVOKED",
+		btk.AuditRevokedAll: "REVOKED_ALL",
+	}
+)
 
 func (ec *executionContext) marshalNApiKeyAuditConnection2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditConnection(ctx context.Context, sel ast.SelectionSet, v *APIKeyAuditConnection) graphql.Marshaler {
 	if v == nil {
@@ -9025,15 +9048,35 @@ func (ec *executionContext) marshalNApiKeyConnection2ᚖgithubᚗcomᚋbtkᚑpro
 	return ec._ApiKeyConnection(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyStatus(ctx context.Context, v any) (APIKeyStatus, error) {
-	var res APIKeyStatus
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐKeyStatus(ctx context.Context, v any) (btk.KeyStatus, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐKeyStatus[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyStatus(ctx context.Context, sel ast.SelectionSet, v APIKeyStatus) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐKeyStatus(ctx context.Context, sel ast.SelectionSet, v btk.KeyStatus) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(marshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐKeyStatus[v])
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
 }
+
+var (
+	unmarshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐKeyStatus = map[string]btk.KeyStatus{
+		"ACTIVE":  btk.KeyActive,
+		"REVOKED": btk.KeyRevoked,
+		"EXPIRED": btk.KeyExpired,
+	}
+	marshalNApiKeyStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐKeyStatus = map[btk.KeyStatus]string{
+		btk.KeyActive:  "ACTIVE",
+		btk.KeyRevoked: "REVOKED",
+		btk.KeyExpired: "EXPIRED",
+	}
+)
 
 func (ec *executionContext) marshalNAuditEvent2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAuditEventᚄ(ctx context.Context, sel ast.SelectionSet, v []*AuditEvent) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
@@ -9216,15 +9259,37 @@ func (ec *executionContext) marshalNPageInfo2ᚖgithubᚗcomᚋbtkᚑprojectᚋb
 	return ec._PageInfo(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx context.Context, v any) (Plan, error) {
-	var res Plan
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan(ctx context.Context, v any) (btk.Plan, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx context.Context, sel ast.SelectionSet, v Plan) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan(ctx context.Context, sel ast.SelectionSet, v btk.Plan) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(marshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan[v])
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
 }
+
+var (
+	unmarshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan = map[string]btk.Plan{
+		"CLOUD_STARTER":    btk.PlanCloudStarter,
+		"CLOUD_PRO":        btk.PlanCloudPro,
+		"CLOUD_ENTERPRISE": btk.PlanCloudEnterprise,
+		"SELF_HOSTED":      btk.PlanSelfHosted,
+	}
+	marshalNPlan2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan = map[btk.Plan]string{
+		btk.PlanCloudStarter:    "CLOUD_STARTER",
+		btk.PlanCloudPro:        "CLOUD_PRO",
+		btk.PlanCloudEnterprise: "CLOUD_ENTERPRISE",
+		btk.PlanSelfHosted:      "SELF_HOSTED",
+	}
+)
 
 func (ec *executionContext) marshalNRevokeAllApiKeysPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRevokeAllAPIKeysPayload(ctx context.Context, sel ast.SelectionSet, v *RevokeAllAPIKeysPayload) graphql.Marshaler {
 	if v == nil {
@@ -9236,15 +9301,35 @@ func (ec *executionContext) marshalNRevokeAllApiKeysPayload2ᚖgithubᚗcomᚋbt
 	return ec._RevokeAllApiKeysPayload(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx context.Context, v any) (Role, error) {
-	var res Role
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole(ctx context.Context, v any) (btk.Role, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx context.Context, sel ast.SelectionSet, v Role) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole(ctx context.Context, sel ast.SelectionSet, v btk.Role) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole[v])
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
 }
+
+var (
+	unmarshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole = map[string]btk.Role{
+		"OWNER":  btk.RoleOwner,
+		"ADMIN":  btk.RoleAdmin,
+		"MEMBER": btk.RoleMember,
+	}
+	marshalNRole2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole = map[btk.Role]string{
+		btk.RoleOwner:  "OWNER",
+		btk.RoleAdmin:  "ADMIN",
+		btk.RoleMember: "MEMBER",
+	}
+)
 
 func (ec *executionContext) marshalNRotateApiKeyPayload2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRotateAPIKeyPayload(ctx context.Context, sel ast.SelectionSet, v *RotateAPIKeyPayload) graphql.Marshaler {
 	if v == nil {
@@ -9500,21 +9585,39 @@ func (ec *executionContext) marshalOApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtk
 	return ec._ApiKey(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx context.Context, v any) (*APIKeyAuditAction, error) {
+func (ec *executionContext) unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction(ctx context.Context, v any) (*btk.AuditAction, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var res = new(APIKeyAuditAction)
-	err := res.UnmarshalGQL(v)
-	return res, graphql.ErrorOnPath(ctx, err)
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction[tmp]
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKeyAuditAction(ctx context.Context, sel ast.SelectionSet, v *APIKeyAuditAction) graphql.Marshaler {
+func (ec *executionContext) marshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction(ctx context.Context, sel ast.SelectionSet, v *btk.AuditAction) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
-	return v
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(marshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction[*v])
+	return res
 }
+
+var (
+	unmarshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction = map[string]btk.AuditAction{
+		"CREATED":     btk.AuditCreated,
+		"ROTATED":     btk.AuditRotated,
+		"REVOKED":     btk.AuditRevoked,
+		"REVOKED_ALL": btk.AuditRevokedAll,
+	}
+	marshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction = map[btk.AuditAction]string{
+		btk.AuditCreated:    "CREATED",
+		btk.AuditRotated:    "ROTATED",
+		btk.AuditRevoked:    "REVOKED",
+		btk.AuditRevokedAll: "REVOKED_ALL",
+	}
+)
 
 func (ec *executionContext) unmarshalOBoolean2bool(ctx context.Context, v any) (bool, error) {
 	res, err := graphql.UnmarshalBoolean(v)
@@ -9582,37 +9685,71 @@ func (ec *executionContext) marshalOInt2ᚖint(ctx context.Context, sel ast.Sele
 	return res
 }
 
-func (ec *executionContext) unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx context.Context, v any) (*Plan, error) {
+func (ec *executionContext) unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan(ctx context.Context, v any) (*btk.Plan, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var res = new(Plan)
-	err := res.UnmarshalGQL(v)
-	return res, graphql.ErrorOnPath(ctx, err)
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan[tmp]
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐPlan(ctx context.Context, sel ast.SelectionSet, v *Plan) graphql.Marshaler {
+func (ec *executionContext) marshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan(ctx context.Context, sel ast.SelectionSet, v *btk.Plan) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
-	return v
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(marshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan[*v])
+	return res
 }
 
-func (ec *executionContext) unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx context.Context, v any) (*Role, error) {
+var (
+	unmarshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan = map[string]btk.Plan{
+		"CLOUD_STARTER":    btk.PlanCloudStarter,
+		"CLOUD_PRO":        btk.PlanCloudPro,
+		"CLOUD_ENTERPRISE": btk.PlanCloudEnterprise,
+		"SELF_HOSTED":      btk.PlanSelfHosted,
+	}
+	marshalOPlan2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐPlan = map[btk.Plan]string{
+		btk.PlanCloudStarter:    "CLOUD_STARTER",
+		btk.PlanCloudPro:        "CLOUD_PRO",
+		btk.PlanCloudEnterprise: "CLOUD_ENTERPRISE",
+		btk.PlanSelfHosted:      "SELF_HOSTED",
+	}
+)
+
+func (ec *executionContext) unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole(ctx context.Context, v any) (*btk.Role, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var res = new(Role)
-	err := res.UnmarshalGQL(v)
-	return res, graphql.ErrorOnPath(ctx, err)
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole[tmp]
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRole(ctx context.Context, sel ast.SelectionSet, v *Role) graphql.Marshaler {
+func (ec *executionContext) marshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole(ctx context.Context, sel ast.SelectionSet, v *btk.Role) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
-	return v
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(marshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole[*v])
+	return res
 }
+
+var (
+	unmarshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole = map[string]btk.Role{
+		"OWNER":  btk.RoleOwner,
+		"ADMIN":  btk.RoleAdmin,
+		"MEMBER": btk.RoleMember,
+	}
+	marshalORole2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐRole = map[btk.Role]string{
+		btk.RoleOwner:  "OWNER",
+		btk.RoleAdmin:  "ADMIN",
+		btk.RoleMember: "MEMBER",
+	}
+)
 
 func (ec *executionContext) unmarshalORotateApiKeyInput2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRotateAPIKeyInput(ctx context.Context, v any) (*RotateAPIKeyInput, error) {
 	if v == nil {

@@ -3,13 +3,10 @@
 package graph
 
 import (
-	"bytes"
-	"fmt"
-	"io"
-	"strconv"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/btk-project/btk/internal/btk"
 )
 
 // An account: a person (or operator) who logs in with an email and a password.
@@ -21,7 +18,7 @@ type Account struct {
 	// Whether the account may operate every workspace.
 	PlatformAdmin bool `json:"platformAdmin"`
 	// Role in the session's workspace; null when the account has no membership there.
-	Role *Role `json:"role,omitempty"`
+	Role *btk.Role `json:"role,omitempty"`
 	// The account's workspaces and its role in each (filled on me and login; empty elsewhere).
 	Memberships []*Membership `json:"memberships"`
 	// On me: whether the session is a platform admin's impersonation session.
@@ -41,7 +38,7 @@ type APIKey struct {
 	// The last 4 characters of the key, to tell keys apart.
 	Hint string `json:"hint"`
 	// ACTIVE, REVOKED or EXPIRED.
-	Status APIKeyStatus `json:"status"`
+	Status btk.KeyStatus `json:"status"`
 	// Per-key override of the per-minute limit; null inherits the workspace default.
 	RateLimitPerMinute *int `json:"rateLimitPerMinute,omitempty"`
 	// Per-key override of the per-day limit; null inherits the workspace default.
@@ -81,7 +78,7 @@ type APIKeyAuditEntry struct {
 	// Workspace the key belongs to.
 	WorkspaceID string `json:"workspaceId"`
 	// What happened.
-	Action APIKeyAuditAction `json:"action"`
+	Action btk.AuditAction `json:"action"`
 	// The key created, rotated (the old one) or revoked; null for REVOKED_ALL.
 	APIKeyID *string `json:"apiKeyId,omitempty"`
 	// Name of that key at the time.
@@ -189,7 +186,7 @@ type CreateWorkspaceInput struct {
 	// Display name.
 	Name string `json:"name"`
 	// Billing plan.
-	Plan *Plan `json:"plan,omitempty"`
+	Plan *btk.Plan `json:"plan,omitempty"`
 }
 
 // A step-up elevation token, sent as the X-Elevation header to rotate a key.
@@ -207,7 +204,7 @@ type Member struct {
 	// Login email.
 	Email string `json:"email"`
 	// Role in the workspace.
-	Role Role `json:"role"`
+	Role btk.Role `json:"role"`
 }
 
 // An account's membership of a workspace, as the account sees it.
@@ -217,7 +214,7 @@ type Membership struct {
 	// Workspace display name.
 	WorkspaceName string `json:"workspaceName"`
 	// The account's role there.
-	Role Role `json:"role"`
+	Role btk.Role `json:"role"`
 }
 
 type Mutation struct {
@@ -283,7 +280,7 @@ type Tenant struct {
 	// The first 8 characters of the workspace UUID, used in every key of the workspace.
 	Prefix string `json:"prefix"`
 	// Billing plan.
-	Plan Plan `json:"plan"`
+	Plan btk.Plan `json:"plan"`
 	// Public client key (bpk_...): identifies the workspace on public endpoints; not a secret.
 	PublicClientKey string `json:"publicClientKey"`
 	// Requests per minute allowed to a key with no override of its own.
@@ -300,255 +297,4 @@ type WorkspaceBranding struct {
 	WorkspaceID string `json:"workspaceId"`
 	// Display name.
 	Name string `json:"name"`
-}
-
-// What happened to an API key, as recorded in the key audit log.
-type APIKeyAuditAction string
-
-const (
-	// A key was created.
-	APIKeyAuditActionCreated APIKeyAuditAction = "CREATED"
-	// A key was rotated: the old key was revoked and a new key issued in its place.
-	APIKeyAuditActionRotated APIKeyAuditAction = "ROTATED"
-	// A single key was revoked.
-	APIKeyAuditActionRevoked APIKeyAuditAction = "REVOKED"
-	// Every key of the workspace was revoked at once.
-	APIKeyAuditActionRevokedAll APIKeyAuditAction = "REVOKED_ALL"
-)
-
-var AllAPIKeyAuditAction = []APIKeyAuditAction{
-	APIKeyAuditActionCreated,
-	APIKeyAuditActionRotated,
-	APIKeyAuditActionRevoked,
-	APIKeyAuditActionRevokedAll,
-}
-
-func (e APIKeyAuditAction) IsValid() bool {
-	switch e {
-	case APIKeyAuditActionCreated, APIKeyAuditActionRotated, APIKeyAuditActionRevoked, APIKeyAuditActionRevokedAll:
-		return true
-	}
-	return false
-}
-
-func (e APIKeyAuditAction) String() string {
-	return string(e)
-}
-
-func (e *APIKeyAuditAction) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = APIKeyAuditAction(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid ApiKeyAuditAction", str)
-	}
-	return nil
-}
-
-func (e APIKeyAuditAction) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *APIKeyAuditAction) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e APIKeyAuditAction) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// Lifecycle state of an API key.
-type APIKeyStatus string
-
-const (
-	// The key authenticates requests.
-	APIKeyStatusActive APIKeyStatus = "ACTIVE"
-	// The key was revoked (directly, by rotation or by revoke-all) and never authenticates again.
-	APIKeyStatusRevoked APIKeyStatus = "REVOKED"
-	// The key is not revoked but its expiresAt has passed; it is rejected like a revoked key.
-	APIKeyStatusExpired APIKeyStatus = "EXPIRED"
-)
-
-var AllAPIKeyStatus = []APIKeyStatus{
-	APIKeyStatusActive,
-	APIKeyStatusRevoked,
-	APIKeyStatusExpired,
-}
-
-func (e APIKeyStatus) IsValid() bool {
-	switch e {
-	case APIKeyStatusActive, APIKeyStatusRevoked, APIKeyStatusExpired:
-		return true
-	}
-	return false
-}
-
-func (e APIKeyStatus) String() string {
-	return string(e)
-}
-
-func (e *APIKeyStatus) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = APIKeyStatus(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid ApiKeyStatus", str)
-	}
-	return nil
-}
-
-func (e APIKeyStatus) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *APIKeyStatus) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e APIKeyStatus) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// Billing plan of a workspace. Issuing keys (create, rotate) needs any plan but
-// CLOUD_STARTER; revoking works on every plan.
-type Plan string
-
-const (
-	// Cloud Starter: no programmatic API access; keys cannot be issued.
-	PlanCloudStarter Plan = "CLOUD_STARTER"
-	// Cloud Pro: keys may be issued.
-	PlanCloudPro Plan = "CLOUD_PRO"
-	// Cloud Enterprise: keys may be issued.
-	PlanCloudEnterprise Plan = "CLOUD_ENTERPRISE"
-	// Any self-hosted licence: keys may be issued.
-	PlanSelfHosted Plan = "SELF_HOSTED"
-)
-
-var AllPlan = []Plan{
-	PlanCloudStarter,
-	PlanCloudPro,
-	PlanCloudEnterprise,
-	PlanSelfHosted,
-}
-
-func (e Plan) IsValid() bool {
-	switch e {
-	case PlanCloudStarter, PlanCloudPro, PlanCloudEnterprise, PlanSelfHosted:
-		return true
-	}
-	return false
-}
-
-func (e Plan) String() string {
-	return string(e)
-}
-
-func (e *Plan) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = Plan(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid Plan", str)
-	}
-	return nil
-}
-
-func (e Plan) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *Plan) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e Plan) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// Role of an account within one workspace.
-type Role string
-
-const (
-	// TenantOwner: manages the workspace's API keys.
-	RoleOwner Role = "OWNER"
-	// Reads the workspace's API keys; cannot change them.
-	RoleAdmin Role = "ADMIN"
-	// Ordinary member; no access to API keys.
-	RoleMember Role = "MEMBER"
-)
-
-var AllRole = []Role{
-	RoleOwner,
-	RoleAdmin,
-	RoleMember,
-}
-
-func (e Role) IsValid() bool {
-	switch e {
-	case RoleOwner, RoleAdmin, RoleMember:
-		return true
-	}
-	return false
-}
-
-func (e Role) String() string {
-	return string(e)
-}
-
-func (e *Role) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = Role(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid Role", str)
-	}
-	return nil
-}
-
-func (e Role) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *Role) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e Role) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
 }
