@@ -8,21 +8,23 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
 // Exit codes, the contract of docs/design.md#exit-codes.
 const (
 	exitOK          = 0
-	exitError       = 1 // any other failure
-	exitUsage       = 2 // bad arguments or flags; a confirmation or secret that cannot be asked for
-	exitAuth        = 3 // UNAUTHENTICATED, invalid or expired credential (any HTTP 401)
-	exitForbidden   = 4 // FORBIDDEN, ELEVATION_REQUIRED, PLAN_UPGRADE_REQUIRED
-	exitNotFound    = 5 // NOT_FOUND
-	exitConflict    = 6 // NAME_TAKEN, KEY_REVOKED
-	exitRateLimited = 7 // RATE_LIMITED
-	exitUnreachable = 8 // no answer from the server
-	exitKeysFound   = 9 // btk scan found keys (with --check: active ones)
+	exitError       = 1  // any other failure
+	exitUsage       = 2  // bad arguments or flags; a confirmation or secret that cannot be asked for
+	exitAuth        = 3  // UNAUTHENTICATED, invalid or expired credential (any HTTP 401)
+	exitForbidden   = 4  // FORBIDDEN, ELEVATION_REQUIRED, PLAN_UPGRADE_REQUIRED
+	exitNotFound    = 5  // NOT_FOUND
+	exitConflict    = 6  // NAME_TAKEN, KEY_REVOKED
+	exitRateLimited = 7  // RATE_LIMITED
+	exitUnreachable = 8  // no answer from the server
+	exitKeysFound   = 9  // btk scan found keys (with --check: active ones)
+	exitUnavailable = 10 // UNAVAILABLE: the server's database or Redis is busy or down; retry later
 	// exitInterrupted: Ctrl-C (SIGINT) or SIGTERM, 128+2 as shells report it.
 	exitInterrupted = 130
 )
@@ -67,21 +69,26 @@ func exitCode(err error) int {
 	case 429:
 		return exitRateLimited
 	}
-	switch ce.Code {
-	case "UNAUTHENTICATED":
-		return exitAuth
-	case "FORBIDDEN", "ELEVATION_REQUIRED", "PLAN_UPGRADE_REQUIRED":
-		return exitForbidden
-	case "NOT_FOUND":
-		return exitNotFound
-	case "NAME_TAKEN", "KEY_REVOKED":
-		return exitConflict
-	case "RATE_LIMITED":
-		return exitRateLimited
-	case client.CodeUnreachable:
-		return exitUnreachable
+	if code, ok := exitCodes[ce.Code]; ok {
+		return code
 	}
 	return exitError
+}
+
+// exitCodes is the one table from an error code (internal/btk, and the
+// client's own UNREACHABLE) to the exit code (docs/design.md#exit-codes).
+// Codes not in it (BAD_USER_INPUT, INTERNAL, ...) exit 1.
+var exitCodes = map[string]int{
+	string(btk.CodeUnauthenticated):     exitAuth,
+	string(btk.CodeForbidden):           exitForbidden,
+	string(btk.CodeElevationRequired):   exitForbidden,
+	string(btk.CodePlanUpgradeRequired): exitForbidden,
+	string(btk.CodeNotFound):            exitNotFound,
+	string(btk.CodeNameTaken):           exitConflict,
+	string(btk.CodeKeyRevoked):          exitConflict,
+	string(btk.CodeRateLimited):         exitRateLimited,
+	string(btk.CodeUnavailable):         exitUnavailable,
+	client.CodeUnreachable:              exitUnreachable,
 }
 
 // printError writes err to w as "btk: <message> (<CODE>)", with a pointer to

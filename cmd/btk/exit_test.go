@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
@@ -32,6 +33,8 @@ func TestExitCode(t *testing.T) {
 		{fmt.Errorf("context: %w", &client.Error{Code: client.CodeUnreachable}), exitUnreachable},
 		{&client.Error{Code: "BAD_USER_INPUT"}, exitError},
 		{&client.Error{Code: "INTERNAL"}, exitError},
+		{&client.Error{Code: "UNAVAILABLE"}, exitUnavailable},
+		{&client.Error{Code: "UNAVAILABLE", Status: 503}, exitUnavailable},
 		{&client.Error{Code: client.CodeBadResponse, Status: 502}, exitError},
 	} {
 		if got := exitCode(tc.err); got != tc.want {
@@ -59,6 +62,16 @@ func TestExitCodeFromServer(t *testing.T) {
 		{"not found", gqlErr("not found", "NOT_FOUND"), exitNotFound, "(NOT_FOUND)"},
 		{"internal", gqlErr("internal error", "INTERNAL"), exitError, "btk: internal error (INTERNAL)\n"},
 		{"bad gateway", `502 <html>bad gateway</html>`, exitError, "btk: "},
+		// UNAVAILABLE has its own exit code: scripts retry it.
+		{"unavailable", `503 {"errors":[{"message":"the service is busy or cannot reach its database; retry shortly","extensions":{"code":"UNAVAILABLE"}}]}`, exitUnavailable, "(UNAVAILABLE)\n"},
+		{"unavailable field", gqlErr("busy", "UNAVAILABLE"), exitUnavailable, "btk: busy (UNAVAILABLE)\n"},
+		{"503 from a proxy", `503 <html>down</html>`, exitUnavailable, "(UNAVAILABLE)"},
+		// Hints are chosen by code and extensions.reason, not by wording.
+		{"reason", `401 {"errors":[{"message":"session refused","extensions":{"code":"UNAUTHENTICATED","reason":"SESSION_INVALID"}}]}`, exitAuth,
+			"btk: invalid or expired session: run 'btk login' (sessions last 12 hours) (UNAUTHENTICATED)\n"},
+		{"no reason", `401 {"errors":[{"message":"invalid or expired session","extensions":{"code":"UNAUTHENTICATED"}}]}`, exitAuth,
+			"btk: invalid or expired session (UNAUTHENTICATED)\n"},
+		{"code alone", gqlErr("a valid X-Elevation token is required", "ELEVATION_REQUIRED"), exitForbidden, "rotating needs a fresh proof of your password"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			isolate(t)
@@ -114,6 +127,17 @@ func TestExitCodeUsage(t *testing.T) {
 		}
 		if !strings.Contains(errOut.String(), "--help' for usage") {
 			t.Errorf("btk %s: no help pointer: %q", strings.Join(args, " "), errOut)
+		}
+	}
+}
+
+// Every code the domain declares that a CLI command can meet has its exit
+// code in the one table, or exits 1 on purpose.
+func TestExitCodesCoverTheDomain(t *testing.T) {
+	exitOne := map[btk.Code]bool{btk.CodeBadUserInput: true, btk.CodeInternal: true, btk.CodeBadGateway: true, btk.CodeGatewayTimeout: true}
+	for _, c := range btk.Codes {
+		if _, ok := exitCodes[string(c)]; !ok && !exitOne[c] {
+			t.Errorf("code %s has no exit code", c)
 		}
 	}
 }

@@ -65,7 +65,8 @@ config file. Data goes to standard output, messages and errors to standard
 error. Exit codes: 0 ok, 1 other failure, 2 usage, 3 not authenticated,
 4 forbidden (role, elevation or plan), 5 not found, 6 conflict (name taken,
 key revoked), 7 rate limited, 8 server unreachable, 9 'btk scan' found keys,
-130 interrupted (Ctrl-C).`,
+10 server unavailable (busy database or Redis: retry later), 130 interrupted
+(Ctrl-C).`,
 		Version:       f.version,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -14,9 +14,9 @@ import (
 
 // Errors of the account lifecycle.
 var (
-	ErrAccountDisabled = &Error{CodeUnauthenticated, "the account is disabled; ask a platform admin"}
-	ErrDisableSelf     = &Error{CodeBadUserInput, "you cannot disable your own account"}
-	ErrAccountRef      = &Error{CodeBadUserInput, "give exactly one of id and email"}
+	ErrAccountDisabled = &Error{Code: CodeUnauthenticated, Message: "the account is disabled; ask a platform admin"}
+	ErrDisableSelf     = &Error{Code: CodeBadUserInput, Message: "you cannot disable your own account"}
+	ErrAccountRef      = &Error{Code: CodeBadUserInput, Message: "give exactly one of id and email"}
 )
 
 // ChangePassword checks the actor's current password and sets a new one. It

@@ -13,10 +13,10 @@ import (
 
 // Request-level authentication failures (HTTP 401).
 var (
-	ErrKeyRevokedOrExpired = &Error{CodeUnauthenticated, "API key is revoked or expired"}
-	ErrInvalidKey          = &Error{CodeUnauthenticated, "invalid API key"}
+	ErrKeyRevokedOrExpired = &Error{Code: CodeUnauthenticated, Message: "API key is revoked or expired"}
+	ErrInvalidKey          = &Error{Code: CodeUnauthenticated, Message: "invalid API key"}
 	// ErrRateLimited is the request-level failure for a key over its limit (HTTP 429).
-	ErrRateLimited = &Error{CodeRateLimited, "rate limit exceeded"}
+	ErrRateLimited = &Error{Code: CodeRateLimited, Message: "rate limit exceeded"}
 )
 
 // AuthenticateKey checks a presented X-Api-Key and decides its rate limit. On

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/google/uuid"
@@ -148,7 +149,8 @@ func chooseWorkspace(ms []MembershipInfo, id, name string) (MembershipInfo, erro
 			names[i] = m.WorkspaceName
 		}
 		return MembershipInfo{}, &WorkspaceChoiceError{
-			Err:        badInput("the account belongs to %d workspaces (%s); choose one with workspaceId or workspaceName", len(ms), strings.Join(names, ", ")),
+			Err: &Error{Code: CodeBadUserInput, Reason: ReasonWorkspaceChoice,
+				Message: fmt.Sprintf("the account belongs to %d workspaces (%s); choose one with workspaceId or workspaceName", len(ms), strings.Join(names, ", "))},
 			Workspaces: ms,
 		}
 	}

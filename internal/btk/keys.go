@@ -158,7 +158,7 @@ func (s *Service) RotateKey(ctx context.Context, a *Actor, id string, in RotateK
 			return ErrKeyRevoked
 		case KeyExpired:
 			if !in.ExpiresAtSet {
-				return badInput("the key has expired: give the new key an expiresAt (or null for none)")
+				return &Error{Code: CodeBadUserInput, Reason: ReasonExpiryRequired, Message: "the key has expired: give the new key an expiresAt (or null for none)"}
 			}
 		}
 		if err := s.checkPlan(ctx, tx, a.WorkspaceID); err != nil {

@@ -39,8 +39,8 @@ const (
 
 // Refusals of POST /v1/leaks.
 var (
-	ErrLeakReportRefused   = &Error{CodeUnauthenticated, "a leak report must be signed by a listed key or sent by a platform admin"}
-	ErrTooManyLeakAttempts = &Error{CodeRateLimited, "too many unsigned leak reports from this address; try again later"}
+	ErrLeakReportRefused   = &Error{Code: CodeUnauthenticated, Message: "a leak report must be signed by a listed key or sent by a platform admin"}
+	ErrTooManyLeakAttempts = &Error{Code: CodeRateLimited, Message: "too many unsigned leak reports from this address; try again later"}
 )
 
 // Label values of a leak report's answer (GitHub's false-positive feedback

@@ -150,7 +150,7 @@ type Tx interface {
 
 // ErrPrefixTaken is returned by CreateWorkspace when the 8-character prefix
 // of the new workspace's UUID is already in use; the caller draws another.
-var ErrPrefixTaken = &Error{CodeInternal, "workspace prefix already in use"}
+var ErrPrefixTaken = &Error{Code: CodeInternal, Message: "workspace prefix already in use"}
 
 // ErrBadCursor is returned for a cursor the store did not hand out.
-var ErrBadCursor = &Error{CodeBadUserInput, "invalid cursor"}
+var ErrBadCursor = &Error{Code: CodeBadUserInput, Message: "invalid cursor"}

@@ -191,7 +191,7 @@ func (g *passwordGate) sweep(now time.Time) {
 }
 
 // ErrTooManyAttempts refuses password checks over the attempt limits.
-var ErrTooManyAttempts = &Error{CodeRateLimited, "too many password attempts; try again later"}
+var ErrTooManyAttempts = &Error{Code: CodeRateLimited, Message: "too many password attempts; try again later"}
 
 type clientIPKey struct{}
 

@@ -123,7 +123,7 @@ func (t *Tokens) key(tok *jwt.Token) (any, error) {
 }
 
 // ErrInvalidSession is the request-level failure for a bad bearer token.
-var ErrInvalidSession = &Error{CodeUnauthenticated, "invalid or expired session"}
+var ErrInvalidSession = &Error{Code: CodeUnauthenticated, Message: "invalid or expired session", Reason: ReasonSessionInvalid}
 
 // ParseSession verifies a session token.
 func (t *Tokens) ParseSession(token string) (SessionClaims, error) {

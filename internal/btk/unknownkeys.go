@@ -37,7 +37,7 @@ var unknownKeyLookups = ratelimit.Limits{PerMinute: 60, PerDay: 2000}
 
 // ErrTooManyUnknownKeys refuses a cache miss from an address that has
 // presented too many unknown keys (HTTP 429).
-var ErrTooManyUnknownKeys = &Error{CodeRateLimited, "too many invalid API keys from this address; try again later"}
+var ErrTooManyUnknownKeys = &Error{Code: CodeRateLimited, Message: "too many invalid API keys from this address; try again later"}
 
 func newUnknownKeys() *unknownKeys {
 	return &unknownKeys{

@@ -214,8 +214,8 @@ func (s *Service) Impersonate(ctx context.Context, a *Actor, workspaceID string)
 
 // Membership errors of an OWNER (not a platform admin).
 var (
-	ErrOwnerCannotAdd = &Error{CodeForbidden, "only a platform admin can add an account to a workspace; an OWNER changes or removes existing members"}
-	ErrNotMember      = &Error{CodeNotFound, "no such member in this workspace"}
+	ErrOwnerCannotAdd = &Error{Code: CodeForbidden, Message: "only a platform admin can add an account to a workspace; an OWNER changes or removes existing members"}
+	ErrNotMember      = &Error{Code: CodeNotFound, Message: "no such member in this workspace"}
 )
 
 // SetMembership gives an account a role in a workspace, or removes it when
@@ -362,7 +362,7 @@ func checkAuditRange(f *AuditFilter) error {
 		return badInput("until must be after 1970-01-01T00:00:00Z")
 	}
 	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
-		return badInput("since must be before until")
+		return &Error{Code: CodeBadUserInput, Reason: ReasonTimeRange, Message: "since must be before until"}
 	}
 	return checkPage(f.Page)
 }

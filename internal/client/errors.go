@@ -23,6 +23,9 @@ const (
 	CodeUnreachable = "UNREACHABLE"
 	// CodeBadResponse: the server answered something that is not GraphQL.
 	CodeBadResponse = "BAD_RESPONSE"
+	// ReasonTimeout: the reason of a CodeUnreachable error when the server
+	// did not answer within the client's timeout.
+	ReasonTimeout = "TIMEOUT"
 )
 
 // Error is a failed call to the server.
@@ -37,6 +40,10 @@ type Error struct {
 	Status int
 	// Err is the underlying error, if any.
 	Err error
+	// Reason is the server's extensions.reason, which tells apart errors of
+	// one code (such as SESSION_INVALID among UNAUTHENTICATED), or
+	// ReasonTimeout; often "".
+	Reason string
 	// Extensions are the GraphQL error's extensions (code included), if any.
 	Extensions map[string]any
 	// RetryAfter is the server's Retry-After of a 429, 0 when none.
@@ -89,6 +96,9 @@ func toError1(err error, server string) error {
 				e.Code = "UNAUTHENTICATED"
 			case http.StatusTooManyRequests:
 				e.Code = "RATE_LIMITED"
+			case http.StatusServiceUnavailable:
+				// A proxy in front of btk may answer 503 without a body of btk's.
+				e.Code = "UNAVAILABLE"
 			default:
 				e.Code = CodeBadResponse
 			}
@@ -113,7 +123,7 @@ func toError1(err error, server string) error {
 	}
 	var urlErr *url.Error
 	if errors.As(err, &urlErr) && urlErr.Timeout() {
-		return &Error{Code: CodeUnreachable, Message: fmt.Sprintf("no answer from the btk server at %s within the timeout", server), Err: err}
+		return &Error{Code: CodeUnreachable, Reason: ReasonTimeout, Message: fmt.Sprintf("no answer from the btk server at %s within the timeout", server), Err: err}
 	}
 	if errors.As(err, &urlErr) {
 		return &Error{Code: CodeUnreachable, Message: fmt.Sprintf("cannot reach the btk server at %s: %v", server, urlErr.Err), Err: err}
@@ -135,6 +145,9 @@ func fromList(list gqlerror.List) *Error {
 	e := &Error{Message: list[0].Message, Extensions: list[0].Extensions}
 	if code, ok := list[0].Extensions["code"].(string); ok {
 		e.Code = code
+	}
+	if reason, ok := list[0].Extensions["reason"].(string); ok {
+		e.Reason = reason
 	}
 	return e
 }

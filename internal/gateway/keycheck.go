@@ -94,20 +94,18 @@ func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *bt
 
 // Refuse answers a request-level failure: 401 for credentials, 429 for limits.
 func (h *Gateway) Refuse(w http.ResponseWriter, r *http.Request, err error) {
-	switch btk.ErrorCode(err) {
-	case btk.CodeUnauthenticated:
-		WriteError(w, http.StatusUnauthorized, err)
-	case btk.CodeRateLimited:
-		WriteError(w, http.StatusTooManyRequests, err)
+	switch code := btk.ErrorCode(err); code {
+	case btk.CodeUnauthenticated, btk.CodeRateLimited:
+		Fail(w, err)
 	default:
 		// A busy or unreachable store is 503 UNAVAILABLE (retry), logged at
 		// WARN; anything else is a 500 INTERNAL at ERROR.
 		h.log.Log(r.Context(), LogLevelFor(err), "authentication failed", "err", err)
 		if btk.Unavailable(err) {
-			WriteError(w, http.StatusServiceUnavailable, btk.ErrUnavailable)
+			Fail(w, btk.ErrUnavailable)
 			return
 		}
-		WriteError(w, http.StatusInternalServerError, err)
+		Fail(w, err)
 	}
 }
 
@@ -184,7 +182,7 @@ func (h *Gateway) Authorize(w http.ResponseWriter, r *http.Request) {
 	case Bearer:
 		w.WriteHeader(http.StatusOK)
 	case None:
-		WriteError(w, http.StatusUnauthorized, errKeyRequired)
+		Fail(w, errKeyRequired)
 	}
 }
 
@@ -238,6 +236,16 @@ func WriteError(w http.ResponseWriter, status int, err error) {
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(errorBody{Errors: []errorItem{{
 		Message:    btk.ErrorMessage(err),
-		Extensions: map[string]any{"code": string(btk.ErrorCode(err))},
+		Extensions: Extensions(err),
 	}}})
+}
+
+// Extensions are the GraphQL error extensions of err: its code, and its
+// reason when it has one (docs/design.md#error-codes).
+func Extensions(err error) map[string]any {
+	ext := map[string]any{"code": string(btk.ErrorCode(err))}
+	if r := btk.ErrorReason(err); r != "" {
+		ext["reason"] = string(r)
+	}
+	return ext
 }

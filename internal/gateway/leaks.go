@@ -42,7 +42,7 @@ func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 			WriteError(w, http.StatusRequestEntityTooLarge, errLeakBodyTooLarge)
 			return
 		}
-		WriteError(w, http.StatusBadRequest, btk.Errorf(btk.CodeBadUserInput, "could not read the request body"))
+		Fail(w, btk.Errorf(btk.CodeBadUserInput, "could not read the request body"))
 		return
 	}
 	ip := h.ClientIP(r)
@@ -58,12 +58,12 @@ func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 		}
 		if !ok {
 			w.Header().Set("Retry-After", "60")
-			WriteError(w, http.StatusTooManyRequests, btk.ErrTooManyLeakAttempts)
+			Fail(w, btk.ErrTooManyLeakAttempts)
 			return
 		}
 		token, isBearer := BearerToken(r.Header.Get("Authorization"))
 		if !isBearer {
-			WriteError(w, http.StatusUnauthorized, btk.ErrLeakReportRefused)
+			Fail(w, btk.ErrLeakReportRefused)
 			return
 		}
 		a, err := h.svc.ResolveSession(ctx, token)
@@ -72,7 +72,7 @@ func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err != nil || !a.PlatformAdmin {
-			WriteError(w, http.StatusUnauthorized, btk.ErrLeakReportRefused)
+			Fail(w, btk.ErrLeakReportRefused)
 			return
 		}
 		a.IP, a.UserAgent = ip, r.UserAgent()
@@ -80,7 +80,7 @@ func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 	}
 	reports, err := btk.ParseLeakReports(body)
 	if err != nil {
-		WriteError(w, http.StatusBadRequest, err)
+		Fail(w, err)
 		return
 	}
 	labels, err := h.svc.ReportLeaks(ctx, by, reports)

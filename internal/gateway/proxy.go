@@ -95,11 +95,11 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !isDial(err) {
 				h.log.WarnContext(r.Context(), "upstream timed out", "err", err, "path", r.URL.Path)
-				WriteError(w, http.StatusGatewayTimeout, errGatewayTimeout)
+				Fail(w, errGatewayTimeout)
 				return
 			}
 			h.log.WarnContext(r.Context(), "upstream unreachable", "err", err, "path", r.URL.Path)
-			WriteError(w, http.StatusBadGateway, errBadGateway)
+			Fail(w, errBadGateway)
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -107,7 +107,7 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 		case Refused:
 			return
 		case None:
-			WriteError(w, http.StatusUnauthorized, errKeyRequired)
+			Fail(w, errKeyRequired)
 			return
 		case Key:
 			setKeyHeaders(r.Header, a)

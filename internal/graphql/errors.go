@@ -6,6 +6,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/gateway"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
@@ -45,7 +46,7 @@ func (h *handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 			h.log.WarnContext(ctx, "dependency unavailable", "operation", operationName(ctx), "path", gerr.Path.String(), "err", err)
 		}
 		gerr.Message = be.Message
-		gerr.Extensions = map[string]any{"code": string(be.Code)}
+		gerr.Extensions = gateway.Extensions(be)
 		presentChoices(err, gerr)
 		return gerr
 	}

@@ -97,7 +97,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case gateway.Bearer:
 		token, ok := gateway.BearerToken(r.Header.Get("Authorization"))
 		if !ok {
-			gateway.WriteError(w, http.StatusUnauthorized, btk.ErrInvalidSession)
+			gateway.Fail(w, btk.ErrInvalidSession)
 			return
 		}
 		a, err := h.svc.ResolveSession(ctx, token)

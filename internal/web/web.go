@@ -7,6 +7,7 @@ package web
 import (
 	"bytes"
 	"embed"
+	"github.com/btk-project/btk/internal/gateway"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -209,23 +210,6 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, l *layout, err er
 	h.message(w, r, l, status, title, sentence(btk.ErrorMessage(err)))
 }
 
-// statusOf is the HTTP status a page answering with err carries.
-func statusOf(err error) int {
-	switch btk.ErrorCode(err) {
-	case btk.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case btk.CodeForbidden, btk.CodePlanUpgradeRequired, btk.CodeElevationRequired:
-		return http.StatusForbidden
-	case btk.CodeNotFound:
-		return http.StatusNotFound
-	case btk.CodeNameTaken, btk.CodeKeyRevoked:
-		return http.StatusConflict
-	case btk.CodeBadUserInput:
-		return http.StatusBadRequest
-	case btk.CodeRateLimited:
-		return http.StatusTooManyRequests
-	case "UNAVAILABLE":
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
+// statusOf is the HTTP status a page answering with err carries: the one
+// table of gateway.Status.
+func statusOf(err error) int { return gateway.ErrorStatus(err) }
