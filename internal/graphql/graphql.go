@@ -63,6 +63,8 @@ func New(svc *btk.Service, gw *gateway.Gateway, log *slog.Logger) http.Handler {
 		// before anything else looks at the query (the largest client
 		// operation uses a few hundred tokens).
 		exec.SetParserTokenLimit(parserTokenLimit)
+		// Validation errors are bounded as they are made (errorcap.go).
+		exec.SetDefaultRulesFn(boundedRules)
 		exec.SetQueryCache(cache)
 		// "Did you mean" suggestions spell out the schema: for users only.
 		exec.SetDisableSuggestion(!suggest)

@@ -275,7 +275,7 @@ func writeRequestError(w http.ResponseWriter, resp *graphql.Response) {
 	b, err := json.Marshal(struct {
 		Errors     gqlerror.List  `json:"errors"`
 		Extensions map[string]any `json:"extensions,omitempty"`
-	}{resp.Errors, resp.Extensions})
+	}{capErrors(resp.Errors), resp.Extensions})
 	if err != nil {
 		panic(err)
 	}
@@ -300,6 +300,9 @@ func writeResponse(w http.ResponseWriter, resp *graphql.Response) {
 		w.Write(data)
 		w.Write(dataSuffix)
 		return
+	}
+	if resp != nil {
+		resp.Errors = capErrors(resp.Errors)
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {
