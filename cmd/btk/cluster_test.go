@@ -396,7 +396,7 @@ func clusterGuarantees(t *testing.T, db string, flags ...string) (live []string,
 			cred = k.Plaintext
 			for _, b := range bases { // cached and verified everywhere
 				if a, err := call(b, "", cred, probeQuery, nil); err != nil || a.status != 200 {
-					t.Fatalf("round %d: a new key on %s: %+v %v", round, b, a, err)
+					t.Fatalf("round %d: a new key on %s: %+v %v\n%s", round, b, a, err, warnings(procs))
 				}
 			}
 			switch op {
@@ -494,6 +494,23 @@ func clusterGuarantees(t *testing.T, db string, flags ...string) (live []string,
 		}
 	})
 	return bases[:2], token // the third was killed (its successor ended with the subtest)
+}
+
+// warnings returns the last warnings the processes logged (why a request
+// was answered UNAVAILABLE).
+func warnings(procs []*serveProcess) string {
+	var out []string
+	for _, p := range procs {
+		for _, line := range strings.Split(p.out.String(), "\n") {
+			if strings.Contains(line, "WARN") || strings.Contains(line, "ERROR") {
+				out = append(out, line)
+			}
+		}
+	}
+	if len(out) > 10 {
+		out = out[len(out)-10:]
+	}
+	return strings.Join(out, "\n")
 }
 
 // wipeRedis deletes the keys under prefix.

@@ -10,7 +10,13 @@
 --
 -- Lua numbers are doubles: every value below stays under 2^53 by working on
 -- differences from now (at most one day, 8.64e13 ns) and keeping absolute
--- times as whole seconds plus nanoseconds.
+-- times as whole seconds plus nanoseconds. The state is stored as eight
+-- little-endian doubles (struct.pack: 64 bytes, no formatting or parsing
+-- of text): minute TAT s, ns, fraction, limit; day TAT s, ns, fraction,
+-- limit.
+--
+-- Cost (docs/clusters.md#what-a-key-check-costs): one MGET, one TIME, one
+-- SET; the token's SET only when it is missing.
 --
 -- Returns {'S', token} when the seen token is not the current one (nothing
 -- counted), else {'A' or 'R', minute d, minute frac, day d, day frac, day
@@ -20,9 +26,13 @@
 local NS = 1000000000
 local MP = 60 * NS
 local DP = 86400 * NS
+local floor = math.floor
 
+local st
 if #KEYS == 2 then
-  local token = redis.call('GET', KEYS[1])
+  local v = redis.call('MGET', KEYS[1], KEYS[2])
+  local token
+  token, st = v[1], v[2]
   if not token then
     -- No revision yet, or it was lost (Redis restarted empty, evicted, a
     -- replica that never had it): a new token unlike any before makes
@@ -36,6 +46,8 @@ if #KEYS == 2 then
   if token ~= ARGV[1] then
     return {'S', token}
   end
+else
+  st = redis.call('GET', KEYS[1])
 end
 
 local ts, tn
@@ -64,7 +76,7 @@ end
 
 -- interval: period = q*lim + r exactly (the double quotient may be one off).
 local function interval(period, lim)
-  local q = math.floor(period / lim)
+  local q = floor(period / lim)
   local r = period - q * lim
   if r < 0 then
     q, r = q - 1, r + lim
@@ -74,27 +86,11 @@ local function interval(period, lim)
   return q, r
 end
 
-local function nxt(d, frac, lim, q, r)
-  d, frac = d + q, frac + r
-  if frac >= lim then
-    d, frac = d + 1, frac - lim
-  end
-  return d, frac
-end
-
-local function fits(d, frac, period)
-  return d < period or (d == period and frac == 0)
-end
-
 local md, mf, dd, df = 0, 0, 0, 0
-local st = redis.call('GET', KEYS[#KEYS])
-if st then
-  local v = {}
-  for x in string.gmatch(st, '%S+') do
-    v[#v + 1] = tonumber(x)
-  end
-  md, mf = prepare((v[1] - ts) * NS + (v[2] - tn), v[3], v[4], lm, MP)
-  dd, df = prepare((v[5] - ts) * NS + (v[6] - tn), v[7], v[8], ld, DP)
+if st and #st == 64 then
+  local ms, mn, mf0, lm0, ds, dn, df0, ld0 = struct.unpack('<dddddddd', st)
+  md, mf = prepare((ms - ts) * NS + (mn - tn), mf0, lm0, lm, MP)
+  dd, df = prepare((ds - ts) * NS + (dn - tn), df0, ld0, ld, DP)
 else
   local seedS, seedN = tonumber(ARGV[4]), tonumber(ARGV[5])
   if seedS ~= 0 or seedN ~= 0 then
@@ -102,26 +98,35 @@ else
   end
 end
 
-local mq, mr = interval(MP, lm)
-local dq, dr = interval(DP, ld)
-local mt, mtf = nxt(md, mf, lm, mq, mr)
-local dt, dtf = nxt(dd, df, ld, dq, dr)
+-- next: one more request's emission interval on each window.
+local q, r = interval(MP, lm)
+local mt, mtf = md + q, mf + r
+if mtf >= lm then
+  mt, mtf = mt + 1, mtf - lm
+end
+q, r = interval(DP, ld)
+local dt, dtf = dd + q, df + r
+if dtf >= ld then
+  dt, dtf = dt + 1, dtf - ld
+end
 local verdict = 'R'
-if fits(mt, mtf, MP) and fits(dt, dtf, DP) then
+if (mt < MP or (mt == MP and mtf == 0)) and (dt < DP or (dt == DP and dtf == 0)) then
   verdict = 'A'
   md, mf, dd, df = mt, mtf, dt, dtf
 end
 
-local function abs(d)
-  local a = tn + d
-  local s = math.floor(a / NS)
-  return ts + s, a - s * NS
+local a = tn + md
+local s = floor(a / NS)
+local ms, mn = ts + s, a - s * NS
+a = tn + dd
+s = floor(a / NS)
+local ds, dn = ts + s, a - s * NS
+local ttl = md
+if dd > ttl then
+  ttl = dd
 end
-local ms, mn = abs(md)
-local ds, dn = abs(dd)
-redis.call('SET', KEYS[#KEYS],
-  string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f', ms, mn, mf, lm, ds, dn, df, ld),
-  'PX', math.floor(math.max(md, dd) / 1000000) + 1000)
+redis.call('SET', KEYS[#KEYS], struct.pack('<dddddddd', ms, mn, mf, lm, ds, dn, df, ld),
+  'PX', floor(ttl / 1000000) + 1000)
 if df > 0 then
   dn = dn + 1
 end

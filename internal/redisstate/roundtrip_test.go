@@ -9,7 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// counter counts the round trips a client makes (a pipeline is one).
+// counter counts the script calls a client makes: each is one round trip,
+// or a share of one when the automatic pipeline sends several together
+// (the connection's own setup — HELLO, CLIENT SETINFO, INFO — is not
+// counted).
 type counter struct{ n atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook {
@@ -18,14 +21,20 @@ func (c *counter) DialHook(next redis.DialHook) redis.DialHook {
 
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			c.n.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
+		for _, cmd := range cmds {
+			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+				c.n.Add(1)
+			}
+		}
 		return next(ctx, cmds)
 	}
 }

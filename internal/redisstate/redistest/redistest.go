@@ -149,6 +149,16 @@ func (s *Server) waitUp() {
 	}
 }
 
+// Pid is the process id (0 when stopped).
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Kill stops the process at once (SIGKILL) and waits for it.
 func (s *Server) Kill() {
 	s.mu.Lock()
