@@ -113,7 +113,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer db.Close()
-	svcCfg := btk.Config{DefaultPerMinute: cfg.RatePerMinute, DefaultPerDay: cfg.RatePerDay, Observer: ops.observer(), SessionKeys: cfg.sessionKeys}
+	svcCfg := btk.Config{DefaultPerMinute: cfg.RatePerMinute, DefaultPerDay: cfg.RatePerDay, Observer: ops.observer(), SessionKeys: cfg.sessionKeys, UsageRetention: cfg.UsageRetention}
 	if cfg.Redis != "" {
 		closeShared, err := openShared(ctx, cfg, &svcCfg, log)
 		if err != nil {

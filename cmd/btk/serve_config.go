@@ -53,6 +53,8 @@ type serveConfig struct {
 	SessionKeys     string
 	SessionKeysFile string
 	sessionKeys     []btk.SigningKey
+	// UsageRetention is how long hourly usage counts are kept (docs/usage.md).
+	UsageRetention time.Duration
 	// GCPercent is the Go garbage collector's target (as GOGC); 0 leaves
 	// Go's default, or the GOGC variable, alone.
 	GCPercent int
@@ -71,6 +73,8 @@ func defaultServeConfig() serveConfig {
 		RedisPrefix:   "btk:",
 		// The upstream's time to its response headers; then 504.
 		UpstreamTimeout: gateway.DefaultUpstreamTimeout,
+		// UsageRetention is how long hourly usage counts are kept.
+		UsageRetention: btk.DefaultUsageRetention,
 	}
 }
 
@@ -107,6 +111,7 @@ func (c *serveConfig) settings() []serveSetting {
 		{"tls-key", "PEM private key file of --tls-cert", true, &c.TLSKey},
 		{"trusted-proxies", "comma-separated CIDR ranges whose X-Forwarded-For is believed", true, &c.TrustedProxies},
 		{"leak-report-keys", "PEM file of the ECDSA P-256 public keys whose signed leak reports POST /v1/leaks accepts (GitHub's secret scanning keys)", true, &c.LeakReportKeys},
+		{"usage-retention", "how long each key's hourly usage counts are kept, e.g. 30d or 2160h", true, &c.UsageRetention},
 		{"gc-percent", "", false, &c.GCPercent}, // as GOGC; 0 leaves Go's default
 		{"session-keys", "", false, &c.SessionKeys},
 		{"session-keys-file", "", false, &c.SessionKeysFile},
@@ -139,7 +144,8 @@ func addServeFlags(f *pflag.FlagSet) {
 		case *bool:
 			f.Bool(s.key, *p, usage)
 		case *time.Duration:
-			f.Duration(s.key, *p, usage)
+			d := dayDuration(*p)
+			f.Var(&d, s.key, usage)
 		}
 	}
 }
@@ -373,8 +379,34 @@ func (c *serveConfig) Validate() error {
 		}
 		c.sessionKeys = keys
 	}
+	if c.UsageRetention < time.Hour {
+		return usageErrorf("--usage-retention: want at least 1h (for example 90d), got %v", c.UsageRetention)
+	}
 	if c.GCPercent < -1 {
 		return usageErrorf("gc-percent (BTK_GC_PERCENT): want -1 (off), 0 (Go's default) or a positive percentage, got %d", c.GCPercent)
 	}
 	return nil
 }
+
+// dayDuration is a duration flag that also takes days ("90d", "1d12h"), as
+// the settings file and BTK_* variables do.
+type dayDuration time.Duration
+
+func (d *dayDuration) Set(s string) error {
+	v, err := parseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return err
+	}
+	*d = dayDuration(v)
+	return nil
+}
+
+func (d *dayDuration) String() string {
+	v := time.Duration(*d)
+	if v > 0 && v%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(v/(24*time.Hour)), 10) + "d"
+	}
+	return v.String()
+}
+
+func (d *dayDuration) Type() string { return "duration" }

@@ -24,14 +24,15 @@ var (
 // when the request is refused for its limit (ErrRateLimited), for the
 // response headers. It reads the database only on a cache miss.
 func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor, ratelimit.Decision, error) {
-	return s.AuthenticateKeyFrom(ctx, plaintext, nil)
+	return s.AuthenticateKeyFrom(ctx, plaintext, Client{})
 }
 
-// AuthenticateKeyFrom is AuthenticateKey for a request whose client address
-// addr returns (called only on a cache miss; nil: the context's, see
-// WithClientIP): an address that presents too many unknown keys is refused
-// without a database lookup (docs/security.md).
-func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, addr func() string) (*Actor, ratelimit.Decision, error) {
+// AuthenticateKeyFrom is AuthenticateKey for a request from cl. An address
+// that presents too many unknown keys is refused without a database lookup
+// (docs/security.md). The use is counted against the key presented
+// (docs/usage.md): accepted, refused for the rate limit, or refused as
+// revoked, expired or a canary; an unknown key is counted nowhere.
+func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, cl Client) (*Actor, ratelimit.Decision, error) {
 	var none ratelimit.Decision
 	if !WellFormedKey(plaintext) { // also refuses bpk_ keys
 		return nil, none, ErrInvalidKey
@@ -45,8 +46,8 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, add
 		if k == nil || w == nil {
 			var ip string
 			if k == nil { // a key this node does not know
-				if addr != nil {
-					ip = addr()
+				if cl.Addr != nil {
+					ip = cl.Addr()
 				} else {
 					ip = clientIPFrom(ctx)
 				}
@@ -63,13 +64,15 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, add
 			}
 			s.cache.fill(gen, hash, k, w, rev)
 		}
+		now := s.now()
 		if k.Canary { // a trap: answered as an unknown key (docs/leaks.md)
+			s.counter.add(k, UseRefused, now, cl)
 			return nil, none, &CanaryUse{key: k}
 		}
-		now := s.now()
 		// Revoked and expired are final: a cached record saying so needs no
 		// shared state.
 		if k.Status(now) != KeyActive {
+			s.counter.add(k, UseRefused, now, cl)
 			return nil, none, ErrKeyRevokedOrExpired
 		}
 		// The gate also records the accepted request's time, which
@@ -86,8 +89,10 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, add
 		}
 		if !v.Stale {
 			if !v.Allowed {
+				s.counter.add(k, UseRateLimited, now, cl)
 				return nil, v.Decision, ErrRateLimited
 			}
+			s.counter.add(k, UseAccepted, now, cl)
 			return &Actor{WorkspaceID: k.WorkspaceID, KeyID: k.ID}, v.Decision, nil
 		}
 		// Another instance changed the workspace's keys or limits, or the
@@ -101,6 +106,13 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, add
 		rev, gen = v.Current, s.cache.generation()
 		k, w = nil, nil
 	}
+}
+
+// CountUse counts one use of k that an entry point refused after the key
+// check (a restriction: network, scope), or that the key check refused
+// without this service's AuthenticateKeyFrom, as outcome o from cl.
+func (s *Service) CountUse(k *APIKey, o UseOutcome, cl Client) {
+	s.counter.add(k, o, s.now(), cl)
 }
 
 // loadKey reads a key (unless known) and its workspace from the database.

@@ -244,3 +244,35 @@ type KeyUsage struct {
 	// DayState is the rate limiter's persisted per-day state (opaque to the store).
 	DayState int64
 }
+
+// UsageCount is what one key (or, summed, a workspace) did in one period:
+// requests accepted, refused for the rate limit, and refused because the key
+// was revoked, expired, restricted or a canary (docs/usage.md).
+type UsageCount struct {
+	KeyID       string
+	WorkspaceID string
+	// Start is the start of the period (an hour when stored), UTC.
+	Start                          time.Time
+	Accepted, RateLimited, Refused int64
+}
+
+// Total is the number of uses the count holds.
+func (c UsageCount) Total() int64 { return c.Accepted + c.RateLimited + c.Refused }
+
+// KeyClient is who last presented a key and was accepted: the client address
+// and user agent (each at most MaxClientString bytes) and when.
+type KeyClient struct {
+	KeyID     string
+	At        time.Time
+	IP        string
+	UserAgent string
+}
+
+// UsageFilter selects the hourly usage rows of a workspace (and, with KeyID,
+// of one key) with Since <= hour < Until.
+type UsageFilter struct {
+	WorkspaceID string
+	KeyID       string
+	Since       time.Time
+	Until       time.Time
+}

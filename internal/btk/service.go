@@ -37,6 +37,9 @@ type Config struct {
 	// verifies tokens without a key id, for one session lifetime after the
 	// first start with keys (docs/security.md).
 	SessionKeys []SigningKey
+	// UsageRetention is how long hourly usage counts are kept; 0 means
+	// DefaultUsageRetention.
+	UsageRetention time.Duration
 }
 
 // Server defaults (docs/design.md#rate-limits).
@@ -66,6 +69,8 @@ type Service struct {
 	canaries canaryBook
 	// unknown keeps floods of unknown keys off the database.
 	unknown *unknownKeys
+	// counter counts each key's uses per hour until a flush writes them.
+	counter *usageCounter
 }
 
 const secretSetting = "jwt_secret"
@@ -91,6 +96,12 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	}
 	if cfg.KeyCacheSize == 0 {
 		cfg.KeyCacheSize = 100_000
+	}
+	if cfg.UsageRetention == 0 {
+		cfg.UsageRetention = DefaultUsageRetention
+	}
+	if cfg.UsageRetention < time.Hour {
+		return nil, errors.New("usage retention must be at least an hour")
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = NopObserver{}
@@ -126,6 +137,7 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 		clustered: clustered,
 		passwords: newPasswordGate(),
 		unknown:   newUnknownKeys(),
+		counter:   newUsageCounter(),
 	}
 	if cfg.Throttle != nil { // the instances share the password budgets
 		svc.passwords.limiter = cfg.Throttle

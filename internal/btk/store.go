@@ -16,7 +16,15 @@ type Store interface {
 	Write(ctx context.Context, fn func(Tx) error) error
 	// RecordUsage stores last_used_at and the per-day rate limiter state of
 	// keys in one batch (the hot path never writes per request).
-	RecordUsage(ctx context.Context, usage []KeyUsage) error
+	// The same batch adds the per-hour usage counts (each row's counts to
+	// what is stored: instances add what they counted, docs/usage.md) and
+	// stores the latest client of each key (only a later one replaces it).
+	// Rows are written in a fixed order (key, hour) so that instances
+	// flushing at once do not deadlock.
+	RecordUsage(ctx context.Context, usage []KeyUsage, counts []UsageCount, clients []KeyClient) error
+	// PruneUsage deletes the usage rows of the hours that start before
+	// before, and returns how many it deleted.
+	PruneUsage(ctx context.Context, before time.Time) (int64, error)
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 	Close() error
@@ -84,6 +92,14 @@ type Tx interface {
 	// to be recorded: true, and at stored, unless a use recorded after
 	// notBefore is stored already (docs/leaks.md). Instances share it.
 	ClaimCanaryMark(ctx context.Context, keyID string, at, notBefore time.Time) (bool, error)
+	// UsageSeries returns the hourly usage of f's workspace (or key), summed
+	// over its keys, oldest first; hours with no row are left out.
+	UsageSeries(ctx context.Context, f UsageFilter) ([]UsageCount, error)
+	// TopKeys returns the n keys of f's workspace with the most uses in the
+	// range (ties by key id), each with its totals (Start is zero).
+	TopKeys(ctx context.Context, f UsageFilter, n int) ([]UsageCount, error)
+	// KeyClient returns who last used the key, or ErrNotFound.
+	KeyClient(ctx context.Context, keyID string) (*KeyClient, error)
 
 	// AddAudit writes the two audit rows of one change.
 	AddAudit(ctx context.Context, e *AuditEntry, ev *AuditEvent) error

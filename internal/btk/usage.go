@@ -2,6 +2,7 @@ package btk
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -26,7 +27,20 @@ type usageBook struct {
 	// for keys written within the last UsageWriteInterval.
 	written   map[string]int64
 	lastSweep int64
+	// retry holds the counts and clients of a failed write, merged (one
+	// row per key and hour), for the next flush.
+	retry        []UsageCount
+	retryClients []KeyClient
+	// lastPrune is when retention last deleted old rows (unix ns).
+	lastPrune int64
 }
+
+// DefaultUsageRetention is how long hourly usage rows are kept.
+const DefaultUsageRetention = 90 * 24 * time.Hour
+
+// usagePruneInterval is how often retention runs (on each instance; the
+// delete is idempotent, so running it on several at once is harmless).
+const usagePruneInterval = time.Hour
 
 type pendingUsage struct {
 	st  ratelimit.State
@@ -82,16 +96,29 @@ func (s *Service) flushUsage(ctx context.Context, all bool) error {
 			batch = append(batch, KeyUsage{KeyID: key, LastUsedAt: time.Unix(0, p.st.LastAllowed).UTC(), DayState: p.st.DayState})
 		}
 	}
-	if len(batch) > 0 {
+	counts, clients := s.counter.take(now, UsageWriteInterval, all)
+	counts = mergeCounts(append(counts, u.retry...))
+	clients = mergeClients(append(clients, u.retryClients...))
+	u.retry, u.retryClients = nil, nil
+	if len(batch) > 0 || len(counts) > 0 || len(clients) > 0 {
 		// One order for every instance's batch (the stores also lock rows
 		// in this order): concurrent flushes wait rather than deadlock.
 		slices.SortFunc(batch, func(a, b KeyUsage) int { return strings.Compare(a.KeyID, b.KeyID) })
-		if err := s.store.RecordUsage(ctx, batch); err != nil {
-			return err // still pending: the next flush tries again
+		if err := s.store.RecordUsage(ctx, batch, counts, clients); err != nil {
+			// Still pending: the next flush tries again (the counts of a
+			// failed transaction were not added anywhere).
+			u.retry, u.retryClients = counts, clients
+			return err
 		}
 		for _, b := range batch {
 			delete(u.pending, b.KeyID)
 			u.written[b.KeyID] = now
+		}
+	}
+	if !all && now-u.lastPrune >= int64(usagePruneInterval) {
+		u.lastPrune = now
+		if _, err := s.store.PruneUsage(ctx, nowT.Add(-s.cfg.UsageRetention)); err != nil {
+			return fmt.Errorf("usage retention: %w", err)
 		}
 	}
 	// Keys written longer ago than the interval are due at once anyway.

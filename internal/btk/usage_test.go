@@ -17,14 +17,26 @@ type usageStore struct {
 	Store
 	fail    bool
 	batches [][]KeyUsage
+	counts  []UsageCount
+	clients []KeyClient
+	pruned  []time.Time
 }
 
-func (s *usageStore) RecordUsage(_ context.Context, u []KeyUsage) error {
+func (s *usageStore) RecordUsage(_ context.Context, u []KeyUsage, c []UsageCount, cl []KeyClient) error {
 	if s.fail {
 		return errors.New("disk full")
 	}
-	s.batches = append(s.batches, append([]KeyUsage(nil), u...))
+	if len(u) > 0 {
+		s.batches = append(s.batches, append([]KeyUsage(nil), u...))
+	}
+	s.counts = append(s.counts, c...)
+	s.clients = append(s.clients, cl...)
 	return nil
+}
+
+func (s *usageStore) PruneUsage(_ context.Context, before time.Time) (int64, error) {
+	s.pruned = append(s.pruned, before)
+	return 0, nil
 }
 
 // FlushUsage writes each used key's latest accepted request, keeps what a

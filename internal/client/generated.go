@@ -784,6 +784,55 @@ type ImpersonateResponse struct {
 // GetImpersonate returns ImpersonateResponse.Impersonate, and is useful for accessing the field via an interface.
 func (v *ImpersonateResponse) GetImpersonate() Session { return v.Impersonate }
 
+// KeyUsageApiKey includes the requested fields of the GraphQL type ApiKey.
+// The GraphQL type's documentation follows.
+//
+// A workspace API key record. The plaintext key is never part of it.
+type KeyUsageApiKey struct {
+	// Key UUID.
+	Id string `json:"id"`
+	// Name, unique among the workspace's keys that are not revoked.
+	Name string `json:"name"`
+	// When the key last authenticated a request (updated asynchronously, about once a second).
+	LastUsedAt *time.Time `json:"lastUsedAt"`
+	// The client address of the latest accepted request (at most 256 bytes; written with the usage flush).
+	LastUsedIp *string `json:"lastUsedIp"`
+	// The User-Agent of the latest accepted request (at most 256 bytes; written with the usage flush).
+	LastUsedUserAgent *string `json:"lastUsedUserAgent"`
+	// The key's uses per period of [since, until), oldest first, one point per period (zeros included).
+	// until defaults to now, since to 7 days (DAY) or 24 hours (HOUR) before until; periods are UTC hours
+	// or days. At most 90 days of HOUR or 366 days of DAY (else BAD_USER_INPUT). Counts lag by up to about
+	// half a minute (the usage flush).
+	Usage []UsagePoint `json:"usage"`
+}
+
+// GetId returns KeyUsageApiKey.Id, and is useful for accessing the field via an interface.
+func (v *KeyUsageApiKey) GetId() string { return v.Id }
+
+// GetName returns KeyUsageApiKey.Name, and is useful for accessing the field via an interface.
+func (v *KeyUsageApiKey) GetName() string { return v.Name }
+
+// GetLastUsedAt returns KeyUsageApiKey.LastUsedAt, and is useful for accessing the field via an interface.
+func (v *KeyUsageApiKey) GetLastUsedAt() *time.Time { return v.LastUsedAt }
+
+// GetLastUsedIp returns KeyUsageApiKey.LastUsedIp, and is useful for accessing the field via an interface.
+func (v *KeyUsageApiKey) GetLastUsedIp() *string { return v.LastUsedIp }
+
+// GetLastUsedUserAgent returns KeyUsageApiKey.LastUsedUserAgent, and is useful for accessing the field via an interface.
+func (v *KeyUsageApiKey) GetLastUsedUserAgent() *string { return v.LastUsedUserAgent }
+
+// GetUsage returns KeyUsageApiKey.Usage, and is useful for accessing the field via an interface.
+func (v *KeyUsageApiKey) GetUsage() []UsagePoint { return v.Usage }
+
+// KeyUsageResponse is returned by KeyUsage on success.
+type KeyUsageResponse struct {
+	// One API key of the workspace, or null. Owner tier or ADMIN.
+	ApiKey *KeyUsageApiKey `json:"apiKey"`
+}
+
+// GetApiKey returns KeyUsageResponse.ApiKey, and is useful for accessing the field via an interface.
+func (v *KeyUsageResponse) GetApiKey() *KeyUsageApiKey { return v.ApiKey }
+
 // LoginResponse is returned by Login on success.
 type LoginResponse struct {
 	// Public: log in. With one membership and no workspace named, that workspace is chosen; with several,
@@ -1108,6 +1157,133 @@ type TenantInfoResponse struct {
 // GetTenantInfo returns TenantInfoResponse.TenantInfo, and is useful for accessing the field via an interface.
 func (v *TenantInfoResponse) GetTenantInfo() Tenant { return v.TenantInfo }
 
+// The period of a usage series: a UTC hour or a UTC day.
+type UsageGranularity string
+
+const (
+	UsageGranularityHour UsageGranularity = "HOUR"
+	UsageGranularityDay  UsageGranularity = "DAY"
+)
+
+var AllUsageGranularity = []UsageGranularity{
+	UsageGranularityHour,
+	UsageGranularityDay,
+}
+
+// UsagePoint includes the GraphQL fields of UsagePoint requested by the fragment UsagePoint.
+// The GraphQL type's documentation follows.
+//
+// What a key (or a workspace's keys together) did in one period.
+type UsagePoint struct {
+	// The start of the period.
+	Start time.Time `json:"start"`
+	// Requests accepted.
+	Accepted int `json:"accepted"`
+	// Requests refused for the rate limit (429).
+	RateLimited int `json:"rateLimited"`
+	// Uses refused because the key is revoked, expired, restricted (network, scope) or a canary.
+	Refused int `json:"refused"`
+}
+
+// GetStart returns UsagePoint.Start, and is useful for accessing the field via an interface.
+func (v *UsagePoint) GetStart() time.Time { return v.Start }
+
+// GetAccepted returns UsagePoint.Accepted, and is useful for accessing the field via an interface.
+func (v *UsagePoint) GetAccepted() int { return v.Accepted }
+
+// GetRateLimited returns UsagePoint.RateLimited, and is useful for accessing the field via an interface.
+func (v *UsagePoint) GetRateLimited() int { return v.RateLimited }
+
+// GetRefused returns UsagePoint.Refused, and is useful for accessing the field via an interface.
+func (v *UsagePoint) GetRefused() int { return v.Refused }
+
+// WorkspaceUsageResponse is returned by WorkspaceUsage on success.
+type WorkspaceUsageResponse struct {
+	// The workspace's usage per period, summed over its keys, with the keys that did most. Owner tier or
+	// ADMIN. Ranges as ApiKey.usage.
+	WorkspaceUsage WorkspaceUsageWorkspaceUsage `json:"workspaceUsage"`
+}
+
+// GetWorkspaceUsage returns WorkspaceUsageResponse.WorkspaceUsage, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageResponse) GetWorkspaceUsage() WorkspaceUsageWorkspaceUsage {
+	return v.WorkspaceUsage
+}
+
+// WorkspaceUsageWorkspaceUsage includes the requested fields of the GraphQL type WorkspaceUsage.
+// The GraphQL type's documentation follows.
+//
+// A workspace's usage over a range: the sum of its keys' per period, and the keys that did most.
+type WorkspaceUsageWorkspaceUsage struct {
+	// The start of the first period.
+	Since time.Time `json:"since"`
+	// The end of the last period.
+	Until       time.Time        `json:"until"`
+	Granularity UsageGranularity `json:"granularity"`
+	// One point per period, summed over the workspace's keys.
+	Points []UsagePoint `json:"points"`
+	// The keys with the most uses (accepted, rate-limited and refused together) in the range, most first; first is 1-100.
+	TopKeys []WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal `json:"topKeys"`
+}
+
+// GetSince returns WorkspaceUsageWorkspaceUsage.Since, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsage) GetSince() time.Time { return v.Since }
+
+// GetUntil returns WorkspaceUsageWorkspaceUsage.Until, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsage) GetUntil() time.Time { return v.Until }
+
+// GetGranularity returns WorkspaceUsageWorkspaceUsage.Granularity, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsage) GetGranularity() UsageGranularity { return v.Granularity }
+
+// GetPoints returns WorkspaceUsageWorkspaceUsage.Points, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsage) GetPoints() []UsagePoint { return v.Points }
+
+// GetTopKeys returns WorkspaceUsageWorkspaceUsage.TopKeys, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsage) GetTopKeys() []WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal {
+	return v.TopKeys
+}
+
+// WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal includes the requested fields of the GraphQL type KeyUsageTotal.
+// The GraphQL type's documentation follows.
+//
+// One key's totals over a range.
+type WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal struct {
+	ApiKey      WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey `json:"apiKey"`
+	Accepted    int                                                    `json:"accepted"`
+	RateLimited int                                                    `json:"rateLimited"`
+	Refused     int                                                    `json:"refused"`
+}
+
+// GetApiKey returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal.ApiKey, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal) GetApiKey() WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey {
+	return v.ApiKey
+}
+
+// GetAccepted returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal.Accepted, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal) GetAccepted() int { return v.Accepted }
+
+// GetRateLimited returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal.RateLimited, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal) GetRateLimited() int { return v.RateLimited }
+
+// GetRefused returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal.Refused, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotal) GetRefused() int { return v.Refused }
+
+// WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey includes the requested fields of the GraphQL type ApiKey.
+// The GraphQL type's documentation follows.
+//
+// A workspace API key record. The plaintext key is never part of it.
+type WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey struct {
+	// Key UUID.
+	Id string `json:"id"`
+	// Name, unique among the workspace's keys that are not revoked.
+	Name string `json:"name"`
+}
+
+// GetId returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey.Id, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey) GetId() string { return v.Id }
+
+// GetName returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey.Name, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey) GetName() string { return v.Name }
+
 // WorkspacesResponse is returned by Workspaces on success.
 type WorkspacesResponse struct {
 	// Every workspace. Platform admin.
@@ -1309,6 +1485,26 @@ type __ImpersonateInput struct {
 // GetWorkspaceId returns __ImpersonateInput.WorkspaceId, and is useful for accessing the field via an interface.
 func (v *__ImpersonateInput) GetWorkspaceId() string { return v.WorkspaceId }
 
+// __KeyUsageInput is used internally by genqlient
+type __KeyUsageInput struct {
+	Id          string            `json:"id,omitempty"`
+	Since       *time.Time        `json:"since,omitempty"`
+	Until       *time.Time        `json:"until,omitempty"`
+	Granularity *UsageGranularity `json:"granularity,omitempty"`
+}
+
+// GetId returns __KeyUsageInput.Id, and is useful for accessing the field via an interface.
+func (v *__KeyUsageInput) GetId() string { return v.Id }
+
+// GetSince returns __KeyUsageInput.Since, and is useful for accessing the field via an interface.
+func (v *__KeyUsageInput) GetSince() *time.Time { return v.Since }
+
+// GetUntil returns __KeyUsageInput.Until, and is useful for accessing the field via an interface.
+func (v *__KeyUsageInput) GetUntil() *time.Time { return v.Until }
+
+// GetGranularity returns __KeyUsageInput.Granularity, and is useful for accessing the field via an interface.
+func (v *__KeyUsageInput) GetGranularity() *UsageGranularity { return v.Granularity }
+
 // __LoginInput is used internally by genqlient
 type __LoginInput struct {
 	Email         string  `json:"email"`
@@ -1416,6 +1612,22 @@ func (v *__SetWorkspaceRateLimitsInput) GetPerMinute() *int { return v.PerMinute
 
 // GetPerDay returns __SetWorkspaceRateLimitsInput.PerDay, and is useful for accessing the field via an interface.
 func (v *__SetWorkspaceRateLimitsInput) GetPerDay() *int { return v.PerDay }
+
+// __WorkspaceUsageInput is used internally by genqlient
+type __WorkspaceUsageInput struct {
+	Since       *time.Time        `json:"since,omitempty"`
+	Until       *time.Time        `json:"until,omitempty"`
+	Granularity *UsageGranularity `json:"granularity,omitempty"`
+}
+
+// GetSince returns __WorkspaceUsageInput.Since, and is useful for accessing the field via an interface.
+func (v *__WorkspaceUsageInput) GetSince() *time.Time { return v.Since }
+
+// GetUntil returns __WorkspaceUsageInput.Until, and is useful for accessing the field via an interface.
+func (v *__WorkspaceUsageInput) GetUntil() *time.Time { return v.Until }
+
+// GetGranularity returns __WorkspaceUsageInput.Granularity, and is useful for accessing the field via an interface.
+func (v *__WorkspaceUsageInput) GetGranularity() *UsageGranularity { return v.Granularity }
 
 // The query executed by Accounts.
 const Accounts_Operation = `
@@ -2145,6 +2357,59 @@ func Impersonate(
 	return data_, err_
 }
 
+// The query executed by KeyUsage.
+const KeyUsage_Operation = `
+query KeyUsage ($id: ID!, $since: Time, $until: Time, $granularity: UsageGranularity) {
+	apiKey(id: $id) {
+		id
+		name
+		lastUsedAt
+		lastUsedIp
+		lastUsedUserAgent
+		usage(since: $since, until: $until, granularity: $granularity) {
+			... UsagePoint
+		}
+	}
+}
+fragment UsagePoint on UsagePoint {
+	start
+	accepted
+	rateLimited
+	refused
+}
+`
+
+func KeyUsage(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	since *time.Time,
+	until *time.Time,
+	granularity *UsageGranularity,
+) (data_ *KeyUsageResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "KeyUsage",
+		Query:  KeyUsage_Operation,
+		Variables: &__KeyUsageInput{
+			Id:          id,
+			Since:       since,
+			Until:       until,
+			Granularity: granularity,
+		},
+	}
+
+	data_ = &KeyUsageResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by Login.
 const Login_Operation = `
 mutation Login ($email: String!, $password: String!, $workspaceId: ID, $workspaceName: String, $deviceToken: String) {
@@ -2695,6 +2960,64 @@ func TenantInfo(
 	}
 
 	data_ = &TenantInfoResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by WorkspaceUsage.
+const WorkspaceUsage_Operation = `
+query WorkspaceUsage ($since: Time, $until: Time, $granularity: UsageGranularity) {
+	workspaceUsage(since: $since, until: $until, granularity: $granularity) {
+		since
+		until
+		granularity
+		points {
+			... UsagePoint
+		}
+		topKeys(first: 5) {
+			apiKey {
+				id
+				name
+			}
+			accepted
+			rateLimited
+			refused
+		}
+	}
+}
+fragment UsagePoint on UsagePoint {
+	start
+	accepted
+	rateLimited
+	refused
+}
+`
+
+func WorkspaceUsage(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	since *time.Time,
+	until *time.Time,
+	granularity *UsageGranularity,
+) (data_ *WorkspaceUsageResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "WorkspaceUsage",
+		Query:  WorkspaceUsage_Operation,
+		Variables: &__WorkspaceUsageInput{
+			Since:       since,
+			Until:       until,
+			Granularity: granularity,
+		},
+	}
+
+	data_ = &WorkspaceUsageResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

@@ -77,7 +77,9 @@ func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *bt
 	if key == "" {
 		return None, nil
 	}
-	a, d, err := h.svc.AuthenticateKeyFrom(r.Context(), key, func() string { return h.ClientIP(r) })
+	// The use is counted against the key presented, with its client
+	// (docs/usage.md).
+	a, d, err := h.svc.AuthenticateKeyFrom(r.Context(), key, btk.Client{Addr: func() string { return h.ClientIP(r) }, UserAgent: r.UserAgent()})
 	h.svc.Observer().KeyChecked(btk.KeyCheckResultOf(err))
 	if d.Limit > 0 {
 		setRateLimitHeaders(w.Header(), d)

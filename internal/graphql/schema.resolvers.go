@@ -13,6 +13,33 @@ import (
 	"github.com/btk-project/btk/internal/graphql/graph"
 )
 
+func (r *apiKeyResolver) LastUsedIP(ctx context.Context, obj *graph.APIKey) (*string, error) {
+	c, err := r.svc.LastClient(ctx, btk.ActorFrom(ctx), obj.ID)
+	if err != nil || c == nil {
+		return nil, err
+	}
+	return &c.IP, nil
+}
+
+func (r *apiKeyResolver) LastUsedUserAgent(ctx context.Context, obj *graph.APIKey) (*string, error) {
+	c, err := r.svc.LastClient(ctx, btk.ActorFrom(ctx), obj.ID)
+	if err != nil || c == nil {
+		return nil, err
+	}
+	return &c.UserAgent, nil
+}
+
+func (r *apiKeyResolver) Usage(ctx context.Context, obj *graph.APIKey, since *time.Time, until *time.Time, granularity *btk.Granularity) ([]*graph.UsagePoint, error) {
+	pts, err := r.svc.KeyUsage(ctx, btk.ActorFrom(ctx), obj.ID, usageRange(since, until, granularity))
+	if err != nil {
+		return nil, err
+	}
+	if err := spendUsagePoints(ctx, len(pts)); err != nil {
+		return nil, err
+	}
+	return usagePoints(pts), nil
+}
+
 func (r *mutationResolver) Login(ctx context.Context, email string, password string, workspaceID *string, workspaceName *string, deviceToken *string) (*graph.Session, error) {
 	s, err := r.svc.LoginTo(btk.WithDeviceToken(ctx, deref(deviceToken)), email, password, deref(workspaceID), deref(workspaceName))
 	if err != nil {
@@ -238,6 +265,17 @@ func (r *queryResolver) WorkspaceBranding(ctx context.Context, publicKey string)
 	return &graph.WorkspaceBranding{WorkspaceID: w.ID, Name: w.Name}, nil
 }
 
+func (r *queryResolver) WorkspaceUsage(ctx context.Context, since *time.Time, until *time.Time, granularity *btk.Granularity) (*graph.WorkspaceUsage, error) {
+	u, err := r.svc.WorkspaceUsage(ctx, btk.ActorFrom(ctx), usageRange(since, until, granularity))
+	if err != nil {
+		return nil, err
+	}
+	if err := spendUsagePoints(ctx, len(u.Points)); err != nil {
+		return nil, err
+	}
+	return &graph.WorkspaceUsage{Since: u.Since, Until: u.Until, Granularity: u.Granularity, Points: usagePoints(u.Points)}, nil
+}
+
 func (r *queryResolver) Workspaces(ctx context.Context) ([]*graph.Tenant, error) {
 	ws, err := r.svc.Workspaces(ctx, btk.ActorFrom(ctx))
 	if err != nil {
@@ -264,11 +302,35 @@ func (r *queryResolver) Members(ctx context.Context, workspaceID string) ([]*gra
 	}), nil
 }
 
+func (r *workspaceUsageResolver) TopKeys(ctx context.Context, obj *graph.WorkspaceUsage, first *int) ([]*graph.KeyUsageTotal, error) {
+	n := 10
+	if first != nil {
+		n = *first
+	}
+	rng := btk.UsageRange{Since: &obj.Since, Until: &obj.Until, Granularity: obj.Granularity}
+	top, err := r.svc.TopKeys(ctx, btk.ActorFrom(ctx), rng, n)
+	if err != nil {
+		return nil, err
+	}
+	now := r.svc.Now()
+	out := make([]*graph.KeyUsageTotal, len(top))
+	for i, t := range top {
+		out[i] = &graph.KeyUsageTotal{APIKey: apiKey(t.Key, now), Accepted: int(t.Accepted), RateLimited: int(t.RateLimited), Refused: int(t.Refused)}
+	}
+	return out, nil
+}
+
+func (r *Resolver) ApiKey() graph.ApiKeyResolver { return &apiKeyResolver{r} }
+
 func (r *Resolver) Mutation() graph.MutationResolver { return &mutationResolver{r} }
 
 func (r *Resolver) Query() graph.QueryResolver { return &queryResolver{r} }
 
+func (r *Resolver) WorkspaceUsage() graph.WorkspaceUsageResolver { return &workspaceUsageResolver{r} }
+
 type (
-	mutationResolver struct{ *Resolver }
-	queryResolver    struct{ *Resolver }
+	apiKeyResolver         struct{ *Resolver }
+	mutationResolver       struct{ *Resolver }
+	queryResolver          struct{ *Resolver }
+	workspaceUsageResolver struct{ *Resolver }
 )

@@ -29,8 +29,10 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	ApiKey() ApiKeyResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
+	WorkspaceUsage() WorkspaceUsageResolver
 }
 
 type DirectiveRoot struct {
@@ -55,6 +57,8 @@ type ComplexityRoot struct {
 		Hint               func(childComplexity int) int
 		ID                 func(childComplexity int) int
 		LastUsedAt         func(childComplexity int) int
+		LastUsedIP         func(childComplexity int) int
+		LastUsedUserAgent  func(childComplexity int) int
 		Name               func(childComplexity int) int
 		RateLimitPerDay    func(childComplexity int) int
 		RateLimitPerMinute func(childComplexity int) int
@@ -63,6 +67,7 @@ type ComplexityRoot struct {
 		RotatedFromID      func(childComplexity int) int
 		Scopes             func(childComplexity int) int
 		Status             func(childComplexity int) int
+		Usage              func(childComplexity int, since *time.Time, until *time.Time, granularity *btk.Granularity) int
 		Workspace          func(childComplexity int) int
 	}
 
@@ -122,6 +127,13 @@ type ComplexityRoot struct {
 		Token     func(childComplexity int) int
 	}
 
+	KeyUsageTotal struct {
+		APIKey      func(childComplexity int) int
+		Accepted    func(childComplexity int) int
+		RateLimited func(childComplexity int) int
+		Refused     func(childComplexity int) int
+	}
+
 	Member struct {
 		AccountID func(childComplexity int) int
 		Email     func(childComplexity int) int
@@ -169,6 +181,7 @@ type ComplexityRoot struct {
 		Members           func(childComplexity int, workspaceID string) int
 		TenantInfo        func(childComplexity int) int
 		WorkspaceBranding func(childComplexity int, publicKey string) int
+		WorkspaceUsage    func(childComplexity int, since *time.Time, until *time.Time, granularity *btk.Granularity) int
 		Workspaces        func(childComplexity int) int
 	}
 
@@ -201,9 +214,24 @@ type ComplexityRoot struct {
 		PublicClientKey           func(childComplexity int) int
 	}
 
+	UsagePoint struct {
+		Accepted    func(childComplexity int) int
+		RateLimited func(childComplexity int) int
+		Refused     func(childComplexity int) int
+		Start       func(childComplexity int) int
+	}
+
 	WorkspaceBranding struct {
 		Name        func(childComplexity int) int
 		WorkspaceID func(childComplexity int) int
+	}
+
+	WorkspaceUsage struct {
+		Granularity func(childComplexity int) int
+		Points      func(childComplexity int) int
+		Since       func(childComplexity int) int
+		TopKeys     func(childComplexity int, first *int) int
+		Until       func(childComplexity int) int
 	}
 }
 
@@ -211,6 +239,11 @@ type ComplexityRoot struct {
 
 // region    ************************** generated!.gotpl **************************
 
+type ApiKeyResolver interface {
+	LastUsedIP(ctx context.Context, obj *APIKey) (*string, error)
+	LastUsedUserAgent(ctx context.Context, obj *APIKey) (*string, error)
+	Usage(ctx context.Context, obj *APIKey, since *time.Time, until *time.Time, granularity *btk.Granularity) ([]*UsagePoint, error)
+}
 type MutationResolver interface {
 	Login(ctx context.Context, email string, password string, workspaceID *string, workspaceName *string, deviceToken *string) (*Session, error)
 	Logout(ctx context.Context) (bool, error)
@@ -238,9 +271,13 @@ type QueryResolver interface {
 	APIKeyAuditLog(ctx context.Context, workspaceID *string, apiKeyID *string, action *btk.AuditAction, since *time.Time, until *time.Time, first *int, after *string, actorEmail *string) (*APIKeyAuditConnection, error)
 	AuditEvents(ctx context.Context, since *time.Time, until *time.Time, first *int, after *string, workspaceID *string, serverWide *bool, action *string, actorEmail *string) (*AuditEventConnection, error)
 	WorkspaceBranding(ctx context.Context, publicKey string) (*WorkspaceBranding, error)
+	WorkspaceUsage(ctx context.Context, since *time.Time, until *time.Time, granularity *btk.Granularity) (*WorkspaceUsage, error)
 	Workspaces(ctx context.Context) ([]*Tenant, error)
 	Accounts(ctx context.Context) ([]*Account, error)
 	Members(ctx context.Context, workspaceID string) ([]*Member, error)
+}
+type WorkspaceUsageResolver interface {
+	TopKeys(ctx context.Context, obj *WorkspaceUsage, first *int) ([]*KeyUsageTotal, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -346,6 +383,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ApiKey.LastUsedAt(childComplexity), true
+	case "ApiKey.lastUsedIp":
+		if e.ComplexityRoot.ApiKey.LastUsedIP == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.LastUsedIP(childComplexity), true
+	case "ApiKey.lastUsedUserAgent":
+		if e.ComplexityRoot.ApiKey.LastUsedUserAgent == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.LastUsedUserAgent(childComplexity), true
 	case "ApiKey.name":
 		if e.ComplexityRoot.ApiKey.Name == nil {
 			break
@@ -394,6 +443,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ApiKey.Status(childComplexity), true
+	case "ApiKey.usage":
+		if e.ComplexityRoot.ApiKey.Usage == nil {
+			break
+		}
+
+		args, err := ec.field_ApiKey_usage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.ApiKey.Usage(childComplexity, args["since"].(*time.Time), args["until"].(*time.Time), args["granularity"].(*btk.Granularity)), true
 	case "ApiKey.workspace":
 		if e.ComplexityRoot.ApiKey.Workspace == nil {
 			break
@@ -617,6 +677,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Elevation.Token(childComplexity), true
+
+	case "KeyUsageTotal.apiKey":
+		if e.ComplexityRoot.KeyUsageTotal.APIKey == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KeyUsageTotal.APIKey(childComplexity), true
+	case "KeyUsageTotal.accepted":
+		if e.ComplexityRoot.KeyUsageTotal.Accepted == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KeyUsageTotal.Accepted(childComplexity), true
+	case "KeyUsageTotal.rateLimited":
+		if e.ComplexityRoot.KeyUsageTotal.RateLimited == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KeyUsageTotal.RateLimited(childComplexity), true
+	case "KeyUsageTotal.refused":
+		if e.ComplexityRoot.KeyUsageTotal.Refused == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KeyUsageTotal.Refused(childComplexity), true
 
 	case "Member.accountId":
 		if e.ComplexityRoot.Member.AccountID == nil {
@@ -932,6 +1017,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.WorkspaceBranding(childComplexity, args["publicKey"].(string)), true
+	case "Query.workspaceUsage":
+		if e.ComplexityRoot.Query.WorkspaceUsage == nil {
+			break
+		}
+
+		args, err := ec.field_Query_workspaceUsage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.WorkspaceUsage(childComplexity, args["since"].(*time.Time), args["until"].(*time.Time), args["granularity"].(*btk.Granularity)), true
 	case "Query.workspaces":
 		if e.ComplexityRoot.Query.Workspaces == nil {
 			break
@@ -1045,6 +1141,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Tenant.PublicClientKey(childComplexity), true
 
+	case "UsagePoint.accepted":
+		if e.ComplexityRoot.UsagePoint.Accepted == nil {
+			break
+		}
+
+		return e.ComplexityRoot.UsagePoint.Accepted(childComplexity), true
+	case "UsagePoint.rateLimited":
+		if e.ComplexityRoot.UsagePoint.RateLimited == nil {
+			break
+		}
+
+		return e.ComplexityRoot.UsagePoint.RateLimited(childComplexity), true
+	case "UsagePoint.refused":
+		if e.ComplexityRoot.UsagePoint.Refused == nil {
+			break
+		}
+
+		return e.ComplexityRoot.UsagePoint.Refused(childComplexity), true
+	case "UsagePoint.start":
+		if e.ComplexityRoot.UsagePoint.Start == nil {
+			break
+		}
+
+		return e.ComplexityRoot.UsagePoint.Start(childComplexity), true
+
 	case "WorkspaceBranding.name":
 		if e.ComplexityRoot.WorkspaceBranding.Name == nil {
 			break
@@ -1057,6 +1178,42 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.WorkspaceBranding.WorkspaceID(childComplexity), true
+
+	case "WorkspaceUsage.granularity":
+		if e.ComplexityRoot.WorkspaceUsage.Granularity == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkspaceUsage.Granularity(childComplexity), true
+	case "WorkspaceUsage.points":
+		if e.ComplexityRoot.WorkspaceUsage.Points == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkspaceUsage.Points(childComplexity), true
+	case "WorkspaceUsage.since":
+		if e.ComplexityRoot.WorkspaceUsage.Since == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkspaceUsage.Since(childComplexity), true
+	case "WorkspaceUsage.topKeys":
+		if e.ComplexityRoot.WorkspaceUsage.TopKeys == nil {
+			break
+		}
+
+		args, err := ec.field_WorkspaceUsage_topKeys_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.WorkspaceUsage.TopKeys(childComplexity, args["first"].(*int)), true
+	case "WorkspaceUsage.until":
+		if e.ComplexityRoot.WorkspaceUsage.Until == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WorkspaceUsage.Until(childComplexity), true
 
 	}
 	return 0, false
@@ -1297,6 +1454,56 @@ type ApiKey {
   canary: Boolean!
   "The key's workspace. Given by apiKeyByHash (a platform admin may find any workspace's key); null elsewhere."
   workspace: Tenant
+  "The client address of the latest accepted request (at most 256 bytes; written with the usage flush)."
+  lastUsedIp: String
+  "The User-Agent of the latest accepted request (at most 256 bytes; written with the usage flush)."
+  lastUsedUserAgent: String
+  """
+  The key's uses per period of [since, until), oldest first, one point per period (zeros included).
+  until defaults to now, since to 7 days (DAY) or 24 hours (HOUR) before until; periods are UTC hours
+  or days. At most 90 days of HOUR or 366 days of DAY (else BAD_USER_INPUT). Counts lag by up to about
+  half a minute (the usage flush).
+  """
+  usage(since: Time, until: Time, granularity: UsageGranularity = DAY): [UsagePoint!]!
+}
+
+"The period of a usage series: a UTC hour or a UTC day."
+enum UsageGranularity {
+  HOUR
+  DAY
+}
+
+"What a key (or a workspace's keys together) did in one period."
+type UsagePoint {
+  "The start of the period."
+  start: Time!
+  "Requests accepted."
+  accepted: Int!
+  "Requests refused for the rate limit (429)."
+  rateLimited: Int!
+  "Uses refused because the key is revoked, expired, restricted (network, scope) or a canary."
+  refused: Int!
+}
+
+"A workspace's usage over a range: the sum of its keys' per period, and the keys that did most."
+type WorkspaceUsage {
+  "The start of the first period."
+  since: Time!
+  "The end of the last period."
+  until: Time!
+  granularity: UsageGranularity!
+  "One point per period, summed over the workspace's keys."
+  points: [UsagePoint!]!
+  "The keys with the most uses (accepted, rate-limited and refused together) in the range, most first; first is 1-100."
+  topKeys(first: Int = 10): [KeyUsageTotal!]!
+}
+
+"One key's totals over a range."
+type KeyUsageTotal {
+  apiKey: ApiKey!
+  accepted: Int!
+  rateLimited: Int!
+  refused: Int!
 }
 
 "A page of API keys."
@@ -1531,6 +1738,11 @@ type Query {
   ): AuditEventConnection!
   "Public: the workspace a public client key (bpk_) belongs to, or null."
   workspaceBranding(publicKey: String!): WorkspaceBranding
+  """
+  The workspace's usage per period, summed over its keys, with the keys that did most. Owner tier or
+  ADMIN. Ranges as ApiKey.usage.
+  """
+  workspaceUsage(since: Time, until: Time, granularity: UsageGranularity = DAY): WorkspaceUsage!
   "Every workspace. Platform admin."
   workspaces: [Tenant!]!
   "Every account. Platform admin."
@@ -1639,6 +1851,12 @@ func (ec *executionContext) childFields_ApiKey(ctx context.Context, field graphq
 		return ec.fieldContext_ApiKey_canary(ctx, field)
 	case "workspace":
 		return ec.fieldContext_ApiKey_workspace(ctx, field)
+	case "lastUsedIp":
+		return ec.fieldContext_ApiKey_lastUsedIp(ctx, field)
+	case "lastUsedUserAgent":
+		return ec.fieldContext_ApiKey_lastUsedUserAgent(ctx, field)
+	case "usage":
+		return ec.fieldContext_ApiKey_usage(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ApiKey", field.Name)
 }
@@ -1755,6 +1973,20 @@ func (ec *executionContext) childFields_Elevation(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type Elevation", field.Name)
 }
 
+func (ec *executionContext) childFields_KeyUsageTotal(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "apiKey":
+		return ec.fieldContext_KeyUsageTotal_apiKey(ctx, field)
+	case "accepted":
+		return ec.fieldContext_KeyUsageTotal_accepted(ctx, field)
+	case "rateLimited":
+		return ec.fieldContext_KeyUsageTotal_rateLimited(ctx, field)
+	case "refused":
+		return ec.fieldContext_KeyUsageTotal_refused(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type KeyUsageTotal", field.Name)
+}
+
 func (ec *executionContext) childFields_Member(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "accountId":
@@ -1847,6 +2079,20 @@ func (ec *executionContext) childFields_Tenant(ctx context.Context, field graphq
 	return nil, fmt.Errorf("no field named %q was found under type Tenant", field.Name)
 }
 
+func (ec *executionContext) childFields_UsagePoint(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "start":
+		return ec.fieldContext_UsagePoint_start(ctx, field)
+	case "accepted":
+		return ec.fieldContext_UsagePoint_accepted(ctx, field)
+	case "rateLimited":
+		return ec.fieldContext_UsagePoint_rateLimited(ctx, field)
+	case "refused":
+		return ec.fieldContext_UsagePoint_refused(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type UsagePoint", field.Name)
+}
+
 func (ec *executionContext) childFields_WorkspaceBranding(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "workspaceId":
@@ -1855,6 +2101,22 @@ func (ec *executionContext) childFields_WorkspaceBranding(ctx context.Context, f
 		return ec.fieldContext_WorkspaceBranding_name(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type WorkspaceBranding", field.Name)
+}
+
+func (ec *executionContext) childFields_WorkspaceUsage(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "since":
+		return ec.fieldContext_WorkspaceUsage_since(ctx, field)
+	case "until":
+		return ec.fieldContext_WorkspaceUsage_until(ctx, field)
+	case "granularity":
+		return ec.fieldContext_WorkspaceUsage_granularity(ctx, field)
+	case "points":
+		return ec.fieldContext_WorkspaceUsage_points(ctx, field)
+	case "topKeys":
+		return ec.fieldContext_WorkspaceUsage_topKeys(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WorkspaceUsage", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1972,6 +2234,36 @@ func (ec *executionContext) childFields___Type(ctx context.Context, field graphq
 // endregion ************************** internal!.gotpl ***************************
 
 // region    ***************************** args.gotpl *****************************
+
+func (ec *executionContext) field_ApiKey_usage_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "since",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["since"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "until",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["until"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "granularity",
+		func(ctx context.Context, v any) (*btk.Granularity, error) {
+			return ec.unmarshalOUsageGranularity2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["granularity"] = arg2
+	return args, nil
+}
 
 func (ec *executionContext) field_Mutation_changePassword_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
@@ -2510,6 +2802,50 @@ func (ec *executionContext) field_Query_workspaceBranding_args(ctx context.Conte
 		return nil, err
 	}
 	args["publicKey"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_workspaceUsage_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "since",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["since"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "until",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["until"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "granularity",
+		func(ctx context.Context, v any) (*btk.Granularity, error) {
+			return ec.unmarshalOUsageGranularity2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["granularity"] = arg2
+	return args, nil
+}
+
+func (ec *executionContext) field_WorkspaceUsage_topKeys_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg0
 	return args, nil
 }
 
@@ -3116,6 +3452,96 @@ func (ec *executionContext) fieldContext_ApiKey_workspace(_ context.Context, fie
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Tenant(ctx, field)
 		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ApiKey_lastUsedIp(ctx context.Context, field graphql.CollectedField, obj *APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_lastUsedIp(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.ApiKey().LastUsedIP(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_lastUsedIp(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, true, true, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_lastUsedUserAgent(ctx context.Context, field graphql.CollectedField, obj *APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_lastUsedUserAgent(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.ApiKey().LastUsedUserAgent(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_lastUsedUserAgent(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, true, true, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_usage(ctx context.Context, field graphql.CollectedField, obj *APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_usage(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.ApiKey().Usage(ctx, obj, fc.Args["since"].(*time.Time), fc.Args["until"].(*time.Time), fc.Args["granularity"].(*btk.Granularity))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*UsagePoint) graphql.Marshaler {
+			return ec.marshalNUsagePoint2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐUsagePointᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_usage(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ApiKey",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_UsagePoint(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_ApiKey_usage_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -3986,6 +4412,107 @@ func (ec *executionContext) _Elevation_expiresAt(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_Elevation_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Elevation", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _KeyUsageTotal_apiKey(ctx context.Context, field graphql.CollectedField, obj *KeyUsageTotal) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_KeyUsageTotal_apiKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.APIKey, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *APIKey) graphql.Marshaler {
+			return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_KeyUsageTotal_apiKey(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "KeyUsageTotal",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ApiKey(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _KeyUsageTotal_accepted(ctx context.Context, field graphql.CollectedField, obj *KeyUsageTotal) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_KeyUsageTotal_accepted(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Accepted, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_KeyUsageTotal_accepted(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("KeyUsageTotal", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _KeyUsageTotal_rateLimited(ctx context.Context, field graphql.CollectedField, obj *KeyUsageTotal) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_KeyUsageTotal_rateLimited(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RateLimited, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_KeyUsageTotal_rateLimited(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("KeyUsageTotal", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _KeyUsageTotal_refused(ctx context.Context, field graphql.CollectedField, obj *KeyUsageTotal) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_KeyUsageTotal_refused(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Refused, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_KeyUsageTotal_refused(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("KeyUsageTotal", field, false, false, errors.New("field of type Int does not have child fields"))
 }
 
 func (ec *executionContext) _Member_accountId(ctx context.Context, field graphql.CollectedField, obj *Member) (ret graphql.Marshaler) {
@@ -5171,6 +5698,50 @@ func (ec *executionContext) fieldContext_Query_workspaceBranding(ctx context.Con
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_workspaceUsage(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_workspaceUsage(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().WorkspaceUsage(ctx, fc.Args["since"].(*time.Time), fc.Args["until"].(*time.Time), fc.Args["granularity"].(*btk.Granularity))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *WorkspaceUsage) graphql.Marshaler {
+			return ec.marshalNWorkspaceUsage2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐWorkspaceUsage(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_workspaceUsage(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WorkspaceUsage(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_workspaceUsage_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_workspaces(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5782,6 +6353,98 @@ func (ec *executionContext) fieldContext_Tenant_createdAt(_ context.Context, fie
 	return graphql.NewScalarFieldContext("Tenant", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _UsagePoint_start(ctx context.Context, field graphql.CollectedField, obj *UsagePoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_UsagePoint_start(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Start, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_UsagePoint_start(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("UsagePoint", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _UsagePoint_accepted(ctx context.Context, field graphql.CollectedField, obj *UsagePoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_UsagePoint_accepted(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Accepted, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_UsagePoint_accepted(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("UsagePoint", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _UsagePoint_rateLimited(ctx context.Context, field graphql.CollectedField, obj *UsagePoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_UsagePoint_rateLimited(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RateLimited, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_UsagePoint_rateLimited(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("UsagePoint", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _UsagePoint_refused(ctx context.Context, field graphql.CollectedField, obj *UsagePoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_UsagePoint_refused(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Refused, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_UsagePoint_refused(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("UsagePoint", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
 func (ec *executionContext) _WorkspaceBranding_workspaceId(ctx context.Context, field graphql.CollectedField, obj *WorkspaceBranding) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5826,6 +6489,151 @@ func (ec *executionContext) _WorkspaceBranding_name(ctx context.Context, field g
 }
 func (ec *executionContext) fieldContext_WorkspaceBranding_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("WorkspaceBranding", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _WorkspaceUsage_since(ctx context.Context, field graphql.CollectedField, obj *WorkspaceUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WorkspaceUsage_since(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Since, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WorkspaceUsage_since(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WorkspaceUsage", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _WorkspaceUsage_until(ctx context.Context, field graphql.CollectedField, obj *WorkspaceUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WorkspaceUsage_until(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Until, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WorkspaceUsage_until(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WorkspaceUsage", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _WorkspaceUsage_granularity(ctx context.Context, field graphql.CollectedField, obj *WorkspaceUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WorkspaceUsage_granularity(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Granularity, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v btk.Granularity) graphql.Marshaler {
+			return ec.marshalNUsageGranularity2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WorkspaceUsage_granularity(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WorkspaceUsage", field, false, false, errors.New("field of type UsageGranularity does not have child fields"))
+}
+
+func (ec *executionContext) _WorkspaceUsage_points(ctx context.Context, field graphql.CollectedField, obj *WorkspaceUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WorkspaceUsage_points(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Points, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*UsagePoint) graphql.Marshaler {
+			return ec.marshalNUsagePoint2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐUsagePointᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WorkspaceUsage_points(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WorkspaceUsage",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_UsagePoint(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WorkspaceUsage_topKeys(ctx context.Context, field graphql.CollectedField, obj *WorkspaceUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WorkspaceUsage_topKeys(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.WorkspaceUsage().TopKeys(ctx, obj, fc.Args["first"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*KeyUsageTotal) graphql.Marshaler {
+			return ec.marshalNKeyUsageTotal2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐKeyUsageTotalᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WorkspaceUsage_topKeys(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WorkspaceUsage",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_KeyUsageTotal(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_WorkspaceUsage_topKeys_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -7173,83 +7981,197 @@ func (ec *executionContext) _ApiKey(ctx context.Context, sel ast.SelectionSet, o
 		case "id":
 			out.Values[i] = ec._ApiKey_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "name":
 			out.Values[i] = ec._ApiKey_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "displayPrefix":
 			out.Values[i] = ec._ApiKey_displayPrefix(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "hint":
 			out.Values[i] = ec._ApiKey_hint(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "status":
 			out.Values[i] = ec._ApiKey_status(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "rateLimitPerMinute":
 			out.Values[i] = ec._ApiKey_rateLimitPerMinute(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "rateLimitPerDay":
 			out.Values[i] = ec._ApiKey_rateLimitPerDay(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "expiresAt":
 			out.Values[i] = ec._ApiKey_expiresAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "scopes":
 			out.Values[i] = ec._ApiKey_scopes(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "createdAt":
 			out.Values[i] = ec._ApiKey_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "lastUsedAt":
 			out.Values[i] = ec._ApiKey_lastUsedAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "revokedAt":
 			out.Values[i] = ec._ApiKey_revokedAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "rotatedFromId":
 			out.Values[i] = ec._ApiKey_rotatedFromId(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "replacedById":
 			out.Values[i] = ec._ApiKey_replacedById(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "canary":
 			out.Values[i] = ec._ApiKey_canary(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "workspace":
 			out.Values[i] = ec._ApiKey_workspace(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "lastUsedIp":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._ApiKey_lastUsedIp(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "lastUsedUserAgent":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._ApiKey_lastUsedUserAgent(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "usage":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._ApiKey_usage(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -7653,6 +8575,59 @@ func (ec *executionContext) _Elevation(ctx context.Context, sel ast.SelectionSet
 			}
 		case "expiresAt":
 			out.Values[i] = ec._Elevation_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var keyUsageTotalImplementors = []string{"KeyUsageTotal"}
+
+func (ec *executionContext) _KeyUsageTotal(ctx context.Context, sel ast.SelectionSet, obj *KeyUsageTotal) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, keyUsageTotalImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("KeyUsageTotal")
+		case "apiKey":
+			out.Values[i] = ec._KeyUsageTotal_apiKey(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "accepted":
+			out.Values[i] = ec._KeyUsageTotal_accepted(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "rateLimited":
+			out.Values[i] = ec._KeyUsageTotal_rateLimited(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "refused":
+			out.Values[i] = ec._KeyUsageTotal_refused(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -8165,6 +9140,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "workspaceUsage":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_workspaceUsage(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
 		case "workspaces":
 			field := field
 
@@ -8483,6 +9480,59 @@ func (ec *executionContext) _Tenant(ctx context.Context, sel ast.SelectionSet, o
 	return out
 }
 
+var usagePointImplementors = []string{"UsagePoint"}
+
+func (ec *executionContext) _UsagePoint(ctx context.Context, sel ast.SelectionSet, obj *UsagePoint) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, usagePointImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("UsagePoint")
+		case "start":
+			out.Values[i] = ec._UsagePoint_start(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "accepted":
+			out.Values[i] = ec._UsagePoint_accepted(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "rateLimited":
+			out.Values[i] = ec._UsagePoint_rateLimited(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "refused":
+			out.Values[i] = ec._UsagePoint_refused(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var workspaceBrandingImplementors = []string{"WorkspaceBranding"}
 
 func (ec *executionContext) _WorkspaceBranding(ctx context.Context, sel ast.SelectionSet, obj *WorkspaceBranding) graphql.Marshaler {
@@ -8505,6 +9555,97 @@ func (ec *executionContext) _WorkspaceBranding(ctx context.Context, sel ast.Sele
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var workspaceUsageImplementors = []string{"WorkspaceUsage"}
+
+func (ec *executionContext) _WorkspaceUsage(ctx context.Context, sel ast.SelectionSet, obj *WorkspaceUsage) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, workspaceUsageImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WorkspaceUsage")
+		case "since":
+			out.Values[i] = ec._WorkspaceUsage_since(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "until":
+			out.Values[i] = ec._WorkspaceUsage_until(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "granularity":
+			out.Values[i] = ec._WorkspaceUsage_granularity(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "points":
+			out.Values[i] = ec._WorkspaceUsage_points(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "topKeys":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._WorkspaceUsage_topKeys(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -9197,6 +10338,32 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 	return res
 }
 
+func (ec *executionContext) marshalNKeyUsageTotal2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐKeyUsageTotalᚄ(ctx context.Context, sel ast.SelectionSet, v []*KeyUsageTotal) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNKeyUsageTotal2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐKeyUsageTotal(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNKeyUsageTotal2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐKeyUsageTotal(ctx context.Context, sel ast.SelectionSet, v *KeyUsageTotal) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._KeyUsageTotal(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNMember2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐMemberᚄ(ctx context.Context, sel ast.SelectionSet, v []*Member) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
@@ -9436,6 +10603,70 @@ func (ec *executionContext) marshalNTime2timeᚐTime(ctx context.Context, sel as
 		}
 	}
 	return res
+}
+
+func (ec *executionContext) unmarshalNUsageGranularity2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity(ctx context.Context, v any) (btk.Granularity, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalNUsageGranularity2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNUsageGranularity2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity(ctx context.Context, sel ast.SelectionSet, v btk.Granularity) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(marshalNUsageGranularity2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity[v])
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
+var (
+	unmarshalNUsageGranularity2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity = map[string]btk.Granularity{
+		"HOUR": btk.GranularityHour,
+		"DAY":  btk.GranularityDay,
+	}
+	marshalNUsageGranularity2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity = map[btk.Granularity]string{
+		btk.GranularityHour: "HOUR",
+		btk.GranularityDay:  "DAY",
+	}
+)
+
+func (ec *executionContext) marshalNUsagePoint2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐUsagePointᚄ(ctx context.Context, sel ast.SelectionSet, v []*UsagePoint) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNUsagePoint2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐUsagePoint(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNUsagePoint2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐUsagePoint(ctx context.Context, sel ast.SelectionSet, v *UsagePoint) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._UsagePoint(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNWorkspaceUsage2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐWorkspaceUsage(ctx context.Context, sel ast.SelectionSet, v *WorkspaceUsage) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._WorkspaceUsage(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalN__Directive2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐDirective(ctx context.Context, sel ast.SelectionSet, v introspection.Directive) graphql.Marshaler {
@@ -9836,6 +11067,36 @@ func (ec *executionContext) marshalOTime2ᚖtimeᚐTime(ctx context.Context, sel
 	res := graphql.MarshalTime(*v)
 	return res
 }
+
+func (ec *executionContext) unmarshalOUsageGranularity2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity(ctx context.Context, v any) (*btk.Granularity, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalOUsageGranularity2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity[tmp]
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOUsageGranularity2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity(ctx context.Context, sel ast.SelectionSet, v *btk.Granularity) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(marshalOUsageGranularity2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity[*v])
+	return res
+}
+
+var (
+	unmarshalOUsageGranularity2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity = map[string]btk.Granularity{
+		"HOUR": btk.GranularityHour,
+		"DAY":  btk.GranularityDay,
+	}
+	marshalOUsageGranularity2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity = map[btk.Granularity]string{
+		btk.GranularityHour: "HOUR",
+		btk.GranularityDay:  "DAY",
+	}
+)
 
 func (ec *executionContext) marshalOWorkspaceBranding2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐWorkspaceBranding(ctx context.Context, sel ast.SelectionSet, v *WorkspaceBranding) graphql.Marshaler {
 	if v == nil {

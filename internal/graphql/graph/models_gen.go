@@ -61,6 +61,15 @@ type APIKey struct {
 	Canary bool `json:"canary"`
 	// The key's workspace. Given by apiKeyByHash (a platform admin may find any workspace's key); null elsewhere.
 	Workspace *Tenant `json:"workspace,omitempty"`
+	// The client address of the latest accepted request (at most 256 bytes; written with the usage flush).
+	LastUsedIP *string `json:"lastUsedIp,omitempty"`
+	// The User-Agent of the latest accepted request (at most 256 bytes; written with the usage flush).
+	LastUsedUserAgent *string `json:"lastUsedUserAgent,omitempty"`
+	// The key's uses per period of [since, until), oldest first, one point per period (zeros included).
+	// until defaults to now, since to 7 days (DAY) or 24 hours (HOUR) before until; periods are UTC hours
+	// or days. At most 90 days of HOUR or 366 days of DAY (else BAD_USER_INPUT). Counts lag by up to about
+	// half a minute (the usage flush).
+	Usage []*UsagePoint `json:"usage"`
 }
 
 // A page of key audit entries, newest first.
@@ -197,6 +206,14 @@ type Elevation struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
+// One key's totals over a range.
+type KeyUsageTotal struct {
+	APIKey      *APIKey `json:"apiKey"`
+	Accepted    int     `json:"accepted"`
+	RateLimited int     `json:"rateLimited"`
+	Refused     int     `json:"refused"`
+}
+
 // A member of a workspace.
 type Member struct {
 	// Account UUID.
@@ -291,10 +308,35 @@ type Tenant struct {
 	CreatedAt time.Time `json:"createdAt"`
 }
 
+// What a key (or a workspace's keys together) did in one period.
+type UsagePoint struct {
+	// The start of the period.
+	Start time.Time `json:"start"`
+	// Requests accepted.
+	Accepted int `json:"accepted"`
+	// Requests refused for the rate limit (429).
+	RateLimited int `json:"rateLimited"`
+	// Uses refused because the key is revoked, expired, restricted (network, scope) or a canary.
+	Refused int `json:"refused"`
+}
+
 // What a public client key (bpk_) reveals: enough to brand a login form.
 type WorkspaceBranding struct {
 	// Workspace UUID.
 	WorkspaceID string `json:"workspaceId"`
 	// Display name.
 	Name string `json:"name"`
+}
+
+// A workspace's usage over a range: the sum of its keys' per period, and the keys that did most.
+type WorkspaceUsage struct {
+	// The start of the first period.
+	Since time.Time `json:"since"`
+	// The end of the last period.
+	Until       time.Time       `json:"until"`
+	Granularity btk.Granularity `json:"granularity"`
+	// One point per period, summed over the workspace's keys.
+	Points []*UsagePoint `json:"points"`
+	// The keys with the most uses (accepted, rate-limited and refused together) in the range, most first; first is 1-100.
+	TopKeys []*KeyUsageTotal `json:"topKeys"`
 }

@@ -262,11 +262,14 @@ func (db *DB) run(ctx context.Context, opts pgx.TxOptions, write bool, fn func(b
 	return mapErr("transaction", err)
 }
 
-// RecordUsage writes a batch of usage in one statement. last_used_at and
+// RecordUsage writes a batch of usage in one transaction. last_used_at and
 // the day state (a theoretical arrival time) only move forward: batches may
-// be flushed out of order, and by several instances.
-func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
-	if len(usage) == 0 {
+// be flushed out of order, and by several instances. The hourly counts are
+// added to what is stored (each instance adds what it counted), in the
+// order given (by key and hour), so concurrent flushes take row locks in the
+// same order and cannot deadlock on them.
+func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, counts []btk.UsageCount, clients []btk.KeyClient) error {
+	if len(usage) == 0 && len(counts) == 0 && len(clients) == 0 {
 		return nil
 	}
 	ids := make([]string, len(usage))
@@ -279,18 +282,27 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
 		}
 		ids[i], ats[i], days[i] = u.KeyID, at, u.DayState
 	}
-	// The rows are locked first, in id order (the locking CTE is
-	// materialised, and LockRows sits above the sort): instances flushing
-	// overlapping batches at once wait for each other instead of taking the
-	// rows in the join's order and deadlocking (issue 15, row 11).
-	_, err := db.pool.Exec(ctx, `WITH locked AS MATERIALIZED (
-			SELECT id FROM api_keys WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
-		)
-		UPDATE api_keys k SET
-		last_used_at = CASE WHEN k.last_used_at IS NULL OR k.last_used_at < u.at THEN u.at ELSE k.last_used_at END,
-		day_state = GREATEST(k.day_state, u.day)
-		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, day), locked l
-		WHERE k.id = u.id AND l.id = u.id`, ids, ats, days)
+	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(t pgx.Tx) error {
+		if err := addUsage(ctx, t, counts, clients); err != nil {
+			return err
+		}
+		if len(usage) == 0 {
+			return nil
+		}
+		// The rows are locked first, in id order (the locking CTE is
+		// materialised, and LockRows sits above the sort): instances flushing
+		// overlapping batches at once wait for each other instead of taking the
+		// rows in the join's order and deadlocking (issue 15, row 11).
+		_, err := t.Exec(ctx, `WITH locked AS MATERIALIZED (
+				SELECT id FROM api_keys WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
+			)
+			UPDATE api_keys k SET
+			last_used_at = CASE WHEN k.last_used_at IS NULL OR k.last_used_at < u.at THEN u.at ELSE k.last_used_at END,
+			day_state = GREATEST(k.day_state, u.day)
+			FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, day), locked l
+			WHERE k.id = u.id AND l.id = u.id`, ids, ats, days)
+		return err
+	})
 	return mapErr("record usage", err)
 }
 

@@ -150,7 +150,7 @@ func BenchmarkRecordUsage(b *testing.B) {
 	b.Run("batched", func(b *testing.B) {
 		for b.Loop() {
 			next()
-			if err := db.RecordUsage(ctx, usage); err != nil {
+			if err := db.RecordUsage(ctx, usage, nil, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

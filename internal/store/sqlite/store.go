@@ -312,11 +312,17 @@ func updateUsageBatch(rows int) string {
 // RecordUsage writes a batch of usage in one transaction (one fsync), in
 // statements of up to usageBatchRows keys; a batch of one uses the prepared
 // single-key statement.
-func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage) error {
-	if len(usage) == 0 {
+func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, counts []btk.UsageCount, clients []btk.KeyClient) error {
+	if len(usage) == 0 && len(counts) == 0 && len(clients) == 0 {
 		return nil
 	}
 	err := inTx(ctx, db.w, func(t *sql.Tx) error {
+		if err := addUsage(ctx, t, counts, clients); err != nil {
+			return err
+		}
+		if len(usage) == 0 {
+			return nil
+		}
 		if len(usage) == 1 {
 			u := usage[0]
 			at, err := sqlshared.UnixNano(u.LastUsedAt)

@@ -346,11 +346,11 @@ func testRecordUsage(t *testing.T, db btk.Store) {
 		{KeyID: a.ID, LastUsedAt: t0.Add(time.Minute), DayState: 7},
 		{KeyID: b.ID, LastUsedAt: t0.Add(time.Minute), DayState: 9}, // older than stored: time kept
 		{KeyID: "unknown", LastUsedAt: t0, DayState: 1},
-	})
+	}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordUsage(ctx, nil); err != nil {
+	if err := db.RecordUsage(ctx, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	read(t, db, func(tx btk.Tx) error {

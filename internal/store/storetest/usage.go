@@ -1,8 +1,11 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,11 +32,11 @@ func testRecordUsageBatches(t *testing.T, db btk.Store) {
 		}
 		return nil
 	})
-	if err := db.RecordUsage(ctx, usage); err != nil {
+	if err := db.RecordUsage(ctx, usage, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	// One key again, older: the time stays, the day state follows.
-	if err := db.RecordUsage(ctx, []btk.KeyUsage{{KeyID: keys[7].ID, LastUsedAt: t0, DayState: 99}}); err != nil {
+	if err := db.RecordUsage(ctx, []btk.KeyUsage{{KeyID: keys[7].ID, LastUsedAt: t0, DayState: 99}}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	read(t, db, func(tx btk.Tx) error {
@@ -81,7 +84,7 @@ func testRecordUsageConcurrentOrders(t *testing.T, db btk.Store) {
 			for i, p := range rng.Perm(n) {
 				batch[i] = btk.KeyUsage{KeyID: ids[p], LastUsedAt: t0.Add(time.Duration(r) * time.Second), DayState: int64(r + 1)}
 			}
-			if err := db.RecordUsage(ctx, batch); err != nil {
+			if err := db.RecordUsage(ctx, batch, nil, nil); err != nil {
 				mu.Lock()
 				failures = append(failures, err)
 				mu.Unlock()
@@ -90,5 +93,196 @@ func testRecordUsageConcurrentOrders(t *testing.T, db btk.Store) {
 	})
 	if len(failures) > 0 {
 		t.Fatalf("%d of %d concurrent flushes failed, first: %v", len(failures), flushers*rounds, failures[0])
+	}
+}
+
+func hourOf(i int) time.Time { return t0.Truncate(time.Hour).Add(time.Duration(i) * time.Hour) }
+
+func series(t *testing.T, db btk.Store, f btk.UsageFilter) []btk.UsageCount {
+	t.Helper()
+	var out []btk.UsageCount
+	read(t, db, func(tx btk.Tx) (err error) {
+		out, err = tx.UsageSeries(ctx, f)
+		return err
+	})
+	return out
+}
+
+// Counts of the same key and hour add up (each instance adds what it
+// counted), in one transaction with last_used_at, and many rows at once
+// (more than one statement carries).
+func testUsageCountsAdd(t *testing.T, db btk.Store) {
+	ws := newWorkspace(t, db)
+	k := createKey(t, db, key(ws, "k"))
+	c := btk.UsageCount{KeyID: k.ID, WorkspaceID: ws.ID, Start: hourOf(0), Accepted: 3, RateLimited: 2, Refused: 1}
+	for range 2 {
+		if err := db.RecordUsage(ctx, []btk.KeyUsage{{KeyID: k.ID, LastUsedAt: t0, DayState: 1}}, []btk.UsageCount{c}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var many []btk.UsageCount
+	for i := 1; i <= 450; i++ {
+		many = append(many, btk.UsageCount{KeyID: k.ID, WorkspaceID: ws.ID, Start: hourOf(i), Accepted: 1})
+	}
+	if err := db.RecordUsage(ctx, nil, many, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := series(t, db, btk.UsageFilter{WorkspaceID: ws.ID, KeyID: k.ID, Since: hourOf(0), Until: hourOf(451)})
+	if len(got) != 451 || got[0].Accepted != 6 || got[0].RateLimited != 4 || got[0].Refused != 2 || !got[0].Start.Equal(hourOf(0)) {
+		t.Fatalf("got %d rows, first %+v", len(got), got[0])
+	}
+	for i, g := range got[1:] {
+		if g.Accepted != 1 || !g.Start.Equal(hourOf(i+1)) {
+			t.Fatalf("row %d: %+v", i+1, g)
+		}
+	}
+}
+
+// Writers adding to the same rows at once (instances flushing together)
+// lose nothing and do not deadlock: every batch takes the rows in the same
+// order.
+func testUsageCountsConcurrent(t *testing.T, db btk.Store) {
+	ws := newWorkspace(t, db)
+	keys := make([]*btk.APIKey, 5)
+	for i := range keys {
+		keys[i] = createKey(t, db, key(ws, fmt.Sprintf("k%d", i)))
+	}
+	var batch []btk.UsageCount
+	for _, k := range keys {
+		for h := range 3 {
+			batch = append(batch, btk.UsageCount{KeyID: k.ID, WorkspaceID: ws.ID, Start: hourOf(h), Accepted: 1, RateLimited: 1, Refused: 1})
+		}
+	}
+	slices.SortFunc(batch, func(a, b btk.UsageCount) int {
+		if c := strings.Compare(a.KeyID, b.KeyID); c != 0 {
+			return c
+		}
+		return a.Start.Compare(b.Start)
+	})
+	const writers, rounds = 4, 10
+	errs := make(chan error, writers*rounds)
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() {
+			for range rounds {
+				err := db.RecordUsage(ctx, nil, batch, nil)
+				for errors.Is(err, btk.ErrUnavailable) { // SQLite's writer busy: retry
+					err = db.RecordUsage(ctx, nil, batch, nil)
+				}
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range keys {
+		got := series(t, db, btk.UsageFilter{WorkspaceID: ws.ID, KeyID: k.ID, Since: hourOf(0), Until: hourOf(3)})
+		if len(got) != 3 {
+			t.Fatalf("%d hours", len(got))
+		}
+		for _, g := range got {
+			if g.Accepted != writers*rounds || g.RateLimited != writers*rounds || g.Refused != writers*rounds {
+				t.Fatalf("hour %v: %+v, want %d each", g.Start, g, writers*rounds)
+			}
+		}
+	}
+}
+
+// A workspace's series sums its keys per hour, within [Since, Until) and
+// never another workspace's; TopKeys ranks keys by all their uses.
+func testUsageSeriesAndTopKeys(t *testing.T, db btk.Store) {
+	ws, other := newWorkspace(t, db), newWorkspace(t, db)
+	a, b, c := createKey(t, db, key(ws, "a")), createKey(t, db, key(ws, "b")), createKey(t, db, key(ws, "c"))
+	o := createKey(t, db, key(other, "o"))
+	rows := []btk.UsageCount{
+		{KeyID: a.ID, WorkspaceID: ws.ID, Start: hourOf(0), Accepted: 5},
+		{KeyID: a.ID, WorkspaceID: ws.ID, Start: hourOf(2), Accepted: 1},
+		{KeyID: b.ID, WorkspaceID: ws.ID, Start: hourOf(0), Refused: 7},
+		{KeyID: b.ID, WorkspaceID: ws.ID, Start: hourOf(5), Refused: 100}, // outside the range
+		{KeyID: c.ID, WorkspaceID: ws.ID, Start: hourOf(1), RateLimited: 2},
+		{KeyID: o.ID, WorkspaceID: other.ID, Start: hourOf(0), Accepted: 1000},
+	}
+	if err := db.RecordUsage(ctx, nil, rows, nil); err != nil {
+		t.Fatal(err)
+	}
+	f := btk.UsageFilter{WorkspaceID: ws.ID, Since: hourOf(0), Until: hourOf(5)}
+	got := series(t, db, f)
+	want := []btk.UsageCount{
+		{WorkspaceID: ws.ID, Start: hourOf(0), Accepted: 5, Refused: 7},
+		{WorkspaceID: ws.ID, Start: hourOf(1), RateLimited: 2},
+		{WorkspaceID: ws.ID, Start: hourOf(2), Accepted: 1},
+	}
+	if !slices.EqualFunc(got, want, func(x, y btk.UsageCount) bool {
+		return x.Start.Equal(y.Start) && x.Accepted == y.Accepted && x.RateLimited == y.RateLimited && x.Refused == y.Refused
+	}) {
+		t.Fatalf("series %+v, want %+v", got, want)
+	}
+	var top []btk.UsageCount
+	read(t, db, func(tx btk.Tx) (err error) {
+		top, err = tx.TopKeys(ctx, f, 2)
+		return err
+	})
+	if len(top) != 2 || top[0].KeyID != b.ID || top[0].Refused != 7 || top[1].KeyID != a.ID || top[1].Accepted != 6 {
+		t.Fatalf("top keys %+v", top)
+	}
+}
+
+// The latest client of a key is kept; an older one (a late flush of
+// another instance) does not replace it. Unknown: ErrNotFound.
+func testKeyClientLatestWins(t *testing.T, db btk.Store) {
+	ws := newWorkspace(t, db)
+	k := createKey(t, db, key(ws, "k"))
+	read(t, db, func(tx btk.Tx) error {
+		_, err := tx.KeyClient(ctx, k.ID)
+		mustBe(t, err, btk.ErrNotFound)
+		return nil
+	})
+	for _, c := range []btk.KeyClient{
+		{KeyID: k.ID, At: t0.Add(time.Minute), IP: "192.0.2.1", UserAgent: "new/1"},
+		{KeyID: k.ID, At: t0, IP: "192.0.2.9", UserAgent: "old/1"},
+	} {
+		if err := db.RecordUsage(ctx, nil, nil, []btk.KeyClient{c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read(t, db, func(tx btk.Tx) error {
+		c, err := tx.KeyClient(ctx, k.ID)
+		if err != nil {
+			return err
+		}
+		if c.IP != "192.0.2.1" || c.UserAgent != "new/1" || !c.At.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("client %+v", c)
+		}
+		return nil
+	})
+}
+
+// Retention deletes the hours before the cut and nothing after; running it
+// twice (two instances) deletes nothing more.
+func testPruneUsage(t *testing.T, db btk.Store) {
+	ws := newWorkspace(t, db)
+	k := createKey(t, db, key(ws, "k"))
+	var rows []btk.UsageCount
+	for h := range 5 {
+		rows = append(rows, btk.UsageCount{KeyID: k.ID, WorkspaceID: ws.ID, Start: hourOf(h), Accepted: 1})
+	}
+	if err := db.RecordUsage(ctx, nil, rows, nil); err != nil {
+		t.Fatal(err)
+	}
+	n, err := db.PruneUsage(ctx, hourOf(3))
+	if err != nil || n != 3 {
+		t.Fatalf("pruned %d, %v; want 3", n, err)
+	}
+	if n, err := db.PruneUsage(ctx, hourOf(3)); err != nil || n != 0 {
+		t.Fatalf("pruned again %d, %v", n, err)
+	}
+	got := series(t, db, btk.UsageFilter{WorkspaceID: ws.ID, Since: hourOf(0), Until: hourOf(10)})
+	if len(got) != 2 || !got[0].Start.Equal(hourOf(3)) {
+		t.Fatalf("left %+v", got)
 	}
 }

@@ -1,0 +1,138 @@
+package btk
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+func sumCounts(cs []UsageCount, keyID string) (acc, lim, ref int64) {
+	for _, c := range cs {
+		if c.KeyID == keyID {
+			acc, lim, ref = acc+c.Accepted, lim+c.RateLimited, ref+c.Refused
+		}
+	}
+	return
+}
+
+// Every use is counted once, in its hour and column; the counts reach the
+// store with the flush (a key's first use at once, then every
+// UsageWriteInterval, the rest at shutdown); an hour that ends is written
+// as its own row; a failed write keeps the counts for the next flush;
+// idle keys leave the memory.
+func TestUsageCounts(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 59, 50, 0, time.UTC)
+	now := t0
+	st := &usageStore{}
+	s, err := NewService(context.Background(), st, []byte(strings.Repeat("s", 32)), Config{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := &APIKey{ID: "a", WorkspaceID: "w"}
+	b := &APIKey{ID: "b", WorkspaceID: "w"}
+	cl := Client{Addr: func() string { return "192.0.2.7" }, UserAgent: strings.Repeat("é", 200)} // 400 bytes
+	s.counter.add(a, UseAccepted, now, cl)
+	if err := s.FlushDueUsage(ctx); err != nil { // first use: written at once
+		t.Fatal(err)
+	}
+	if acc, _, _ := sumCounts(st.counts, "a"); acc != 1 || len(st.clients) != 1 {
+		t.Fatalf("first flush: %+v %+v", st.counts, st.clients)
+	}
+	if c := st.clients[0]; c.IP != "192.0.2.7" || len(c.UserAgent) > MaxClientString || !utf8.ValidString(c.UserAgent) || len(c.UserAgent) < MaxClientString-1 {
+		t.Fatalf("client %q (%d bytes)", c.UserAgent, len(c.UserAgent))
+	}
+	for range 5 {
+		s.counter.add(a, UseAccepted, now, cl)
+		s.counter.add(a, UseRateLimited, now, cl)
+		s.counter.add(b, UseRefused, now, Client{})
+	}
+	now = t0.Add(15 * time.Second) // 13:00:05: a new hour
+	s.counter.add(a, UseAccepted, now, cl)
+	if err := s.FlushDueUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// a was written 15 s ago: only its finished hour is due; b is new.
+	if acc, lim, _ := sumCounts(st.counts, "a"); acc != 6 || lim != 5 {
+		t.Fatalf("after the hour: a %d/%d", acc, lim)
+	}
+	if _, _, ref := sumCounts(st.counts, "b"); ref != 5 {
+		t.Fatalf("b refused %d", ref)
+	}
+	st.fail = true
+	now = now.Add(UsageWriteInterval)
+	if err := s.FlushDueUsage(ctx); err == nil {
+		t.Fatal("the store's error was hidden")
+	}
+	st.fail = false
+	s.counter.add(a, UseAccepted, now, cl)
+	if err := s.FlushUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acc, lim, ref := sumCounts(st.counts, "a")
+	if acc != 8 || lim != 5 || ref != 0 {
+		t.Fatalf("a: %d %d %d; want 8 5 0", acc, lim, ref)
+	}
+	hours := map[time.Time]int64{}
+	for _, c := range st.counts {
+		if c.KeyID == "a" {
+			hours[c.Start] += c.Accepted
+		}
+		if c.WorkspaceID != "w" {
+			t.Fatalf("row without its workspace: %+v", c)
+		}
+	}
+	if hours[t0.Truncate(time.Hour)] != 6 || hours[t0.Truncate(time.Hour).Add(time.Hour)] != 2 {
+		t.Fatalf("per hour %v", hours)
+	}
+	// Nothing left; after an idle interval the entries go.
+	now = now.Add(UsageWriteInterval)
+	if err := s.FlushDueUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := range s.counter.shards {
+		n += len(s.counter.shards[i].keys)
+	}
+	if n != 0 {
+		t.Fatalf("%d idle entries kept", n)
+	}
+	if len(st.pruned) == 0 || !st.pruned[0].Equal(t0.Add(-DefaultUsageRetention)) {
+		t.Fatalf("retention ran with %v", st.pruned)
+	}
+}
+
+// The ranges of a series: whole periods, bounded, zeros filled in.
+func TestUsageRange(t *testing.T) {
+	now := time.Date(2026, 3, 10, 15, 30, 0, 0, time.UTC)
+	since, until, g, err := UsageRange{}.resolve(now)
+	if err != nil || g != GranularityDay || !since.Equal(time.Date(2026, 3, 3, 0, 0, 0, 0, time.UTC)) || !until.Equal(time.Date(2026, 3, 11, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("default: %v %v %v %v", since, until, g, err)
+	}
+	since, until, _, err = UsageRange{Granularity: GranularityHour}.resolve(now)
+	if err != nil || until.Sub(since) != 25*time.Hour {
+		t.Fatalf("hours: %v %v %v", since, until, err)
+	}
+	long := now.Add(-91 * 24 * time.Hour)
+	if _, _, _, err := (UsageRange{Since: &long, Granularity: GranularityHour}).resolve(now); ErrorCode(err) != CodeBadUserInput {
+		t.Fatalf("91 days of hours: %v", err)
+	}
+	if _, _, _, err := (UsageRange{Since: &long}).resolve(now); err != nil {
+		t.Fatalf("91 days: %v", err)
+	}
+	later := now.Add(time.Hour * 48)
+	if _, _, _, err := (UsageRange{Since: &later}).resolve(now); ErrorCode(err) != CodeBadUserInput {
+		t.Fatalf("since after until: %v", err)
+	}
+	day := time.Date(2026, 3, 9, 0, 0, 0, 0, time.UTC)
+	pts := bucket([]UsageCount{
+		{Start: day.Add(time.Hour), Accepted: 2},
+		{Start: day.Add(23 * time.Hour), Refused: 1},
+		{Start: day.Add(24 * time.Hour), RateLimited: 4},
+	}, day, day.Add(72*time.Hour), GranularityDay)
+	if len(pts) != 3 || pts[0].Accepted != 2 || pts[0].Refused != 1 || pts[1].RateLimited != 4 || pts[2].Total() != 0 || !pts[2].Start.Equal(day.Add(48*time.Hour)) {
+		t.Fatalf("buckets %+v", pts)
+	}
+}

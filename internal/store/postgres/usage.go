@@ -1,0 +1,149 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
+)
+
+// addUsage adds counts to the hourly rows (INSERT … ON CONFLICT DO UPDATE
+// SET accepted = accepted + excluded.accepted) and stores the latest
+// clients, in the caller's transaction, rows taken in the order given.
+func addUsage(ctx context.Context, t pgx.Tx, counts []btk.UsageCount, clients []btk.KeyClient) error {
+	if len(counts) > 0 {
+		n := len(counts)
+		keys, workspaces := make([]string, n), make([]string, n)
+		hours, acc, lim, ref := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		for i, c := range counts {
+			h, err := sqlshared.UnixNano(c.Start)
+			if err != nil {
+				return err
+			}
+			keys[i], workspaces[i], hours[i] = c.KeyID, c.WorkspaceID, h
+			acc[i], lim[i], ref[i] = c.Accepted, c.RateLimited, c.Refused
+		}
+		_, err := t.Exec(ctx, `INSERT INTO api_key_usage AS u (api_key_id, workspace_id, hour, accepted, rate_limited, refused)
+			SELECT k, w, h, a, l, r FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[]) WITH ORDINALITY AS v(k, w, h, a, l, r, i)
+			ORDER BY i
+			ON CONFLICT (api_key_id, hour) DO UPDATE SET
+				accepted = u.accepted + excluded.accepted,
+				rate_limited = u.rate_limited + excluded.rate_limited,
+				refused = u.refused + excluded.refused`,
+			keys, workspaces, hours, acc, lim, ref)
+		if err != nil {
+			return err
+		}
+	}
+	if len(clients) > 0 {
+		n := len(clients)
+		keys, ats, ips, uas := make([]string, n), make([]int64, n), make([]string, n), make([]string, n)
+		for i, c := range clients {
+			at, err := sqlshared.UnixNano(c.At)
+			if err != nil {
+				return err
+			}
+			keys[i], ats[i], ips[i], uas[i] = c.KeyID, at, c.IP, c.UserAgent
+		}
+		_, err := t.Exec(ctx, `INSERT INTO api_key_clients AS c (api_key_id, at, ip, user_agent)
+			SELECT k, a, p, u FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) WITH ORDINALITY AS v(k, a, p, u, i)
+			ORDER BY i
+			ON CONFLICT (api_key_id) DO UPDATE SET at = excluded.at, ip = excluded.ip, user_agent = excluded.user_agent
+			WHERE excluded.at > c.at`, keys, ats, ips, uas)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PruneUsage deletes the hours that start before before; several instances
+// doing it at once delete each row once.
+func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
+	b, err := sqlshared.UnixNano(before)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := db.pool.Exec(ctx, `DELETE FROM api_key_usage WHERE hour < $1`, b)
+	if err != nil {
+		return 0, mapErr("prune usage", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (t *tx) UsageSeries(ctx context.Context, f btk.UsageFilter) ([]btk.UsageCount, error) {
+	since, err := sqlshared.UnixNano(f.Since)
+	if err != nil {
+		return nil, err
+	}
+	until, err := sqlshared.UnixNano(f.Until)
+	if err != nil {
+		return nil, err
+	}
+	q := `SELECT hour, sum(accepted)::bigint, sum(rate_limited)::bigint, sum(refused)::bigint FROM api_key_usage
+		WHERE workspace_id = $1 AND hour >= $2 AND hour < $3`
+	args := []any{f.WorkspaceID, since, until}
+	if f.KeyID != "" {
+		q += ` AND api_key_id = $4`
+		args = append(args, f.KeyID)
+	}
+	rows, err := t.tx.Query(ctx, q+` GROUP BY hour ORDER BY hour`, args...)
+	if err != nil {
+		return nil, mapErr("usage series", err)
+	}
+	defer rows.Close()
+	var out []btk.UsageCount
+	for rows.Next() {
+		c := btk.UsageCount{WorkspaceID: f.WorkspaceID, KeyID: f.KeyID}
+		var hour int64
+		if err := rows.Scan(&hour, &c.Accepted, &c.RateLimited, &c.Refused); err != nil {
+			return nil, mapErr("usage series", err)
+		}
+		c.Start = sqlshared.FromNano(hour)
+		out = append(out, c)
+	}
+	return out, mapErr("usage series", rows.Err())
+}
+
+func (t *tx) TopKeys(ctx context.Context, f btk.UsageFilter, n int) ([]btk.UsageCount, error) {
+	since, err := sqlshared.UnixNano(f.Since)
+	if err != nil {
+		return nil, err
+	}
+	until, err := sqlshared.UnixNano(f.Until)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := t.tx.Query(ctx, `SELECT api_key_id, sum(accepted)::bigint, sum(rate_limited)::bigint, sum(refused)::bigint
+		FROM api_key_usage WHERE workspace_id = $1 AND hour >= $2 AND hour < $3
+		GROUP BY api_key_id ORDER BY sum(accepted) + sum(rate_limited) + sum(refused) DESC, api_key_id LIMIT $4`,
+		f.WorkspaceID, since, until, n)
+	if err != nil {
+		return nil, mapErr("top keys", err)
+	}
+	defer rows.Close()
+	var out []btk.UsageCount
+	for rows.Next() {
+		c := btk.UsageCount{WorkspaceID: f.WorkspaceID}
+		if err := rows.Scan(&c.KeyID, &c.Accepted, &c.RateLimited, &c.Refused); err != nil {
+			return nil, mapErr("top keys", err)
+		}
+		out = append(out, c)
+	}
+	return out, mapErr("top keys", rows.Err())
+}
+
+func (t *tx) KeyClient(ctx context.Context, keyID string) (*btk.KeyClient, error) {
+	c := btk.KeyClient{KeyID: keyID}
+	var at int64
+	err := t.tx.QueryRow(ctx, `SELECT at, ip, user_agent FROM api_key_clients WHERE api_key_id = $1`, keyID).
+		Scan(&at, &c.IP, &c.UserAgent)
+	if err != nil {
+		return nil, mapErr("key client", err)
+	}
+	c.At = sqlshared.FromNano(at)
+	return &c, nil
+}

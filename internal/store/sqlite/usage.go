@@ -1,0 +1,144 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlshared"
+)
+
+// usageRowsPerStatement is how many rows one usage upsert carries (six
+// parameters each).
+const usageRowsPerStatement = 200
+
+// addUsage adds counts to the hourly rows and stores the latest clients, in
+// the caller's transaction, in the order given (the service sorts by key and
+// hour). SQLite has one writer, so the order only matters to PostgreSQL.
+func addUsage(ctx context.Context, t *sql.Tx, counts []btk.UsageCount, clients []btk.KeyClient) error {
+	args := make([]any, 0, 6*min(len(counts), usageRowsPerStatement))
+	for len(counts) > 0 {
+		chunk := counts[:min(len(counts), usageRowsPerStatement)]
+		counts = counts[len(chunk):]
+		args = args[:0]
+		for _, c := range chunk {
+			hour, err := sqlshared.UnixNano(c.Start)
+			if err != nil {
+				return err
+			}
+			args = append(args, c.KeyID, c.WorkspaceID, hour, c.Accepted, c.RateLimited, c.Refused)
+		}
+		q := `INSERT INTO api_key_usage (api_key_id, workspace_id, hour, accepted, rate_limited, refused) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", len(chunk)), ", ") +
+			` ON CONFLICT (api_key_id, hour) DO UPDATE SET
+				accepted = accepted + excluded.accepted,
+				rate_limited = rate_limited + excluded.rate_limited,
+				refused = refused + excluded.refused`
+		if _, err := t.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	for _, c := range clients {
+		at, err := sqlshared.UnixNano(c.At)
+		if err != nil {
+			return err
+		}
+		_, err = t.ExecContext(ctx, `INSERT INTO api_key_clients (api_key_id, at, ip, user_agent) VALUES (?, ?, ?, ?)
+			ON CONFLICT (api_key_id) DO UPDATE SET at = excluded.at, ip = excluded.ip, user_agent = excluded.user_agent
+			WHERE excluded.at > api_key_clients.at`, c.KeyID, at, c.IP, c.UserAgent)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PruneUsage deletes the hours that start before before.
+func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
+	b, err := sqlshared.UnixNano(before)
+	if err != nil {
+		return 0, err
+	}
+	res, err := db.w.ExecContext(ctx, `DELETE FROM api_key_usage WHERE hour < ?`, b)
+	if err != nil {
+		return 0, mapErr("prune usage", err)
+	}
+	n, err := res.RowsAffected()
+	return n, mapErr("prune usage", err)
+}
+
+func (t *tx) UsageSeries(ctx context.Context, f btk.UsageFilter) ([]btk.UsageCount, error) {
+	since, err := sqlshared.UnixNano(f.Since)
+	if err != nil {
+		return nil, err
+	}
+	until, err := sqlshared.UnixNano(f.Until)
+	if err != nil {
+		return nil, err
+	}
+	q := `SELECT hour, sum(accepted), sum(rate_limited), sum(refused) FROM api_key_usage
+		WHERE workspace_id = ? AND hour >= ? AND hour < ?`
+	args := []any{f.WorkspaceID, since, until}
+	if f.KeyID != "" {
+		q += ` AND api_key_id = ?`
+		args = append(args, f.KeyID)
+	}
+	rows, err := t.tx.QueryContext(ctx, q+` GROUP BY hour ORDER BY hour`, args...)
+	if err != nil {
+		return nil, mapErr("usage series", err)
+	}
+	defer rows.Close()
+	var out []btk.UsageCount
+	for rows.Next() {
+		c := btk.UsageCount{WorkspaceID: f.WorkspaceID, KeyID: f.KeyID}
+		var hour int64
+		if err := rows.Scan(&hour, &c.Accepted, &c.RateLimited, &c.Refused); err != nil {
+			return nil, mapErr("usage series", err)
+		}
+		c.Start = sqlshared.FromNano(hour)
+		out = append(out, c)
+	}
+	return out, mapErr("usage series", rows.Err())
+}
+
+func (t *tx) TopKeys(ctx context.Context, f btk.UsageFilter, n int) ([]btk.UsageCount, error) {
+	since, err := sqlshared.UnixNano(f.Since)
+	if err != nil {
+		return nil, err
+	}
+	until, err := sqlshared.UnixNano(f.Until)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := t.tx.QueryContext(ctx, `SELECT api_key_id, sum(accepted), sum(rate_limited), sum(refused)
+		FROM api_key_usage WHERE workspace_id = ? AND hour >= ? AND hour < ?
+		GROUP BY api_key_id ORDER BY sum(accepted) + sum(rate_limited) + sum(refused) DESC, api_key_id LIMIT ?`,
+		f.WorkspaceID, since, until, n)
+	if err != nil {
+		return nil, mapErr("top keys", err)
+	}
+	defer rows.Close()
+	var out []btk.UsageCount
+	for rows.Next() {
+		c := btk.UsageCount{WorkspaceID: f.WorkspaceID}
+		if err := rows.Scan(&c.KeyID, &c.Accepted, &c.RateLimited, &c.Refused); err != nil {
+			return nil, mapErr("top keys", err)
+		}
+		out = append(out, c)
+	}
+	return out, mapErr("top keys", rows.Err())
+}
+
+func (t *tx) KeyClient(ctx context.Context, keyID string) (*btk.KeyClient, error) {
+	c := btk.KeyClient{KeyID: keyID}
+	var at int64
+	err := t.tx.QueryRowContext(ctx, `SELECT at, ip, user_agent FROM api_key_clients WHERE api_key_id = ?`, keyID).
+		Scan(&at, &c.IP, &c.UserAgent)
+	if err != nil {
+		return nil, mapErr("key client", err)
+	}
+	c.At = sqlshared.FromNano(at)
+	return &c, nil
+}
