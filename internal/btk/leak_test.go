@@ -32,7 +32,7 @@ type leakEnv struct {
 	now   time.Time
 }
 
-func newLeakEnv(t *testing.T) *leakEnv {
+func newLeakEnv(t *testing.T, opts ...func(*btk.Config)) *leakEnv {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "btk.db"))
@@ -41,11 +41,15 @@ func newLeakEnv(t *testing.T) *leakEnv {
 	}
 	t.Cleanup(func() { db.Close() })
 	e := &leakEnv{db: db, now: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
-	e.svc, err = btk.NewService(ctx, db, []byte(strings.Repeat("s", 32)), btk.Config{Now: func() time.Time {
+	cfg := btk.Config{Now: func() time.Time {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		return e.now
-	}})
+	}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e.svc, err = btk.NewService(ctx, db, []byte(strings.Repeat("s", 32)), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
