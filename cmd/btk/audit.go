@@ -54,6 +54,7 @@ and accounts are in 'btk events'.`,
 	fl.StringVar(&opts.since, "since", "", "only entries since this `time`: a duration ago (24h, 7d) or an RFC 3339 time")
 	fl.StringVar(&opts.until, "until", "", "only entries before this `time`: a duration ago (1h, 2d) or an RFC 3339 time")
 	fl.IntVar(&opts.limit, "limit", 50, "show at most this many entries")
+	cmd.AddCommand(newAuditVerifyCmd(f))
 	cmd.RegisterFlagCompletionFunc("action", fixedCompletion(enumNames(client.AllApiKeyAuditAction)...))
 	cmd.RegisterFlagCompletionFunc("key", f.completeKeys)
 	cmd.RegisterFlagCompletionFunc("workspace", f.completeWorkspaces)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/gateway"
 	"github.com/btk-project/btk/internal/server"
@@ -122,6 +124,14 @@ func (o *opsState) metricsServer(store btk.Store, log *slog.Logger) *http.Server
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+}
+
+// registerer is where further metrics go (nil when metrics are off).
+func (o *opsState) registerer() prometheus.Registerer {
+	if o.metrics == nil {
+		return nil
+	}
+	return o.metrics.Registry()
 }
 
 // shutdown stops catching SIGHUP and closes the metrics listener if it was

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/events"
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store"
 	"github.com/btk-project/btk/internal/web"
@@ -121,6 +122,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		}
 		defer closeShared()
 	}
+	svcCfg.WebhookAllowPrivate = cfg.WebhookAllowPrivate
 	svc, err := btk.NewService(ctx, db, []byte(cfg.Secret), svcCfg)
 	if err != nil {
 		return err
@@ -167,6 +169,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { flushLoop(flushCtx, svc, log, ops) })
 	wg.Go(func() { ops.reloadOnHangup(flushCtx, log) })
+	// The webhook outbox's delivery (docs/webhooks.md): off the request path.
+	deliveries := events.New(svc, events.Config{AllowPrivate: cfg.WebhookAllowPrivate, Registerer: ops.registerer(), Log: log})
+	wg.Go(func() { deliveries.Run(flushCtx) })
 
 	serveErr := make(chan error, len(servers))
 	for i, s := range servers {

@@ -58,6 +58,9 @@ type serveConfig struct {
 	// GCPercent is the Go garbage collector's target (as GOGC); 0 leaves
 	// Go's default, or the GOGC variable, alone.
 	GCPercent int
+	// WebhookAllowPrivate lets webhooks reach loopback, private and
+	// link-local receivers (docs/webhooks.md).
+	WebhookAllowPrivate bool
 }
 
 // defaultServeConfig is the configuration of a `btk serve` given nothing.
@@ -112,6 +115,7 @@ func (c *serveConfig) settings() []serveSetting {
 		{"trusted-proxies", "comma-separated CIDR ranges whose X-Forwarded-For is believed", true, &c.TrustedProxies},
 		{"leak-report-keys", "PEM file of the ECDSA P-256 public keys whose signed leak reports POST /v1/leaks accepts (GitHub's secret scanning keys)", true, &c.LeakReportKeys},
 		{"usage-retention", "how long each key's hourly usage counts are kept, e.g. 30d or 2160h", true, &c.UsageRetention},
+		{"webhook-allow-private", "let webhooks deliver to loopback, private and link-local addresses (refused by default)", true, &c.WebhookAllowPrivate},
 		{"gc-percent", "", false, &c.GCPercent}, // as GOGC; 0 leaves Go's default
 		{"session-keys", "", false, &c.SessionKeys},
 		{"session-keys-file", "", false, &c.SessionKeysFile},

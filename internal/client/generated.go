@@ -463,6 +463,83 @@ type ApiKeysResponse struct {
 // GetApiKeys returns ApiKeysResponse.ApiKeys, and is useful for accessing the field via an interface.
 func (v *ApiKeysResponse) GetApiKeys() ApiKeysApiKeysApiKeyConnection { return v.ApiKeys }
 
+// AuditChainHeadAuditHead includes the requested fields of the GraphQL type AuditHead.
+// The GraphQL type's documentation follows.
+//
+// The latest link of an audit chain.
+type AuditChainHeadAuditHead struct {
+	AuditHead `json:"-"`
+}
+
+// GetHash returns AuditChainHeadAuditHead.Hash, and is useful for accessing the field via an interface.
+func (v *AuditChainHeadAuditHead) GetHash() string { return v.AuditHead.Hash }
+
+// GetCount returns AuditChainHeadAuditHead.Count, and is useful for accessing the field via an interface.
+func (v *AuditChainHeadAuditHead) GetCount() int { return v.AuditHead.Count }
+
+// GetAt returns AuditChainHeadAuditHead.At, and is useful for accessing the field via an interface.
+func (v *AuditChainHeadAuditHead) GetAt() *time.Time { return v.AuditHead.At }
+
+func (v *AuditChainHeadAuditHead) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*AuditChainHeadAuditHead
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.AuditChainHeadAuditHead = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.AuditHead)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalAuditChainHeadAuditHead struct {
+	Hash string `json:"hash"`
+
+	Count int `json:"count"`
+
+	At *time.Time `json:"at"`
+}
+
+func (v *AuditChainHeadAuditHead) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *AuditChainHeadAuditHead) __premarshalJSON() (*__premarshalAuditChainHeadAuditHead, error) {
+	var retval __premarshalAuditChainHeadAuditHead
+
+	retval.Hash = v.AuditHead.Hash
+	retval.Count = v.AuditHead.Count
+	retval.At = v.AuditHead.At
+	return &retval, nil
+}
+
+// AuditChainHeadResponse is returned by AuditChainHead on success.
+type AuditChainHeadResponse struct {
+	// The latest link of an audit chain: owner tier for its own workspace; a platform admin for any
+	// workspaceId, or with serverWide the chain of the events that belong to no workspace.
+	AuditHead AuditChainHeadAuditHead `json:"auditHead"`
+}
+
+// GetAuditHead returns AuditChainHeadResponse.AuditHead, and is useful for accessing the field via an interface.
+func (v *AuditChainHeadResponse) GetAuditHead() AuditChainHeadAuditHead { return v.AuditHead }
+
 // AuditEntry includes the GraphQL fields of ApiKeyAuditEntry requested by the fragment AuditEntry.
 // The GraphQL type's documentation follows.
 //
@@ -633,6 +710,28 @@ func (v *AuditEventsResponse) GetAuditEvents() AuditEventsAuditEventsAuditEventC
 	return v.AuditEvents
 }
 
+// AuditHead includes the GraphQL fields of AuditHead requested by the fragment AuditHead.
+// The GraphQL type's documentation follows.
+//
+// The latest link of an audit chain.
+type AuditHead struct {
+	// Lowercase hex SHA-256 of the latest row's link (64 zeros for an empty chain).
+	Hash string `json:"hash"`
+	// How many rows the chain has.
+	Count int `json:"count"`
+	// When the latest row was written; null for an empty chain.
+	At *time.Time `json:"at"`
+}
+
+// GetHash returns AuditHead.Hash, and is useful for accessing the field via an interface.
+func (v *AuditHead) GetHash() string { return v.Hash }
+
+// GetCount returns AuditHead.Count, and is useful for accessing the field via an interface.
+func (v *AuditHead) GetCount() int { return v.Count }
+
+// GetAt returns AuditHead.At, and is useful for accessing the field via an interface.
+func (v *AuditHead) GetAt() *time.Time { return v.At }
+
 // ChangePasswordResponse is returned by ChangePassword on success.
 type ChangePasswordResponse struct {
 	// Change the logged-in account's password. Ends the account's other sessions, impersonation included; this one stays. User session.
@@ -713,6 +812,34 @@ func (v *CreateApiKeyResponse) GetCreateApiKey() CreateApiKeyCreateApiKeyCreateA
 	return v.CreateApiKey
 }
 
+// CreateWebhookCreateWebhookCreateWebhookPayload includes the requested fields of the GraphQL type CreateWebhookPayload.
+// The GraphQL type's documentation follows.
+//
+// The webhook just created, with its signing secret.
+type CreateWebhookCreateWebhookCreateWebhookPayload struct {
+	// The webhook.
+	Webhook Webhook `json:"webhook"`
+	// The signing secret (whsec_ then base64). Shown this once; keep it like a password.
+	Secret string `json:"secret"`
+}
+
+// GetWebhook returns CreateWebhookCreateWebhookCreateWebhookPayload.Webhook, and is useful for accessing the field via an interface.
+func (v *CreateWebhookCreateWebhookCreateWebhookPayload) GetWebhook() Webhook { return v.Webhook }
+
+// GetSecret returns CreateWebhookCreateWebhookCreateWebhookPayload.Secret, and is useful for accessing the field via an interface.
+func (v *CreateWebhookCreateWebhookCreateWebhookPayload) GetSecret() string { return v.Secret }
+
+// CreateWebhookResponse is returned by CreateWebhook on success.
+type CreateWebhookResponse struct {
+	// Subscribes a URL to the workspace's events. Owner tier. The signing secret is returned this once.
+	CreateWebhook CreateWebhookCreateWebhookCreateWebhookPayload `json:"createWebhook"`
+}
+
+// GetCreateWebhook returns CreateWebhookResponse.CreateWebhook, and is useful for accessing the field via an interface.
+func (v *CreateWebhookResponse) GetCreateWebhook() CreateWebhookCreateWebhookCreateWebhookPayload {
+	return v.CreateWebhook
+}
+
 // CreateWorkspaceResponse is returned by CreateWorkspace on success.
 type CreateWorkspaceResponse struct {
 	// Provision a workspace with its public client key. Platform admin.
@@ -721,6 +848,15 @@ type CreateWorkspaceResponse struct {
 
 // GetCreateWorkspace returns CreateWorkspaceResponse.CreateWorkspace, and is useful for accessing the field via an interface.
 func (v *CreateWorkspaceResponse) GetCreateWorkspace() Tenant { return v.CreateWorkspace }
+
+// DeleteWebhookResponse is returned by DeleteWebhook on success.
+type DeleteWebhookResponse struct {
+	// Removes a webhook and its pending deliveries. Owner tier.
+	DeleteWebhook bool `json:"deleteWebhook"`
+}
+
+// GetDeleteWebhook returns DeleteWebhookResponse.DeleteWebhook, and is useful for accessing the field via an interface.
+func (v *DeleteWebhookResponse) GetDeleteWebhook() bool { return v.DeleteWebhook }
 
 // DisableAccountResponse is returned by DisableAccount on success.
 type DisableAccountResponse struct {
@@ -1197,6 +1333,230 @@ func (v *UsagePoint) GetRateLimited() int { return v.RateLimited }
 // GetRefused returns UsagePoint.Refused, and is useful for accessing the field via an interface.
 func (v *UsagePoint) GetRefused() int { return v.Refused }
 
+// VerifyAuditChainResponse is returned by VerifyAuditChain on success.
+type VerifyAuditChainResponse struct {
+	// Recomputes an audit chain (same roles as auditHead) and names the first row that does not match.
+	// It reads the whole chain: one per operation.
+	VerifyAuditChain VerifyAuditChainVerifyAuditChainAuditVerification `json:"verifyAuditChain"`
+}
+
+// GetVerifyAuditChain returns VerifyAuditChainResponse.VerifyAuditChain, and is useful for accessing the field via an interface.
+func (v *VerifyAuditChainResponse) GetVerifyAuditChain() VerifyAuditChainVerifyAuditChainAuditVerification {
+	return v.VerifyAuditChain
+}
+
+// VerifyAuditChainVerifyAuditChainAuditVerification includes the requested fields of the GraphQL type AuditVerification.
+// The GraphQL type's documentation follows.
+//
+// The result of recomputing an audit chain.
+type VerifyAuditChainVerifyAuditChainAuditVerification struct {
+	// Workspace of the chain; null for the server-wide chain.
+	WorkspaceId *string `json:"workspaceId"`
+	// True when every row matches and the head agrees.
+	Intact bool `json:"intact"`
+	// Rows checked.
+	Count int `json:"count"`
+	// The chain's recorded head.
+	Head AuditHead `json:"head"`
+	// The first mismatch; null when intact.
+	Problem *VerifyAuditChainVerifyAuditChainAuditVerificationProblemAuditChainProblem `json:"problem"`
+}
+
+// GetWorkspaceId returns VerifyAuditChainVerifyAuditChainAuditVerification.WorkspaceId, and is useful for accessing the field via an interface.
+func (v *VerifyAuditChainVerifyAuditChainAuditVerification) GetWorkspaceId() *string {
+	return v.WorkspaceId
+}
+
+// GetIntact returns VerifyAuditChainVerifyAuditChainAuditVerification.Intact, and is useful for accessing the field via an interface.
+func (v *VerifyAuditChainVerifyAuditChainAuditVerification) GetIntact() bool { return v.Intact }
+
+// GetCount returns VerifyAuditChainVerifyAuditChainAuditVerification.Count, and is useful for accessing the field via an interface.
+func (v *VerifyAuditChainVerifyAuditChainAuditVerification) GetCount() int { return v.Count }
+
+// GetHead returns VerifyAuditChainVerifyAuditChainAuditVerification.Head, and is useful for accessing the field via an interface.
+func (v *VerifyAuditChainVerifyAuditChainAuditVerification) GetHead() AuditHead { return v.Head }
+
+// GetProblem returns VerifyAuditChainVerifyAuditChainAuditVerification.Problem, and is useful for accessing the field via an interface.
+func (v *VerifyAuditChainVerifyAuditChainAuditVerification) GetProblem() *VerifyAuditChainVerifyAuditChainAuditVerificationProblemAuditChainProblem {
+	return v.Problem
+}
+
+// VerifyAuditChainVerifyAuditChainAuditVerificationProblemAuditChainProblem includes the requested fields of the GraphQL type AuditChainProblem.
+// The GraphQL type's documentation follows.
+//
+// The first row of an audit chain that does not match.
+type VerifyAuditChainVerifyAuditChainAuditVerificationProblemAuditChainProblem struct {
+	// The row's event id; null when rows are missing at the end of the chain.
+	EventId *string `json:"eventId"`
+	// The position in the chain where the mismatch is (1 is the first row).
+	Position int `json:"position"`
+	// What does not match.
+	Reason string `json:"reason"`
+}
+
+// GetEventId returns VerifyAuditChainVerifyAuditChainAuditVerificationProblemAuditChainProblem.EventId, and is useful for accessing the field via an interface.
+func (v *VerifyAuditChainVerifyAuditChainAuditVerificationProblemAuditChainProblem) GetEventId() *string {
+	return v.EventId
+}
+
+// GetPosition returns VerifyAuditChainVerifyAuditChainAuditVerificationProblemAuditChainProblem.Position, and is useful for accessing the field via an interface.
+func (v *VerifyAuditChainVerifyAuditChainAuditVerificationProblemAuditChainProblem) GetPosition() int {
+	return v.Position
+}
+
+// GetReason returns VerifyAuditChainVerifyAuditChainAuditVerificationProblemAuditChainProblem.Reason, and is useful for accessing the field via an interface.
+func (v *VerifyAuditChainVerifyAuditChainAuditVerificationProblemAuditChainProblem) GetReason() string {
+	return v.Reason
+}
+
+// Webhook includes the GraphQL fields of Webhook requested by the fragment Webhook.
+// The GraphQL type's documentation follows.
+//
+// A URL the workspace's events are posted to, signed as Standard Webhooks specifies.
+type Webhook struct {
+	// Webhook UUID.
+	Id string `json:"id"`
+	// Where events are posted (http or https).
+	Url string `json:"url"`
+	// The event types sent (audit_events actions, and api_key.expiring); empty for every event.
+	Events []string `json:"events"`
+	// When the webhook was created.
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// GetId returns Webhook.Id, and is useful for accessing the field via an interface.
+func (v *Webhook) GetId() string { return v.Id }
+
+// GetUrl returns Webhook.Url, and is useful for accessing the field via an interface.
+func (v *Webhook) GetUrl() string { return v.Url }
+
+// GetEvents returns Webhook.Events, and is useful for accessing the field via an interface.
+func (v *Webhook) GetEvents() []string { return v.Events }
+
+// GetCreatedAt returns Webhook.CreatedAt, and is useful for accessing the field via an interface.
+func (v *Webhook) GetCreatedAt() time.Time { return v.CreatedAt }
+
+// WebhookDeliveriesResponse is returned by WebhookDeliveries on success.
+type WebhookDeliveriesResponse struct {
+	// A webhook's deliveries, newest first. Owner tier.
+	WebhookDeliveries WebhookDeliveriesWebhookDeliveriesWebhookDeliveryConnection `json:"webhookDeliveries"`
+}
+
+// GetWebhookDeliveries returns WebhookDeliveriesResponse.WebhookDeliveries, and is useful for accessing the field via an interface.
+func (v *WebhookDeliveriesResponse) GetWebhookDeliveries() WebhookDeliveriesWebhookDeliveriesWebhookDeliveryConnection {
+	return v.WebhookDeliveries
+}
+
+// WebhookDeliveriesWebhookDeliveriesWebhookDeliveryConnection includes the requested fields of the GraphQL type WebhookDeliveryConnection.
+// The GraphQL type's documentation follows.
+//
+// A page of deliveries, newest first.
+type WebhookDeliveriesWebhookDeliveriesWebhookDeliveryConnection struct {
+	// The deliveries of this page.
+	Nodes []WebhookDelivery `json:"nodes"`
+	// Where this page ends.
+	PageInfo PageInfo `json:"pageInfo"`
+}
+
+// GetNodes returns WebhookDeliveriesWebhookDeliveriesWebhookDeliveryConnection.Nodes, and is useful for accessing the field via an interface.
+func (v *WebhookDeliveriesWebhookDeliveriesWebhookDeliveryConnection) GetNodes() []WebhookDelivery {
+	return v.Nodes
+}
+
+// GetPageInfo returns WebhookDeliveriesWebhookDeliveriesWebhookDeliveryConnection.PageInfo, and is useful for accessing the field via an interface.
+func (v *WebhookDeliveriesWebhookDeliveriesWebhookDeliveryConnection) GetPageInfo() PageInfo {
+	return v.PageInfo
+}
+
+// WebhookDelivery includes the GraphQL fields of WebhookDelivery requested by the fragment WebhookDelivery.
+// The GraphQL type's documentation follows.
+//
+// One event sent (or to be sent) to one webhook.
+type WebhookDelivery struct {
+	// Delivery UUID.
+	Id string `json:"id"`
+	// The webhook.
+	WebhookId string `json:"webhookId"`
+	// The webhook-id header: msg_ and the event's id, the same on every attempt (receivers deduplicate by it).
+	EventId string `json:"eventId"`
+	// The event type.
+	EventType string `json:"eventType"`
+	// PENDING, DELIVERED or FAILED.
+	Status WebhookDeliveryStatus `json:"status"`
+	// Attempts so far.
+	Attempts int `json:"attempts"`
+	// The receiver's HTTP status at the last attempt; null when it did not answer.
+	LastStatusCode *int `json:"lastStatusCode"`
+	// Why the last attempt failed; null after a success.
+	LastError *string `json:"lastError"`
+	// When the next attempt is due (PENDING only).
+	NextAttemptAt *time.Time `json:"nextAttemptAt"`
+	// When the event happened.
+	CreatedAt time.Time `json:"createdAt"`
+	// When the receiver accepted it.
+	DeliveredAt *time.Time `json:"deliveredAt"`
+}
+
+// GetId returns WebhookDelivery.Id, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetId() string { return v.Id }
+
+// GetWebhookId returns WebhookDelivery.WebhookId, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetWebhookId() string { return v.WebhookId }
+
+// GetEventId returns WebhookDelivery.EventId, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetEventId() string { return v.EventId }
+
+// GetEventType returns WebhookDelivery.EventType, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetEventType() string { return v.EventType }
+
+// GetStatus returns WebhookDelivery.Status, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetStatus() WebhookDeliveryStatus { return v.Status }
+
+// GetAttempts returns WebhookDelivery.Attempts, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetAttempts() int { return v.Attempts }
+
+// GetLastStatusCode returns WebhookDelivery.LastStatusCode, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetLastStatusCode() *int { return v.LastStatusCode }
+
+// GetLastError returns WebhookDelivery.LastError, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetLastError() *string { return v.LastError }
+
+// GetNextAttemptAt returns WebhookDelivery.NextAttemptAt, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetNextAttemptAt() *time.Time { return v.NextAttemptAt }
+
+// GetCreatedAt returns WebhookDelivery.CreatedAt, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetCreatedAt() time.Time { return v.CreatedAt }
+
+// GetDeliveredAt returns WebhookDelivery.DeliveredAt, and is useful for accessing the field via an interface.
+func (v *WebhookDelivery) GetDeliveredAt() *time.Time { return v.DeliveredAt }
+
+// The state of a delivery.
+type WebhookDeliveryStatus string
+
+const (
+	// Not delivered yet: retried with backoff for 24 hours.
+	WebhookDeliveryStatusPending WebhookDeliveryStatus = "PENDING"
+	// The receiver answered 2xx.
+	WebhookDeliveryStatusDelivered WebhookDeliveryStatus = "DELIVERED"
+	// Given up after 24 hours.
+	WebhookDeliveryStatusFailed WebhookDeliveryStatus = "FAILED"
+)
+
+var AllWebhookDeliveryStatus = []WebhookDeliveryStatus{
+	WebhookDeliveryStatusPending,
+	WebhookDeliveryStatusDelivered,
+	WebhookDeliveryStatusFailed,
+}
+
+// WebhooksResponse is returned by Webhooks on success.
+type WebhooksResponse struct {
+	// The workspace's webhooks, oldest first. Owner tier.
+	Webhooks []Webhook `json:"webhooks"`
+}
+
+// GetWebhooks returns WebhooksResponse.Webhooks, and is useful for accessing the field via an interface.
+func (v *WebhooksResponse) GetWebhooks() []Webhook { return v.Webhooks }
+
 // WorkspaceUsageResponse is returned by WorkspaceUsage on success.
 type WorkspaceUsageResponse struct {
 	// The workspace's usage per period, summed over its keys, with the keys that did most. Owner tier or
@@ -1353,6 +1713,18 @@ func (v *__ApiKeysInput) GetFirst() int { return v.First }
 // GetAfter returns __ApiKeysInput.After, and is useful for accessing the field via an interface.
 func (v *__ApiKeysInput) GetAfter() *string { return v.After }
 
+// __AuditChainHeadInput is used internally by genqlient
+type __AuditChainHeadInput struct {
+	WorkspaceId *string `json:"workspaceId,omitempty"`
+	ServerWide  bool    `json:"serverWide"`
+}
+
+// GetWorkspaceId returns __AuditChainHeadInput.WorkspaceId, and is useful for accessing the field via an interface.
+func (v *__AuditChainHeadInput) GetWorkspaceId() *string { return v.WorkspaceId }
+
+// GetServerWide returns __AuditChainHeadInput.ServerWide, and is useful for accessing the field via an interface.
+func (v *__AuditChainHeadInput) GetServerWide() bool { return v.ServerWide }
+
 // __AuditEventsInput is used internally by genqlient
 type __AuditEventsInput struct {
 	WorkspaceId *string    `json:"workspaceId,omitempty"`
@@ -1425,6 +1797,18 @@ type __CreateApiKeyInput struct {
 // GetInput returns __CreateApiKeyInput.Input, and is useful for accessing the field via an interface.
 func (v *__CreateApiKeyInput) GetInput() CreateApiKeyInput { return v.Input }
 
+// __CreateWebhookInput is used internally by genqlient
+type __CreateWebhookInput struct {
+	Url    string   `json:"url"`
+	Events []string `json:"events"`
+}
+
+// GetUrl returns __CreateWebhookInput.Url, and is useful for accessing the field via an interface.
+func (v *__CreateWebhookInput) GetUrl() string { return v.Url }
+
+// GetEvents returns __CreateWebhookInput.Events, and is useful for accessing the field via an interface.
+func (v *__CreateWebhookInput) GetEvents() []string { return v.Events }
+
 // __CreateWorkspaceInput is used internally by genqlient
 type __CreateWorkspaceInput struct {
 	Name string `json:"name"`
@@ -1436,6 +1820,14 @@ func (v *__CreateWorkspaceInput) GetName() string { return v.Name }
 
 // GetPlan returns __CreateWorkspaceInput.Plan, and is useful for accessing the field via an interface.
 func (v *__CreateWorkspaceInput) GetPlan() Plan { return v.Plan }
+
+// __DeleteWebhookInput is used internally by genqlient
+type __DeleteWebhookInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteWebhookInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteWebhookInput) GetId() string { return v.Id }
 
 // __DisableAccountInput is used internally by genqlient
 type __DisableAccountInput struct {
@@ -1612,6 +2004,34 @@ func (v *__SetWorkspaceRateLimitsInput) GetPerMinute() *int { return v.PerMinute
 
 // GetPerDay returns __SetWorkspaceRateLimitsInput.PerDay, and is useful for accessing the field via an interface.
 func (v *__SetWorkspaceRateLimitsInput) GetPerDay() *int { return v.PerDay }
+
+// __VerifyAuditChainInput is used internally by genqlient
+type __VerifyAuditChainInput struct {
+	WorkspaceId *string `json:"workspaceId,omitempty"`
+	ServerWide  bool    `json:"serverWide"`
+}
+
+// GetWorkspaceId returns __VerifyAuditChainInput.WorkspaceId, and is useful for accessing the field via an interface.
+func (v *__VerifyAuditChainInput) GetWorkspaceId() *string { return v.WorkspaceId }
+
+// GetServerWide returns __VerifyAuditChainInput.ServerWide, and is useful for accessing the field via an interface.
+func (v *__VerifyAuditChainInput) GetServerWide() bool { return v.ServerWide }
+
+// __WebhookDeliveriesInput is used internally by genqlient
+type __WebhookDeliveriesInput struct {
+	WebhookId string  `json:"webhookId"`
+	First     int     `json:"first"`
+	After     *string `json:"after,omitempty"`
+}
+
+// GetWebhookId returns __WebhookDeliveriesInput.WebhookId, and is useful for accessing the field via an interface.
+func (v *__WebhookDeliveriesInput) GetWebhookId() string { return v.WebhookId }
+
+// GetFirst returns __WebhookDeliveriesInput.First, and is useful for accessing the field via an interface.
+func (v *__WebhookDeliveriesInput) GetFirst() int { return v.First }
+
+// GetAfter returns __WebhookDeliveriesInput.After, and is useful for accessing the field via an interface.
+func (v *__WebhookDeliveriesInput) GetAfter() *string { return v.After }
 
 // __WorkspaceUsageInput is used internally by genqlient
 type __WorkspaceUsageInput struct {
@@ -1865,6 +2285,47 @@ func ApiKeys(
 	return data_, err_
 }
 
+// The query executed by AuditChainHead.
+const AuditChainHead_Operation = `
+query AuditChainHead ($workspaceId: ID, $serverWide: Boolean!) {
+	auditHead(workspaceId: $workspaceId, serverWide: $serverWide) {
+		... AuditHead
+	}
+}
+fragment AuditHead on AuditHead {
+	hash
+	count
+	at
+}
+`
+
+func AuditChainHead(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	workspaceId *string,
+	serverWide bool,
+) (data_ *AuditChainHeadResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "AuditChainHead",
+		Query:  AuditChainHead_Operation,
+		Variables: &__AuditChainHeadInput{
+			WorkspaceId: workspaceId,
+			ServerWide:  serverWide,
+		},
+	}
+
+	data_ = &AuditChainHeadResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by AuditEvents.
 const AuditEvents_Operation = `
 query AuditEvents ($workspaceId: ID, $serverWide: Boolean!, $action: String, $actorEmail: String, $since: Time, $until: Time, $first: Int!, $after: String) {
@@ -2073,6 +2534,51 @@ func CreateApiKey(
 	return data_, err_
 }
 
+// The mutation executed by CreateWebhook.
+const CreateWebhook_Operation = `
+mutation CreateWebhook ($url: String!, $events: [String!]) {
+	createWebhook(input: {url:$url,events:$events}) {
+		webhook {
+			... Webhook
+		}
+		secret
+	}
+}
+fragment Webhook on Webhook {
+	id
+	url
+	events
+	createdAt
+}
+`
+
+func CreateWebhook(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	url string,
+	events []string,
+) (data_ *CreateWebhookResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateWebhook",
+		Query:  CreateWebhook_Operation,
+		Variables: &__CreateWebhookInput{
+			Url:    url,
+			Events: events,
+		},
+	}
+
+	data_ = &CreateWebhookResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by CreateWorkspace.
 const CreateWorkspace_Operation = `
 mutation CreateWorkspace ($name: String!, $plan: Plan!) {
@@ -2108,6 +2614,38 @@ func CreateWorkspace(
 	}
 
 	data_ = &CreateWorkspaceResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteWebhook.
+const DeleteWebhook_Operation = `
+mutation DeleteWebhook ($id: ID!) {
+	deleteWebhook(id: $id)
+}
+`
+
+func DeleteWebhook(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteWebhookResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteWebhook",
+		Query:  DeleteWebhook_Operation,
+		Variables: &__DeleteWebhookInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteWebhookResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -2960,6 +3498,153 @@ func TenantInfo(
 	}
 
 	data_ = &TenantInfoResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by VerifyAuditChain.
+const VerifyAuditChain_Operation = `
+query VerifyAuditChain ($workspaceId: ID, $serverWide: Boolean!) {
+	verifyAuditChain(workspaceId: $workspaceId, serverWide: $serverWide) {
+		workspaceId
+		intact
+		count
+		head {
+			... AuditHead
+		}
+		problem {
+			eventId
+			position
+			reason
+		}
+	}
+}
+fragment AuditHead on AuditHead {
+	hash
+	count
+	at
+}
+`
+
+func VerifyAuditChain(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	workspaceId *string,
+	serverWide bool,
+) (data_ *VerifyAuditChainResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "VerifyAuditChain",
+		Query:  VerifyAuditChain_Operation,
+		Variables: &__VerifyAuditChainInput{
+			WorkspaceId: workspaceId,
+			ServerWide:  serverWide,
+		},
+	}
+
+	data_ = &VerifyAuditChainResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by WebhookDeliveries.
+const WebhookDeliveries_Operation = `
+query WebhookDeliveries ($webhookId: ID!, $first: Int!, $after: String) {
+	webhookDeliveries(webhookId: $webhookId, first: $first, after: $after) {
+		nodes {
+			... WebhookDelivery
+		}
+		pageInfo {
+			... PageInfo
+		}
+	}
+}
+fragment WebhookDelivery on WebhookDelivery {
+	id
+	webhookId
+	eventId
+	eventType
+	status
+	attempts
+	lastStatusCode
+	lastError
+	nextAttemptAt
+	createdAt
+	deliveredAt
+}
+fragment PageInfo on PageInfo {
+	hasNextPage
+	endCursor
+}
+`
+
+func WebhookDeliveries(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	webhookId string,
+	first int,
+	after *string,
+) (data_ *WebhookDeliveriesResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "WebhookDeliveries",
+		Query:  WebhookDeliveries_Operation,
+		Variables: &__WebhookDeliveriesInput{
+			WebhookId: webhookId,
+			First:     first,
+			After:     after,
+		},
+	}
+
+	data_ = &WebhookDeliveriesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by Webhooks.
+const Webhooks_Operation = `
+query Webhooks {
+	webhooks {
+		... Webhook
+	}
+}
+fragment Webhook on Webhook {
+	id
+	url
+	events
+	createdAt
+}
+`
+
+func Webhooks(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *WebhooksResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "Webhooks",
+		Query:  Webhooks_Operation,
+	}
+
+	data_ = &WebhooksResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

@@ -178,6 +178,21 @@ func (r *mutationResolver) EnableAccount(ctx context.Context, id *string, email 
 	return account(a, ""), nil
 }
 
+func (r *mutationResolver) CreateWebhook(ctx context.Context, input graph.CreateWebhookInput) (*graph.CreateWebhookPayload, error) {
+	res, err := r.svc.CreateWebhook(ctx, btk.ActorFrom(ctx), input.URL, input.Events)
+	if err != nil {
+		return nil, err
+	}
+	return &graph.CreateWebhookPayload{Webhook: webhook(res.Webhook), Secret: res.Secret}, nil
+}
+
+func (r *mutationResolver) DeleteWebhook(ctx context.Context, id string) (bool, error) {
+	if err := r.svc.DeleteWebhook(ctx, btk.ActorFrom(ctx), id); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 func (r *queryResolver) TenantInfo(ctx context.Context) (*graph.Tenant, error) {
 	w, err := r.svc.Workspace(ctx, btk.ActorFrom(ctx))
 	if err != nil {
@@ -300,6 +315,38 @@ func (r *queryResolver) Members(ctx context.Context, workspaceID string) ([]*gra
 	return mapSlice(ms, func(m btk.Member) *graph.Member {
 		return &graph.Member{AccountID: m.AccountID, Email: m.Email, Role: m.Role}
 	}), nil
+}
+
+func (r *queryResolver) Webhooks(ctx context.Context) ([]*graph.Webhook, error) {
+	hooks, err := r.svc.Webhooks(ctx, btk.ActorFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return mapSlice(hooks, webhook), nil
+}
+
+func (r *queryResolver) WebhookDeliveries(ctx context.Context, webhookID string, first *int, after *string) (*graph.WebhookDeliveryConnection, error) {
+	ds, next, err := r.svc.WebhookDeliveries(ctx, btk.ActorFrom(ctx), webhookID, page(first, after))
+	if err != nil {
+		return nil, err
+	}
+	return &graph.WebhookDeliveryConnection{Nodes: mapSlice(ds, webhookDelivery), PageInfo: pageInfo(next)}, nil
+}
+
+func (r *queryResolver) AuditHead(ctx context.Context, workspaceID *string, serverWide *bool) (*graph.AuditHead, error) {
+	h, err := r.svc.AuditHead(ctx, btk.ActorFrom(ctx), deref(workspaceID), deref(serverWide))
+	if err != nil {
+		return nil, err
+	}
+	return auditHead(h), nil
+}
+
+func (r *queryResolver) VerifyAuditChain(ctx context.Context, workspaceID *string, serverWide *bool) (*graph.AuditVerification, error) {
+	v, err := r.svc.VerifyAuditChain(ctx, btk.ActorFrom(ctx), deref(workspaceID), deref(serverWide))
+	if err != nil {
+		return nil, err
+	}
+	return auditVerification(v), nil
 }
 
 func (r *workspaceUsageResolver) TopKeys(ctx context.Context, obj *graph.WorkspaceUsage, first *int) ([]*graph.KeyUsageTotal, error) {

@@ -3,6 +3,10 @@
 package graph
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"strconv"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -120,6 +124,16 @@ type APIKeyConnection struct {
 	PageInfo *PageInfo `json:"pageInfo"`
 }
 
+// The first row of an audit chain that does not match.
+type AuditChainProblem struct {
+	// The row's event id; null when rows are missing at the end of the chain.
+	EventID *string `json:"eventId,omitempty"`
+	// The position in the chain where the mismatch is (1 is the first row).
+	Position int `json:"position"`
+	// What does not match.
+	Reason string `json:"reason"`
+}
+
 // One row of the workspace audit log (the Audit Log page), attributed to the actor.
 type AuditEvent struct {
 	// Event UUID.
@@ -156,6 +170,30 @@ type AuditEventConnection struct {
 	PageInfo *PageInfo `json:"pageInfo"`
 }
 
+// The latest link of an audit chain.
+type AuditHead struct {
+	// Lowercase hex SHA-256 of the latest row's link (64 zeros for an empty chain).
+	Hash string `json:"hash"`
+	// How many rows the chain has.
+	Count int `json:"count"`
+	// When the latest row was written; null for an empty chain.
+	At *time.Time `json:"at,omitempty"`
+}
+
+// The result of recomputing an audit chain.
+type AuditVerification struct {
+	// Workspace of the chain; null for the server-wide chain.
+	WorkspaceID *string `json:"workspaceId,omitempty"`
+	// True when every row matches and the head agrees.
+	Intact bool `json:"intact"`
+	// Rows checked.
+	Count int `json:"count"`
+	// The chain's recorded head.
+	Head *AuditHead `json:"head"`
+	// The first mismatch; null when intact.
+	Problem *AuditChainProblem `json:"problem,omitempty"`
+}
+
 // A new account.
 type CreateAccountInput struct {
 	// Login email, unique across the server.
@@ -188,6 +226,22 @@ type CreateAPIKeyPayload struct {
 	APIKey *APIKey `json:"apiKey"`
 	// The plaintext key. Shown this once; it cannot be recovered later.
 	PlaintextKey string `json:"plaintextKey"`
+}
+
+// A new webhook.
+type CreateWebhookInput struct {
+	// An http(s) URL; loopback, private and link-local receivers are refused unless the server allows them.
+	URL string `json:"url"`
+	// Event types to send (such as api_key.revoked); omitted, empty or ["*"] for every event. At most 32.
+	Events []string `json:"events,omitempty"`
+}
+
+// The webhook just created, with its signing secret.
+type CreateWebhookPayload struct {
+	// The webhook.
+	Webhook *Webhook `json:"webhook"`
+	// The signing secret (whsec_ then base64). Shown this once; keep it like a password.
+	Secret string `json:"secret"`
 }
 
 // A new workspace.
@@ -320,6 +374,52 @@ type UsagePoint struct {
 	Refused int `json:"refused"`
 }
 
+// A URL the workspace's events are posted to, signed as Standard Webhooks specifies.
+type Webhook struct {
+	// Webhook UUID.
+	ID string `json:"id"`
+	// Where events are posted (http or https).
+	URL string `json:"url"`
+	// The event types sent (audit_events actions, and api_key.expiring); empty for every event.
+	Events []string `json:"events"`
+	// When the webhook was created.
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// One event sent (or to be sent) to one webhook.
+type WebhookDelivery struct {
+	// Delivery UUID.
+	ID string `json:"id"`
+	// The webhook.
+	WebhookID string `json:"webhookId"`
+	// The webhook-id header: msg_ and the event's id, the same on every attempt (receivers deduplicate by it).
+	EventID string `json:"eventId"`
+	// The event type.
+	EventType string `json:"eventType"`
+	// PENDING, DELIVERED or FAILED.
+	Status WebhookDeliveryStatus `json:"status"`
+	// Attempts so far.
+	Attempts int `json:"attempts"`
+	// The receiver's HTTP status at the last attempt; null when it did not answer.
+	LastStatusCode *int `json:"lastStatusCode,omitempty"`
+	// Why the last attempt failed; null after a success.
+	LastError *string `json:"lastError,omitempty"`
+	// When the next attempt is due (PENDING only).
+	NextAttemptAt *time.Time `json:"nextAttemptAt,omitempty"`
+	// When the event happened.
+	CreatedAt time.Time `json:"createdAt"`
+	// When the receiver accepted it.
+	DeliveredAt *time.Time `json:"deliveredAt,omitempty"`
+}
+
+// A page of deliveries, newest first.
+type WebhookDeliveryConnection struct {
+	// The deliveries of this page.
+	Nodes []*WebhookDelivery `json:"nodes"`
+	// Where this page ends.
+	PageInfo *PageInfo `json:"pageInfo"`
+}
+
 // What a public client key (bpk_) reveals: enough to brand a login form.
 type WorkspaceBranding struct {
 	// Workspace UUID.
@@ -339,4 +439,65 @@ type WorkspaceUsage struct {
 	Points []*UsagePoint `json:"points"`
 	// The keys with the most uses (accepted, rate-limited and refused together) in the range, most first; first is 1-100.
 	TopKeys []*KeyUsageTotal `json:"topKeys"`
+}
+
+// The state of a delivery.
+type WebhookDeliveryStatus string
+
+const (
+	// Not delivered yet: retried with backoff for 24 hours.
+	WebhookDeliveryStatusPending WebhookDeliveryStatus = "PENDING"
+	// The receiver answered 2xx.
+	WebhookDeliveryStatusDelivered WebhookDeliveryStatus = "DELIVERED"
+	// Given up after 24 hours.
+	WebhookDeliveryStatusFailed WebhookDeliveryStatus = "FAILED"
+)
+
+var AllWebhookDeliveryStatus = []WebhookDeliveryStatus{
+	WebhookDeliveryStatusPending,
+	WebhookDeliveryStatusDelivered,
+	WebhookDeliveryStatusFailed,
+}
+
+func (e WebhookDeliveryStatus) IsValid() bool {
+	switch e {
+	case WebhookDeliveryStatusPending, WebhookDeliveryStatusDelivered, WebhookDeliveryStatusFailed:
+		return true
+	}
+	return false
+}
+
+func (e WebhookDeliveryStatus) String() string {
+	return string(e)
+}
+
+func (e *WebhookDeliveryStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = WebhookDeliveryStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid WebhookDeliveryStatus", str)
+	}
+	return nil
+}
+
+func (e WebhookDeliveryStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *WebhookDeliveryStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e WebhookDeliveryStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }

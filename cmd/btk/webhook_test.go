@@ -1,0 +1,187 @@
+package main
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+)
+
+// webhookReceiver is a real HTTP receiver verifying each request as the
+// Standard Webhooks specification says, with its own code.
+type webhookReceiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	secret string
+	ids    map[string]int
+	types  map[string]string
+	bad    int
+}
+
+func newWebhookReceiver(t *testing.T) *webhookReceiver {
+	r := &webhookReceiver{ids: map[string]int{}, types: map[string]string{}}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+		id, ts := req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp")
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(r.secret, "whsec_"))
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(id + "." + ts + "." + string(body)))
+		if req.Header.Get("webhook-signature") != "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)) {
+			r.bad++
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var ev struct{ Type string }
+		json.Unmarshal(body, &ev)
+		r.ids[id]++
+		r.types[id] = ev.Type
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *webhookReceiver) count() (distinct, total, bad int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.ids {
+		total += n
+	}
+	return len(r.ids), total, r.bad
+}
+
+// docs/webhooks.md: events committed before a kill -9 of btk serve are all
+// delivered after it starts again: the outbox is in the database.
+func TestServeKillLosesNoWebhook(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve processes")
+	}
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "btk.db")
+	rcv := newWebhookReceiver(t)
+	p := startServe(t, db, "--webhook-allow-private")
+	token := p.login()
+	var created struct{ CreateWebhook struct{ Secret string } }
+	p.must(token, `mutation($u:String!){createWebhook(input:{url:$u, events:["api_key.created","api_key.revoked"]}){secret webhook{id}}}`,
+		map[string]any{"u": rcv.URL}, &created)
+	rcv.mu.Lock()
+	rcv.secret = created.CreateWebhook.Secret
+	rcv.mu.Unlock()
+	const n = 30
+	for i := range n {
+		k := p.createKey(token, "k"+strconv.Itoa(i))
+		if i%10 == 0 {
+			p.must(token, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
+		}
+	}
+	p.kill() // right after the last commit: most deliveries are still in the outbox
+	before, _, _ := rcv.count()
+	t.Logf("%d of %d events delivered before the kill", before, n+3)
+
+	startServe(t, db, "--webhook-allow-private")
+	deadline := time.Now().Add(2 * time.Minute) // a delivery cut by the kill waits for its lease (50 s)
+	for {
+		distinct, _, bad := rcv.count()
+		if bad > 0 {
+			t.Fatalf("%d requests failed verification", bad)
+		}
+		if distinct == n+3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events delivered after the restart", distinct, n+3)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, total, _ := rcv.count()
+	if total != n+3 {
+		t.Logf("%d requests for %d events: a delivery cut by the kill was sent again (same webhook-id)", total, n+3)
+	}
+}
+
+// docs/webhooks.md#the-audit-chain: rows edited, deleted or inserted in the
+// database behind btk's back are named by `btk audit verify` (exit 1).
+func TestAuditVerifyNamesTamperedRow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve processes")
+	}
+	isolate(t)
+	db := filepath.Join(t.TempDir(), "btk.db")
+	p := startServe(t, db)
+	token := p.login()
+	for i := range 4 {
+		p.createKey(token, "k"+strconv.Itoa(i))
+	}
+	verify := func() (int, string) {
+		s, out, errOut := testStreams(pipe, "")
+		code := btkRun(s, "--server", p.url, "--token", token, "audit", "verify")
+		return code, out.String() + errOut.String()
+	}
+	if code, out := verify(); code != 0 || !strings.Contains(out, "intact") {
+		t.Fatalf("untouched chain: exit %d\n%s", code, out)
+	}
+	raw, err := sql.Open("sqlite", "file:"+db+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := raw.Exec(q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		evs       []string
+		ws, email string
+	)
+	rows, err := raw.Query(`SELECT id, workspace_id, actor_email FROM audit_events WHERE workspace_id IS NOT NULL ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		rows.Scan(&id, &ws, &email)
+		evs = append(evs, id)
+	}
+	rows.Close()
+	if len(evs) < 4 {
+		t.Fatalf("%d workspace events", len(evs))
+	}
+
+	// Edited, then put back.
+	exec(`UPDATE audit_events SET actor_email = 'nobody@example.com' WHERE id = ?`, evs[1])
+	if code, out := verify(); code != 1 || !strings.Contains(out, evs[1]) {
+		t.Errorf("edited row %s: exit %d\n%s", evs[1], code, out)
+	}
+	exec(`UPDATE audit_events SET actor_email = ? WHERE id = ?`, email, evs[1])
+	if code, out := verify(); code != 0 {
+		t.Errorf("edit undone: exit %d\n%s", code, out)
+	}
+	// Inserted, then removed.
+	exec(`INSERT INTO audit_events (id, workspace_id, action, actor_email, target_type, metadata, created_at)
+		VALUES ('forged-row', ?, 'api_key.revoked', 'x@example.com', 'api_key', '{}', 1)`, ws)
+	if code, out := verify(); code != 1 || !strings.Contains(out, "forged-row") {
+		t.Errorf("inserted row: exit %d\n%s", code, out)
+	}
+	exec(`DELETE FROM audit_events WHERE id = 'forged-row'`)
+	// Deleted: the row after the gap is named.
+	exec(`DELETE FROM audit_events WHERE id = ?`, evs[1])
+	if code, out := verify(); code != 1 || !strings.Contains(out, evs[2]) || !strings.Contains(out, "missing") {
+		t.Errorf("deleted row before %s: exit %d\n%s", evs[2], code, out)
+	}
+}

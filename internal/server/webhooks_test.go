@@ -1,0 +1,146 @@
+package server_test
+
+import (
+	"testing"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+// docs/webhooks.md over GraphQL: who may manage webhooks, the secret shown
+// once, the delivery log, and the audit chain's head and verification.
+func TestWebhooksOverGraphQL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *btk.Config) { c.WebhookAllowPrivate = true })
+	root := e.admin()
+	wsA := e.createWorkspace(root, "A", "CLOUD_PRO")
+	wsB := e.createWorkspace(root, "B", "CLOUD_PRO")
+	users := map[string]cred{}
+	for _, u := range []struct{ email, ws, role string }{
+		{"owner@a.example", wsA, "OWNER"}, {"admin@a.example", wsA, "ADMIN"},
+		{"member@a.example", wsA, "MEMBER"}, {"owner@b.example", wsB, "OWNER"},
+	} {
+		id := e.createAccount(root, u.email, "a long enough password", false)
+		e.setMember(root, u.ws, id, u.role)
+		users[u.email] = cred{Bearer: e.login(u.email, "a long enough password", "")}
+	}
+	owner := users["owner@a.example"]
+	key := e.createKey(owner, "k")
+
+	const create = `mutation($u:String!,$e:[String!]){createWebhook(input:{url:$u,events:$e}){secret webhook{id url events createdAt}}}`
+	vars := map[string]any{"u": "https://hooks.example.com/btk", "e": []string{"api_key.revoked"}}
+	for who, c := range map[string]cred{
+		"admin": users["admin@a.example"], "member": users["member@a.example"], "key": {Key: key.Plaintext}, "anonymous": {},
+	} {
+		want := "FORBIDDEN"
+		if who == "key" || who == "anonymous" {
+			want = "UNAUTHENTICATED"
+		}
+		if r := e.do(c, create, vars); r.Code() != want {
+			t.Errorf("createWebhook as %s: %q %+v, want %s", who, r.Code(), r.Errors, want)
+		}
+	}
+	var out struct {
+		CreateWebhook struct {
+			Secret  string
+			Webhook struct {
+				ID     string
+				URL    string
+				Events []string
+			}
+		}
+	}
+	e.must(owner, create, vars, &out)
+	hook := out.CreateWebhook.Webhook
+	if len(out.CreateWebhook.Secret) < 40 || out.CreateWebhook.Secret[:6] != "whsec_" || hook.URL != "https://hooks.example.com/btk" ||
+		len(hook.Events) != 1 {
+		t.Fatalf("createWebhook: %+v", out)
+	}
+	if r := e.do(owner, create, map[string]any{"u": "ftp://x"}); r.Code() != "BAD_USER_INPUT" {
+		t.Errorf("ftp URL: %q", r.Code())
+	}
+
+	var list struct {
+		Webhooks []struct{ ID string }
+	}
+	e.must(owner, `{webhooks{id url events createdAt}}`, nil, &list)
+	if len(list.Webhooks) != 1 || list.Webhooks[0].ID != hook.ID {
+		t.Errorf("webhooks: %+v", list)
+	}
+	e.must(users["owner@b.example"], `{webhooks{id}}`, nil, &list)
+	if len(list.Webhooks) != 0 {
+		t.Errorf("another workspace sees %d webhooks", len(list.Webhooks))
+	}
+
+	// A revocation is queued for the webhook in the same transaction.
+	e.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": key.ID}, &struct{}{})
+	var ds struct {
+		WebhookDeliveries struct {
+			Nodes []struct {
+				EventType, Status, EventId string
+				Attempts                   int
+				NextAttemptAt              *string
+			}
+			PageInfo struct{ HasNextPage bool }
+		}
+	}
+	const deliveries = `query($id:ID!){webhookDeliveries(webhookId:$id, first:10){nodes{id webhookId eventId eventType status attempts
+		lastStatusCode lastError nextAttemptAt createdAt deliveredAt} pageInfo{hasNextPage endCursor}}}`
+	e.must(owner, deliveries, map[string]any{"id": hook.ID}, &ds)
+	if n := ds.WebhookDeliveries.Nodes; len(n) != 1 || n[0].EventType != "api_key.revoked" || n[0].Status != "PENDING" ||
+		n[0].Attempts != 0 || n[0].NextAttemptAt == nil {
+		t.Errorf("deliveries: %+v", ds)
+	}
+	if r := e.do(users["owner@b.example"], deliveries, map[string]any{"id": hook.ID}); r.Code() != "NOT_FOUND" {
+		t.Errorf("another workspace's deliveries: %q", r.Code())
+	}
+
+	// The audit chain.
+	var head struct {
+		AuditHead struct {
+			Hash  string
+			Count int
+			At    *string
+		}
+	}
+	e.must(owner, `{auditHead{hash count at}}`, nil, &head)
+	if len(head.AuditHead.Hash) != 64 || head.AuditHead.Count < 3 || head.AuditHead.At == nil {
+		t.Errorf("auditHead: %+v", head)
+	}
+	var v struct {
+		VerifyAuditChain struct {
+			Intact  bool
+			Count   int
+			Problem *struct{ Reason string }
+		}
+	}
+	e.must(owner, `{verifyAuditChain{workspaceId intact count head{hash count at} problem{eventId position reason}}}`, nil, &v)
+	if !v.VerifyAuditChain.Intact || v.VerifyAuditChain.Count != head.AuditHead.Count || v.VerifyAuditChain.Problem != nil {
+		t.Errorf("verifyAuditChain: %+v", v)
+	}
+	if r := e.do(users["admin@a.example"], `{verifyAuditChain{intact}}`, nil); r.Code() != "FORBIDDEN" {
+		t.Errorf("verifyAuditChain as ADMIN: %q", r.Code())
+	}
+	if r := e.do(owner, `{verifyAuditChain(serverWide:true){intact}}`, nil); r.Code() != "FORBIDDEN" {
+		t.Errorf("server-wide chain as an owner: %q", r.Code())
+	}
+	e.must(root, `query($w:ID){verifyAuditChain(workspaceId:$w){intact}}`, map[string]any{"w": wsA}, &v)
+	if !v.VerifyAuditChain.Intact {
+		t.Error("a platform admin verifying workspace A")
+	}
+	e.must(root, `{verifyAuditChain(serverWide:true){intact count}}`, nil, &v)
+	if !v.VerifyAuditChain.Intact || v.VerifyAuditChain.Count == 0 {
+		t.Errorf("server-wide chain: %+v", v)
+	}
+	if r := e.do(owner, `{a:verifyAuditChain{intact} b:verifyAuditChain{intact}}`, nil); r.Code() == "" {
+		t.Error("two chain verifications in one operation were accepted")
+	}
+
+	if r := e.do(users["owner@b.example"], `mutation($id:ID!){deleteWebhook(id:$id)}`, map[string]any{"id": hook.ID}); r.Code() != "NOT_FOUND" {
+		t.Errorf("deleting another workspace's webhook: %q", r.Code())
+	}
+	var del struct{ DeleteWebhook bool }
+	e.must(owner, `mutation($id:ID!){deleteWebhook(id:$id)}`, map[string]any{"id": hook.ID}, &del)
+	if !del.DeleteWebhook {
+		t.Error("deleteWebhook returned false")
+	}
+}
