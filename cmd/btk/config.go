@@ -24,6 +24,7 @@ const (
 	keyOutput    = "output"
 	keyElevation = "elevation" // rotate --elevation-token, BTK_ELEVATION
 	keyTimeout   = "timeout"
+	keyCACert    = "cacert"
 	// keyDevice is the device token of the latest login (credentials file only).
 	keyDevice = "device"
 
@@ -44,6 +45,8 @@ func bindGlobalFlags(root *cobra.Command, v *viper.Viper) {
 	bind(v, keyOutput, pf.Lookup("output"))
 	pf.String("timeout", "30s", "give up on a request after this `duration` (env BTK_TIMEOUT)")
 	bind(v, keyTimeout, pf.Lookup("timeout"))
+	pf.String("cacert", "", "also trust the CA certificate(s) in this PEM `file`, for a server with a private CA (env BTK_CACERT; SSL_CERT_FILE replaces the system's)")
+	bind(v, keyCACert, pf.Lookup("cacert"))
 	root.RegisterFlagCompletionFunc("output", fixedCompletion(formatTable, formatJSON, formatPlain))
 }
 

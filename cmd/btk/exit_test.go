@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 
@@ -139,5 +140,26 @@ func TestExitCodesCoverTheDomain(t *testing.T) {
 		if _, ok := exitCodes[string(c)]; !ok && !exitOne[c] {
 			t.Errorf("code %s has no exit code", c)
 		}
+	}
+}
+
+// issue 22.8: login finds the server down before asking for anything.
+func TestLoginUnreachableBeforePassword(t *testing.T) {
+	isolate(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s, _, errOut := testStreams(fakeTerminal, "owner@example.com\nhunter2-password\n")
+	if code := btkRun(s, "login", "--server", "http://"+addr); code != exitUnreachable {
+		t.Errorf("exit %d, want %d: %s", code, exitUnreachable, errOut)
+	}
+	if strings.Contains(errOut.String(), "Password") || strings.Contains(errOut.String(), "Email") {
+		t.Errorf("asked before finding the server down: %q", errOut)
+	}
+	if !strings.Contains(errOut.String(), "cannot reach the btk server at http://"+addr) {
+		t.Errorf("stderr %q", errOut)
 	}
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -130,10 +133,37 @@ func (f *factory) newClient(server, token string) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	hc := &http.Client{Timeout: timeout}
+	if path := f.v.GetString(keyCACert); path != "" {
+		pool, err := caPool(path)
+		if err != nil {
+			return nil, err
+		}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		hc.Transport = t
+	}
 	return client.New(client.Options{
 		Server: server, Token: token, UserAgent: "btk/" + f.version,
-		HTTPClient: &http.Client{Timeout: timeout},
+		HTTPClient: hc,
 	}), nil
+}
+
+// caPool is the system's trusted certificates and those in the PEM file at
+// path (--cacert): a server whose certificate a private CA signed.
+func caPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErrorf("--cacert: %v", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usageErrorf("--cacert: no PEM certificate in %s", path)
+	}
+	return pool, nil
 }
 
 // saveSession stores server and token in the credentials file, as login

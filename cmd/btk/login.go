@@ -58,19 +58,26 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 	if err != nil {
 		return err
 	}
+	if opts.email == "" && !f.io.canPrompt() {
+		return usageErrorf("--email is required when standard input is not a terminal")
+	}
+	if !opts.passwordStdin && !f.io.canPrompt() {
+		return usageErrorf("no terminal to ask for the password: pass it on standard input with --password-stdin")
+	}
+	c, server, err := f.anonClient(cmd)
+	if err != nil {
+		return err
+	}
+	// A server that does not answer is said before anyone types a password.
+	if err := c.Ping(cmd.Context()); err != nil {
+		return err
+	}
 	if opts.email == "" {
-		if !f.io.canPrompt() {
-			return usageErrorf("--email is required when standard input is not a terminal")
-		}
 		if opts.email, err = f.io.prompt("Email: "); err != nil {
 			return err
 		}
 	}
 	password, err := f.io.password(opts.passwordStdin, "Password: ")
-	if err != nil {
-		return err
-	}
-	c, server, err := f.anonClient(cmd)
 	if err != nil {
 		return err
 	}

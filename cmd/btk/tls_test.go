@@ -346,3 +346,38 @@ func TestServeOpsSettingsRefused(t *testing.T) {
 		t.Errorf("the database was created although the settings were refused")
 	}
 }
+
+// issue 22.8: --cacert (BTK_CACERT) trusts a private CA's server, without
+// which the CLI refuses it as unreachable (unknown authority).
+func TestCACert(t *testing.T) {
+	isolate(t)
+	fake := newFakeServer(t, map[string]string{
+		"Me":         `{"data":{"me":{"id":"a1","email":"owner@example.com","platformAdmin":false,"role":"OWNER"}}}`,
+		"TenantInfo": `{"data":{"tenantInfo":` + tenantJSON + `}}`,
+	})
+	srv := httptest.NewUnstartedServer(fake.Config.Handler)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	writeFile(t, ca, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+
+	s, _, errOut := testStreams(pipe, "")
+	if code := btkRun(s, "whoami", "--server", srv.URL, "--token", "tok"); code != exitUnreachable || !strings.Contains(errOut.String(), "certificate") {
+		t.Errorf("without --cacert: exit %d, stderr %q", code, errOut)
+	}
+	s, out, errOut := testStreams(pipe, "")
+	if code := btkRun(s, "whoami", "--server", srv.URL, "--token", "tok", "--cacert", ca); code != 0 || !strings.Contains(out.String(), "owner@example.com") {
+		t.Errorf("--cacert: exit %d, stderr %q", code, errOut)
+	}
+	t.Setenv("BTK_CACERT", ca)
+	s, _, errOut = testStreams(pipe, "")
+	if code := btkRun(s, "whoami", "--server", srv.URL, "--token", "tok"); code != 0 {
+		t.Errorf("BTK_CACERT: exit %d, stderr %q", code, errOut)
+	}
+	notPEM := filepath.Join(t.TempDir(), "x.pem")
+	writeFile(t, notPEM, "hello")
+	s, _, errOut = testStreams(pipe, "")
+	if code := btkRun(s, "whoami", "--server", srv.URL, "--token", "tok", "--cacert", notPEM); code != exitUsage || !strings.Contains(errOut.String(), "no PEM certificate") {
+		t.Errorf("a file without a certificate: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -83,6 +83,23 @@ func (c *Client) MakeRequest(ctx context.Context, req *graphql.Request, resp *gr
 	return toError(c.gql.MakeRequest(ctx, req, resp), c.server, last)
 }
 
+// Ping checks that the server answers HTTP at all (GET /healthz): any
+// status will do. It fails, as an *Error with CodeUnreachable, when there
+// is no answer — so that a command can say so before asking for a
+// password.
+func (c *Client) Ping(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server+"/healthz", nil)
+	if err != nil {
+		return toError(err, c.server, nil)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return toError(err, c.server, nil)
+	}
+	resp.Body.Close()
+	return nil
+}
+
 // lastResponse keeps what the error of a request needs from its HTTP
 // response and genqlient does not pass on: the Retry-After header.
 type lastResponse struct{ retryAfter string }
