@@ -54,7 +54,12 @@ PostgreSQL, use pg_dump and pg_restore.`,
 				if err != nil {
 					return err
 				}
-				p.Notice("btk: backed up %s to %s (%d bytes)", db, args[0], fi.Size())
+				// Success is the command's result: stdout, without the
+				// "btk:" of errors (stderr).
+				if p.format == formatJSON {
+					return p.JSON(map[string]any{"database": db, "file": args[0], "bytes": fi.Size()})
+				}
+				fmt.Fprintf(f.io.Out, "Backed up %s to %s (%d bytes)\n", db, args[0], fi.Size())
 			}
 			return nil
 		},

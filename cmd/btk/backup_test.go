@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/btk-project/btk/internal/store/sqlite"
 )
 
 // runProcess runs `btk ARGS` as its own process (the re-executed test
@@ -214,5 +216,36 @@ func TestBackupRefusals(t *testing.T) {
 	s, _, _ = testStreams(pipe, "")
 	if code := btkRun(s, "backup"); code != exitUsage {
 		t.Errorf("backup without FILE: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// issue 22.8: success is reported on stdout, without the "btk:" of errors;
+// stderr stays empty. With -o json it is a JSON object.
+func TestBackupReportsOnStdout(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "btk.db")
+	st, err := sqlite.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	s, out, errOut := testStreams(pipe, "")
+	if code := btkRun(s, "backup", filepath.Join(dir, "copy.db"), "--db", db); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if errOut.Len() != 0 || !strings.HasPrefix(out.String(), "Backed up "+db+" to "+filepath.Join(dir, "copy.db")+" (") {
+		t.Errorf("stdout %q, stderr %q", out, errOut)
+	}
+	s, out, errOut = testStreams(pipe, "")
+	if code := btkRun(s, "backup", filepath.Join(dir, "copy2.db"), "--db", db, "-o", "json"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc struct {
+		File  string `json:"file"`
+		Bytes int64  `json:"bytes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil || doc.File != filepath.Join(dir, "copy2.db") || doc.Bytes <= 0 {
+		t.Errorf("-o json: %v %q", err, out)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/charmbracelet/x/ansi"
 	"golang.org/x/term"
 )
 
@@ -29,6 +30,9 @@ type iostreams struct {
 	// width is the terminal's width in columns when stdout is a terminal,
 	// 0 otherwise (no truncation).
 	width func() int
+	// errWidth is the width of standard error when it is a terminal, nil
+	// otherwise: prompts are wrapped between words to fit it.
+	errWidth func() int
 
 	// done is closed on Ctrl-C (SIGINT) or SIGTERM: a prompt gives up at
 	// once rather than wait for Enter. nil never closes.
@@ -56,6 +60,9 @@ func systemStreams(stdin io.Reader, stdout, stderr io.Writer) *iostreams {
 	}
 	if f, ok := stdout.(*os.File); ok && s.outTTY {
 		s.width = func() int { return terminalWidth(int(f.Fd()), os.Getenv) }
+	}
+	if f, ok := stderr.(*os.File); ok && isTerminal(stderr) {
+		s.errWidth = func() int { return terminalWidth(int(f.Fd()), os.Getenv) }
 	}
 	return s
 }
@@ -115,6 +122,9 @@ func (s *iostreams) canPrompt() bool { return s.inTTY }
 
 // prompt asks for one line of visible input.
 func (s *iostreams) prompt(label string) (string, error) {
+	if s.errWidth != nil {
+		label = wrapWords(label, s.errWidth())
+	}
 	fmt.Fprint(s.ErrOut, label)
 	if s.lines == nil {
 		s.lines = bufio.NewReader(s.In)
@@ -232,4 +242,36 @@ func readRawLine(r io.Reader) (string, error) {
 			line = append(line, c)
 		}
 	}
+}
+
+// wrapWords breaks each line of text between words so that none is wider
+// than width cells (a word wider than that stays whole, on its own line),
+// rather than let the terminal break it mid-word. A trailing blank (where a
+// prompt's answer goes) is kept, and counted.
+func wrapWords(text string, width int) string {
+	if width <= 0 {
+		return text
+	}
+	lines := strings.Split(text, "\n")
+	for i, line := range lines {
+		words := strings.Split(line, " ")
+		var b strings.Builder
+		col := 0
+		for j, word := range words {
+			w := ansi.StringWidth(word)
+			if j > 0 {
+				if col+1+w > width {
+					b.WriteByte('\n')
+					col = 0
+				} else {
+					b.WriteByte(' ')
+					col++
+				}
+			}
+			b.WriteString(word)
+			col += w
+		}
+		lines[i] = b.String()
+	}
+	return strings.Join(lines, "\n")
 }

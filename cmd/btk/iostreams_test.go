@@ -29,3 +29,26 @@ func TestReadRawLine(t *testing.T) {
 		}
 	}
 }
+
+// Prompts are broken between words, never inside one, to fit the terminal.
+func TestWrapWords(t *testing.T) {
+	prompt := `Revoke key "deploy-production" (btk_1a2b3c4d_….wxyz)? Requests with it will fail at once; this cannot be undone. [y/N] `
+	got := wrapWords(prompt, 80)
+	if strings.ReplaceAll(got, "\n", " ") != prompt {
+		t.Fatalf("words changed: %q", got)
+	}
+	for _, line := range strings.Split(got, "\n") {
+		if n := len([]rune(line)); n > 80 {
+			t.Errorf("line of %d cells: %q", n, line)
+		}
+	}
+	if !strings.HasSuffix(got, "[y/N] ") || !strings.Contains(got, "\n") {
+		t.Errorf("wrapped: %q", got)
+	}
+	if got := wrapWords("Email: ", 80); got != "Email: " {
+		t.Errorf("short prompt changed: %q", got)
+	}
+	if got := wrapWords("a-very-long-word b", 5); got != "a-very-long-word\nb" {
+		t.Errorf("long word: %q", got)
+	}
+}

@@ -176,8 +176,8 @@ func (p *printer) Notice(format string, args ...any) {
 	}
 }
 
-// Time renders t: relative ("3 minutes ago") for people on a terminal,
-// RFC 3339 otherwise; none when t is nil.
+// Time renders t: relative ("3 minutes ago", "in 90 days") for people on
+// a terminal, RFC 3339 otherwise; none when t is nil.
 func (p *printer) Time(t *time.Time, none string) string {
 	if t == nil {
 		return none
@@ -186,6 +186,17 @@ func (p *printer) Time(t *time.Time, none string) string {
 		return relativeTime(p.now(), *t)
 	}
 	return t.Format(time.RFC3339)
+}
+
+// Date renders t as Time does, with the date in front of a time a day or
+// more to come ("2027-02-21, in 90 days"): an expiry in a key's details,
+// where there is room for it.
+func (p *printer) Date(t *time.Time, none string) string {
+	s := p.Time(t, none)
+	if t != nil && p.human() && p.io.outTTY && t.Sub(p.now()) >= 24*time.Hour {
+		s = t.Local().Format("2006-01-02") + ", " + s
+	}
+	return s
 }
 
 // Status colours a key status on a terminal.
@@ -217,6 +228,10 @@ func relativeTime(now, t time.Time) string {
 		n, unit = int(d/time.Minute), "minute"
 	case d < 24*time.Hour:
 		n, unit = int(d/time.Hour), "hour"
+	case future && d < 2*365*24*time.Hour:
+		// To come (an expiry): whole days, rounded, so that --expires-in
+		// 90d reads "in 90 days" rather than "in 2 months" (or 89 days).
+		n, unit = int((d+12*time.Hour)/(24*time.Hour)), "day"
 	case d < 30*24*time.Hour:
 		n, unit = int(d/(24*time.Hour)), "day"
 	case d < 365*24*time.Hour:

@@ -135,8 +135,12 @@ func TestRelativeTime(t *testing.T) {
 		{time.Minute, "1 minute ago"},
 		{3*time.Minute + 30*time.Second, "3 minutes ago"},
 		{5 * time.Hour, "5 hours ago"},
-		{-89 * 24 * time.Hour, "in 2 months"},
+		{-90 * 24 * time.Hour, "in 90 days"},
+		{-(90*24*time.Hour - time.Minute), "in 90 days"},
 		{-24 * time.Hour, "in 1 day"},
+		{-400 * 24 * time.Hour, "in 400 days"},
+		{-800 * 24 * time.Hour, "in 2 years"},
+		{89 * 24 * time.Hour, "2 months ago"},
 		{800 * 24 * time.Hour, "2 years ago"},
 	} {
 		if got := relativeTime(testNow, testNow.Add(-tc.d)); got != tc.want {
@@ -169,5 +173,31 @@ func TestFitColumns(t *testing.T) {
 	_, r = fitColumns(headers, rows, 5)
 	if got := len([]rune(r[0][1])); got != minColumn {
 		t.Errorf("ID cut to %d cells, want %d", got, minColumn)
+	}
+}
+
+// On a terminal an expiry shows its date and the days to go, as
+// `btk create --expires-in 90d` prints it; a past time stays relative, and
+// piped output keeps RFC 3339.
+func TestTimeShowsExpiryDate(t *testing.T) {
+	t.Setenv("TZ", "UTC")
+	s, _, _ := testStreams(fakeTerminal, "")
+	p := newPrinter(s, formatTable, func() time.Time { return testNow })
+	exp := testNow.Add(90 * 24 * time.Hour)
+	want := exp.Local().Format("2006-01-02") + ", in 90 days"
+	if got := p.Date(&exp, "never"); got != want {
+		t.Errorf("expiry: %q, want %q", got, want)
+	}
+	if got := p.Time(&exp, "never"); got != "in 90 days" {
+		t.Errorf("expiry in a table: %q", got)
+	}
+	used := testNow.Add(-3 * time.Minute)
+	if got := p.Date(&used, "never"); got != "3 minutes ago" {
+		t.Errorf("last used: %q", got)
+	}
+	s, _, _ = testStreams(pipe, "")
+	p = newPrinter(s, formatTable, func() time.Time { return testNow })
+	if got := p.Date(&exp, "never"); got != exp.Format(time.RFC3339) {
+		t.Errorf("piped: %q", got)
 	}
 }

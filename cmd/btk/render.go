@@ -64,7 +64,7 @@ func (p *printer) apiKeyFields(k client.ApiKey) []field {
 		{"Key", keyDisplay(k)},
 		{"Status", p.Status(string(k.Status))},
 		{"Rate limit", p.keyLimits(k)},
-		{"Expires", p.Time(k.ExpiresAt, "never")},
+		{"Expires", p.Date(k.ExpiresAt, "never")},
 		{"Scopes", scopes(k.Scopes)},
 		{"Created", p.Time(&k.CreatedAt, "")},
 		{"Last used", p.Time(k.LastUsedAt, "never")},
