@@ -17,6 +17,10 @@ import (
 // start (a typo should not wait for the first request to show); later
 // outages fail key checks closed (503) until it is back.
 func openShared(ctx context.Context, cfg serveConfig, svcCfg *btk.Config, log *slog.Logger) (func(), error) {
+	// Before the first dial: go-redis's messages at start (a Redis that
+	// does not answer, Sentinel's discoveries) go to the server log too, as
+	// JSON under --log-format json, not as plain lines of Go's log.
+	redis.SetLogger(&redisLog{log: log})
 	st, err := redisstate.Open(cfg.Redis, cfg.RedisPrefix)
 	if err != nil {
 		return nil, err
@@ -28,7 +32,6 @@ func openShared(ctx context.Context, cfg serveConfig, svcCfg *btk.Config, log *s
 		st.Close()
 		return nil, fmt.Errorf("--redis %s: %w", redisstate.Redact(cfg.Redis), err)
 	}
-	redis.SetLogger(&redisLog{log: log})
 	svcCfg.KeyGate, svcCfg.Throttle = st, st.Throttle()
 	log.Info("shared state in Redis", "redis", redisstate.Redact(cfg.Redis), "kind", st.Kind().String(), "prefix", cfg.RedisPrefix)
 	return func() { st.Close() }, nil
