@@ -144,14 +144,16 @@ func anchors(content string) map[string]bool {
 	return a
 }
 
-// beingWritten are feature docs that engineers add in this round alongside
-// code that may land first and cite them. Remove each once it exists (a file
-// that exists is checked in full, listed or not).
+// beingWritten are feature docs (and sections) that engineers add in this
+// round alongside code that may land first and cite them. Remove each once
+// it exists (what exists is checked in full, listed or not).
 var beingWritten = map[string]bool{
 	"docs/access.md":   true,
 	"docs/leaks.md":    true,
 	"docs/webhooks.md": true,
 	"docs/usage.md":    true,
+	// the redis engineer's section on the cost of a key check
+	"docs/clusters.md#what-a-key-check-costs": true,
 }
 
 // Code and docs cite the documentation as docs/FILE.md#anchor: every cited
@@ -177,6 +179,10 @@ func TestDocCitationsResolve(t *testing.T) {
 			}
 			a = anchors(string(b))
 			cache[file] = a
+		}
+		if a != nil && anchor != "" && !a[strings.TrimPrefix(anchor, "#")] && beingWritten[file+anchor] {
+			t.Logf("%s cites %s%s, a section being written this round", where, file, anchor)
+			return
 		}
 		if a != nil && anchor != "" && !a[strings.TrimPrefix(anchor, "#")] {
 			t.Errorf("%s cites %s%s: no such section", where, file, anchor)
