@@ -26,7 +26,7 @@ var assetFS embed.FS
 
 // Patterns are the paths the dashboard answers on the main listener; the
 // rest (/graphql, /healthz, /readyz…) stays the server's.
-var Patterns = []string{"GET /{$}", "/login", "/logout", "/keys", "/keys/", "/audit", "/workspaces", "/workspaces/", "/assets/"}
+var Patterns = []string{"GET /{$}", "/login", "/logout", "/keys", "/keys/", "/audit", "/webhooks", "/webhooks/", "/workspaces", "/workspaces/", "/assets/"}
 
 // CookieName is the session cookie: the same session JWT as GraphQL login.
 const CookieName = "btk_session"
@@ -53,7 +53,7 @@ type Handler struct {
 // (login throttles, audit rows) the way the rest of the server does.
 func New(svc *btk.Service, log *slog.Logger, clientIP func(*http.Request) string) *Handler {
 	h := &Handler{svc: svc, log: log, clientIP: clientIP, pages: map[string]*template.Template{}}
-	for _, name := range []string{"login", "keys", "rotate", "revoke", "audit", "workspaces", "message"} {
+	for _, name := range []string{"login", "keys", "rotate", "revoke", "audit", "webhooks", "workspaces", "message"} {
 		h.pages[name] = template.Must(template.New("layout.html").Funcs(funcs).
 			ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
 	}
@@ -72,6 +72,9 @@ func New(svc *btk.Service, log *slog.Logger, clientIP func(*http.Request) string
 	mux.HandleFunc("GET /keys/{id}/revoke", h.authed(h.revokeForm))
 	mux.HandleFunc("POST /keys/{id}/revoke", h.authed(h.revokeKey))
 	mux.HandleFunc("GET /audit", h.authed(h.audit))
+	mux.HandleFunc("GET /webhooks", h.authed(h.webhooks))
+	mux.HandleFunc("POST /webhooks", h.authed(h.createWebhook))
+	mux.HandleFunc("POST /webhooks/{id}/delete", h.authed(h.deleteWebhook))
 	mux.HandleFunc("GET /workspaces", h.authed(h.workspaces))
 	mux.HandleFunc("POST /workspaces/{id}/impersonate", h.authed(h.impersonate))
 	mux.Handle("GET /assets/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
