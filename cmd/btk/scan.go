@@ -188,8 +188,12 @@ func scanOutcome(findings []scanFinding, check bool) error {
 // plaintext is hashed here and never sent.
 func lookUpKeys(cmd *cobra.Command, c *client.Client, matches []keyscan.Match) (map[string]*client.ApiKeyByHashApiKeyByHashApiKey, error) {
 	out := map[string]*client.ApiKeyByHashApiKeyByHashApiKey{}
+	var distinct []string
 	for _, m := range matches {
-		out[m.Key] = nil
+		if _, ok := out[m.Key]; !ok {
+			out[m.Key] = nil
+			distinct = append(distinct, m.Key)
+		}
 	}
 	var (
 		mu       sync.Mutex
@@ -197,7 +201,7 @@ func lookUpKeys(cmd *cobra.Command, c *client.Client, matches []keyscan.Match) (
 		firstErr error
 		sem      = make(chan struct{}, 4)
 	)
-	for key := range out {
+	for _, key := range distinct {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
