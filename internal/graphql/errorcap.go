@@ -109,6 +109,9 @@ func capErrors(errs gqlerror.List) gqlerror.List {
 }
 
 func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}

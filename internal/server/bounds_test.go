@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -72,9 +73,9 @@ func TestConflictingAliasesErrorsBounded(t *testing.T) {
 		who   cred
 		query string
 	}{
-		{"member", member, alternate(320, "me{id}", "__typename")},
-		{"anonymous", cred{}, alternate(66, "workspaceBranding(publicKey:\"x\"){name}", "__typename")},
-		{"key", key, alternate(66, "tenantInfo{name}", "__typename")},
+		{"member", member, alternate(64, "me{id}", "__typename")},
+		{"anonymous", cred{}, alternate(64, "workspaceBranding(publicKey:\"x\"){name}", "__typename")},
+		{"key", key, alternate(64, "tenantInfo{name}", "__typename")},
 		// Messages quote the alias: a 2,500-byte one is cut.
 		{"member, long alias", member, alternateAs(strings.Repeat("b", 2500), 24, "me{id}", "__typename")},
 	} {
@@ -94,4 +95,30 @@ func TestConflictingAliasesErrorsBounded(t *testing.T) {
 			t.Logf("%s: %d bytes sent, %d errors, %d bytes answered; %s", c.name, len(body), len(errs), len(raw), last)
 		}
 	}
+	// More than 64 fields sharing a name are refused before validation,
+	// which would compare each pair (320: 34 ms of CPU, 30 MB allocated).
+	body, _ := json.Marshal(map[string]any{"query": alternate(320, "me{id}", "__typename")})
+	if _, out := e.postRaw(body, "application/json", member); firstCode(t, out) != "COMPLEXITY_LIMIT_EXCEEDED" {
+		t.Fatalf("320 fields named a: %s", out["errors"])
+	}
+}
+
+// Attacker pass: a page cost the same whatever its size, so an owner's 45
+// aliases of auditEvents(first: 100) read 4,500 rows into a 1.8 MB answer
+// (113 ms of CPU). A page now costs its rows: that is refused, and the
+// CLI's largest page (500 keys) still fits.
+func TestPagesCostTheirRows(t *testing.T) {
+	e := newEnv(t)
+	owner := e.admin()
+	var q strings.Builder
+	q.WriteString("{")
+	for i := range 45 {
+		fmt.Fprintf(&q, "a%d:auditEvents(first:100){nodes{id action metadata createdAt}} ", i)
+	}
+	q.WriteString("}")
+	if r := e.do(owner, q.String(), nil); r.Code() != "COMPLEXITY_LIMIT_EXCEEDED" {
+		t.Fatalf("45 pages of 100 events: %q %+v", r.Code(), r.Errors)
+	}
+	var out struct{ ApiKeys struct{ Nodes []struct{ ID string } } }
+	e.must(owner, `{apiKeys(first:500){nodes{id name displayPrefix hint status rateLimitPerMinute rateLimitPerDay expiresAt lastUsedAt createdAt}}}`, nil, &out)
 }

@@ -1,0 +1,131 @@
+//go:build unix
+
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkCostliestRequestByCaller measures the costliest requests each
+// kind of caller (anonymous, API key, MEMBER, OWNER) can construct after
+// the bounds of issue 15, through the real handler (SQLite store, no
+// network). cpu-ns/op is the process's user+system CPU per request
+// (getrusage, garbage collection included), alloc-B/op the bytes allocated
+// (runtime.MemStats), answer-B the answer's size. docs/security.md lists
+// the results.
+//
+//	go test ./internal/server -run '^$' -bench CostliestRequestByCaller -benchtime 20x
+func BenchmarkCostliestRequestByCaller(b *testing.B) {
+	e := newEnv(b)
+	h := e.srv.Config.Handler
+	owner := e.admin()
+	id := e.createAccount(owner, "member@example.com", "member-password-1", false)
+	e.setMember(owner, e.adminWS, id, "MEMBER")
+	member := cred{Bearer: e.login("member@example.com", "member-password-1", "")}
+	key := cred{Key: e.createKey(owner, "bench").Plaintext}
+	// An owner's workspace at the page size: 100 keys, hundreds of events.
+	for i := range 100 {
+		e.createKey(owner, fmt.Sprintf("k%03d", i))
+	}
+	alternate := func(n int, a, b string) string {
+		var q strings.Builder
+		q.WriteString("{")
+		for i := range n {
+			if i%2 == 0 {
+				q.WriteString("a:" + a + " ")
+			} else {
+				q.WriteString("a:" + b + " ")
+			}
+		}
+		return q.String() + "}"
+	}
+	aliases := func(n int, field string) string {
+		var q strings.Builder
+		q.WriteString("{")
+		for i := range n {
+			fmt.Fprintf(&q, "a%d:%s ", i, field)
+		}
+		return q.String() + "}"
+	}
+	const keyFields = `{nodes{id name displayPrefix hint status rateLimitPerMinute rateLimitPerDay expiresAt lastUsedAt createdAt}}`
+	const eventFields = `{nodes{id workspaceId action actorId actorEmail targetType targetId metadata createdAt}}`
+	// Password checks: the throttles are refilled before each, so that the
+	// check itself (argon2id) is measured, not a refusal. A minute refills
+	// the per-minute budgets without ending the sessions; the day is
+	// stepped over last.
+	minute := func() { e.clock.Advance(time.Minute) }
+	day := func() { e.clock.Advance(24 * time.Hour) }
+	cases := []struct {
+		caller, name string
+		who          cred
+		query        string
+		before       func()
+	}{
+		{"anonymous", "64-conflicting-aliases", cred{}, alternate(64, `workspaceBranding(publicKey:"x"){name}`, "__typename"), nil},
+		{"anonymous", "fragment-bomb-150-levels", cred{}, fragmentBomb(150), nil},
+		{"key", "64-conflicting-aliases", key, alternate(64, "tenantInfo{name}", "__typename"), nil},
+		{"key", "16-tenantInfo", key, aliases(16, "tenantInfo{id name plan rateLimitPerMinute rateLimitPerDay}"), nil},
+		{"member", "elevate-wrong-password", member, `mutation{elevate(password:"not-the-password"){token}}`, minute},
+		{"member", "64-conflicting-aliases", member, alternate(64, "me{id}", "__typename"), nil},
+		{"member", "99-me-with-memberships", member, aliases(99, "me{id email memberships{workspaceId workspaceName role}}"), nil},
+		{"owner", "64-conflicting-aliases", owner, alternate(64, "me{id}", "__typename"), nil},
+		{"owner", "9-pages-of-100-keys", owner, aliases(9, "apiKeys(first:100)"+keyFields), nil},
+		{"owner", "500-keys-page", owner, `{apiKeys(first:500)`+keyFields+`}`, nil},
+		{"owner", "10-pages-of-100-events", owner, aliases(10, "auditEvents(first:100)"+eventFields), nil},
+		{"owner", "38-pages-of-100-keys", owner, aliases(38, "apiKeys(first:100)"+keyFields), nil},
+		{"owner", "45-pages-of-100-events", owner, aliases(45, "auditEvents(first:100)"+eventFields), nil},
+		{"anonymous", "login-wrong-password", cred{}, `mutation{login(email:"admin@example.com",password:"not-the-password"){accessToken}}`, day},
+	}
+	for _, tc := range cases {
+		b.Run(tc.caller+"/"+tc.name, func(b *testing.B) {
+			bodies := make([][]byte, b.N)
+			for i := range bodies {
+				// A new document each time (a comment): the query cache
+				// does not help.
+				bodies[i], _ = json.Marshal(map[string]any{"query": fmt.Sprintf("%s #%d", tc.query, i)})
+			}
+			var ru0, ru1 syscall.Rusage
+			var m0, m1 runtime.MemStats
+			answer := 0
+			runtime.ReadMemStats(&m0)
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			b.ResetTimer()
+			for i := range b.N {
+				if tc.before != nil {
+					tc.before()
+				}
+				req := httptest.NewRequest(http.MethodPost, "/graphql", bytes.NewReader(bodies[i]))
+				req.Header.Set("Content-Type", "application/json")
+				if tc.who.Bearer != "" {
+					req.Header.Set("Authorization", "Bearer "+tc.who.Bearer)
+				}
+				if tc.who.Key != "" {
+					req.Header.Set("X-Api-Key", tc.who.Key)
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				answer = rec.Body.Len()
+				if i == 0 {
+					b.Logf("HTTP %d, %d bytes: %.160s", rec.Code, answer, rec.Body)
+				}
+			}
+			b.StopTimer()
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			runtime.ReadMemStats(&m1)
+			cpu := ru1.Utime.Nano() - ru0.Utime.Nano() + ru1.Stime.Nano() - ru0.Stime.Nano()
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/float64(b.N), "alloc-B/op")
+			b.ReportMetric(float64(answer), "answer-B")
+			b.ReportMetric(float64(len(bodies[0])), "body-B")
+		})
+	}
+}
