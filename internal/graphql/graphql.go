@@ -64,6 +64,7 @@ func New(svc *btk.Service, gw *gateway.Gateway, log *slog.Logger) http.Handler {
 	cfg.Complexity.Query.APIKeyAuditLog = func(child int, _, _ *string, _ *btk.AuditAction, _, _ *time.Time, first *int, _, _ *string) int {
 		return pageCost(child, first)
 	}
+	cfg.Complexity.Query.WebhookDeliveries = func(child int, _ string, first *int, _ *string) int { return pageCost(child, first) }
 	es := graph.NewExecutableSchema(cfg)
 	// Parsing and validating a query costs as much as the rest of a request:
 	// cache the parsed documents (only valid ones are cached, so the two
