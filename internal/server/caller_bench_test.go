@@ -79,7 +79,7 @@ func BenchmarkCostliestRequestByCaller(b *testing.B) {
 		{"member", "99-me-with-memberships", member, aliases(99, "me{id email memberships{workspaceId workspaceName role}}"), nil},
 		{"owner", "64-conflicting-aliases", owner, alternate(64, "me{id}", "__typename"), nil},
 		{"owner", "9-pages-of-100-keys", owner, aliases(9, "apiKeys(first:100)"+keyFields), nil},
-		{"owner", "500-keys-page", owner, `{apiKeys(first:500)`+keyFields+`}`, nil},
+		{"owner", "500-keys-page", owner, `{apiKeys(first:500)` + keyFields + `}`, nil},
 		{"owner", "10-pages-of-100-events", owner, aliases(10, "auditEvents(first:100)"+eventFields), nil},
 		{"owner", "38-pages-of-100-keys", owner, aliases(38, "apiKeys(first:100)"+keyFields), nil},
 		{"owner", "45-pages-of-100-events", owner, aliases(45, "auditEvents(first:100)"+eventFields), nil},
