@@ -119,6 +119,8 @@ func TestPagesCostTheirRows(t *testing.T) {
 	if r := e.do(owner, q.String(), nil); r.Code() != "COMPLEXITY_LIMIT_EXCEEDED" {
 		t.Fatalf("45 pages of 100 events: %q %+v", r.Code(), r.Errors)
 	}
-	var out struct{ ApiKeys struct{ Nodes []struct{ ID string } } }
+	var out struct {
+		ApiKeys struct{ Nodes []struct{ ID string } }
+	}
 	e.must(owner, `{apiKeys(first:500){nodes{id name displayPrefix hint status rateLimitPerMinute rateLimitPerDay expiresAt lastUsedAt createdAt}}}`, nil, &out)
 }
