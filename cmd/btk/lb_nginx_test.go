@@ -29,6 +29,12 @@ func TestNginxLoadBalancerExample(t *testing.T) {
 	if err != nil {
 		t.Skip("nginx not found on PATH: install the Debian package nginx (apt-get install -y nginx)")
 	}
+	// The client needs an address of its own, apart from nginx's 127.0.0.1.
+	if ln, err := net.Listen("tcp", "127.0.0.2:0"); err != nil {
+		t.Skipf("no second loopback address 127.0.0.2 for the client (%v)", err)
+	} else {
+		ln.Close()
+	}
 	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "gateway", "nginx-lb.conf"))
 	if err != nil {
 		t.Fatal(err)
