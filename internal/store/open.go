@@ -27,10 +27,10 @@ func Open(ctx context.Context, db string, shared bool) (btk.Store, error) {
 
 // OpenBeside opens db for a maintenance command that may run beside btk
 // serve (btk account reset-password): a SQLite file through
-// sqlite.OpenBeside, a PostgreSQL database as one more instance sharing it.
+// sqlite.OpenBeside, a PostgreSQL database without the instance lock.
 func OpenBeside(ctx context.Context, db string) (btk.Store, error) {
 	if postgres.IsURL(db) {
-		return postgres.Open(ctx, db, postgres.Options{Shared: true})
+		return postgres.Open(ctx, db, postgres.Options{Maintenance: true})
 	}
 	return sqlite.OpenBeside(ctx, db)
 }

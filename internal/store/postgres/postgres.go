@@ -56,6 +56,10 @@ type Options struct {
 	Shared bool
 	// MaxConns bounds the pool; 0 means pgxpool's default (max(4, CPUs)).
 	MaxConns int32
+	// Maintenance opens the database for a short command that caches
+	// nothing (btk account reset-password): it takes no instance lock, so
+	// it runs beside any instances, lone or sharing state.
+	Maintenance bool
 }
 
 // DB is a btk.Store on one PostgreSQL database (the schema of the URL's
@@ -112,9 +116,11 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	}
 	db.schema = *schema
 
-	if err := db.lockInstance(ctx); err != nil {
-		pool.Close()
-		return nil, err
+	if !opts.Maintenance {
+		if err := db.lockInstance(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()

@@ -107,6 +107,12 @@ func TestInstanceLock(t *testing.T) {
 	if _, err := postgres.Open(ctx, url, postgres.Options{Shared: true}); err == nil || !strings.Contains(err.Error(), "--redis") {
 		t.Fatalf("shared Open next to a lone instance: %v", err)
 	}
+	// A maintenance command (btk account reset-password) opens beside it.
+	maint, err := postgres.Open(ctx, url, postgres.Options{Maintenance: true})
+	if err != nil {
+		t.Fatalf("maintenance Open next to a lone instance: %v", err)
+	}
+	maint.Close()
 	// Another schema is another database.
 	other := open(t, pgtest.URL(t), postgres.Options{})
 	_ = other
