@@ -67,7 +67,7 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, cl 
 		now := s.now()
 		if k.Canary { // a trap: answered as an unknown key (docs/leaks.md)
 			s.counter.add(k, UseRefused, now, cl)
-			return nil, none, &CanaryUse{key: k}
+			return nil, none, s.canaryRefusal(k, clientAddr(ctx, cl), now)
 		}
 		// Revoked and expired are final: a cached record saying so needs no
 		// shared state.

@@ -356,6 +356,8 @@ func (k *LeakReportKeys) Verify(id, sig string, body []byte) bool {
 type canaryTally struct {
 	count int       // uses not recorded yet
 	tried time.Time // when this instance last tried to record
+	// negUntil (unix ns) mimics the negative cache of unknown keys.
+	negUntil int64
 }
 
 // canaryBook counts the uses of canary keys between records; bounded (only
@@ -363,6 +365,21 @@ type canaryTally struct {
 type canaryBook struct {
 	mu sync.Mutex
 	m  map[string]*canaryTally
+}
+
+// tally is the tally of canary key id, made when missing; the caller holds
+// b.mu. The map is bounded: full, it starts over (it holds only canary
+// keys, which only owners make).
+func (b *canaryBook) tally(id string) *canaryTally {
+	if b.m == nil || len(b.m) >= maxCanaryTallies && b.m[id] == nil {
+		b.m = map[string]*canaryTally{}
+	}
+	t := b.m[id]
+	if t == nil {
+		t = &canaryTally{}
+		b.m[id] = t
+	}
+	return t
 }
 
 type clientRequestKey struct{}
@@ -381,12 +398,52 @@ func clientRequestFrom(ctx context.Context) clientRequest {
 }
 
 // CanaryUse is AuthenticateKey's refusal of a canary key. To its caller it
-// is ErrInvalidKey (errors.Is, ErrorCode and ErrorMessage say so), so the
-// answer is that of an unknown key; RecordCanaryUse records it.
-type CanaryUse struct{ key *APIKey }
+// is the refusal an unknown key presented from the same address would get
+// (errors.Is, ErrorCode and ErrorMessage say so): ErrInvalidKey, or
+// ErrTooManyUnknownKeys for an address over its budget of unknown keys.
+// RecordCanaryUse records it.
+type CanaryUse struct {
+	key    *APIKey
+	answer *Error
+}
 
-func (c *CanaryUse) Error() string { return ErrInvalidKey.Message }
-func (c *CanaryUse) Unwrap() error { return ErrInvalidKey }
+func (c *CanaryUse) Error() string { return c.answer.Message }
+func (c *CanaryUse) Unwrap() error { return c.answer }
+
+// canaryRefusal answers a canary key presented from addr exactly as an
+// unknown key would be (unknownkeys.go): a key looked up within the last
+// negativeTTL is invalid at once; otherwise an address over its budget of
+// unknown keys is refused, and any other lookup spends from that budget.
+// The canary is never put in the negative cache itself, so that its uses
+// keep reaching RecordCanaryUse.
+func (s *Service) canaryRefusal(k *APIKey, addr string, now time.Time) error {
+	t := now.UnixNano()
+	s.canaries.mu.Lock()
+	tally := s.canaries.tally(k.ID)
+	if t < tally.negUntil {
+		s.canaries.mu.Unlock()
+		return &CanaryUse{key: k, answer: ErrInvalidKey}
+	}
+	s.canaries.mu.Unlock()
+	u := s.unknown
+	u.mu.Lock()
+	if until, ok := u.blocked[addr]; ok && t < until {
+		u.mu.Unlock()
+		return &CanaryUse{key: k, answer: ErrTooManyUnknownKeys}
+	}
+	u.mu.Unlock()
+	d := u.spent.Allow(addressKey(addr), unknownKeyLookups, now, 0)
+	if !d.Allowed {
+		u.mu.Lock()
+		dropSome(u.blocked)
+		u.blocked[addr] = t + int64(d.RetryAfter)
+		u.mu.Unlock()
+	}
+	s.canaries.mu.Lock()
+	s.canaries.tally(k.ID).negUntil = t + int64(negativeTTL)
+	s.canaries.mu.Unlock()
+	return &CanaryUse{key: k, answer: ErrInvalidKey}
+}
 
 // RecordCanaryUse records the use of a canary key when err is a *CanaryUse
 // (anything else records nothing): at most once a minute per key across
@@ -402,14 +459,7 @@ func (s *Service) RecordCanaryUse(ctx context.Context, err error, ip, userAgent,
 	k := c.key
 	now := s.now()
 	s.canaries.mu.Lock()
-	if s.canaries.m == nil || len(s.canaries.m) >= maxCanaryTallies && s.canaries.m[k.ID] == nil {
-		s.canaries.m = map[string]*canaryTally{}
-	}
-	t := s.canaries.m[k.ID]
-	if t == nil {
-		t = &canaryTally{}
-		s.canaries.m[k.ID] = t
-	}
+	t := s.canaries.tally(k.ID)
 	t.count++
 	if !t.tried.IsZero() && now.Sub(t.tried) < canaryWindow {
 		s.canaries.mu.Unlock()
@@ -436,4 +486,12 @@ func (s *Service) RecordCanaryUse(ctx context.Context, err error, ip, userAgent,
 		}
 		s.canaries.mu.Unlock()
 	}
+}
+
+// clientAddr is the address of cl, or the context's (WithClientIP).
+func clientAddr(ctx context.Context, cl Client) string {
+	if cl.Addr != nil {
+		return cl.Addr()
+	}
+	return clientIPFrom(ctx)
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -318,4 +319,45 @@ func TestCanaryKey(t *testing.T) {
 		t.Fatalf("rotated: %v %v", r, err)
 	}
 	use(r.Plaintext)
+}
+
+// A canary key meets what an unknown key presented from the same address
+// meets, the address's budget of unknown keys included: refused 429 from an
+// address over it, 401 otherwise (and 401 within the negative cache's 30 s).
+func TestCanaryAnswersAsUnknownUnderTheUnknownKeyBudget(t *testing.T) {
+	e := newLeakEnv(t)
+	ctx := context.Background()
+	from := func(ip string) btk.Client { return btk.Client{Addr: func() string { return ip }} }
+	c, _ := e.svc.CreateKey(ctx, e.owner, btk.CreateKeyInput{Name: "trap", Canary: true})
+	unknown := func(i int) string { return c.Plaintext[:13] + fmt.Sprintf("%042dA", i) }
+	answer := func(key, ip string) string {
+		_, _, err := e.svc.AuthenticateKeyFrom(ctx, key, from(ip))
+		return fmt.Sprintf("%s %s", btk.ErrorCode(err), btk.ErrorMessage(err))
+	}
+	// Both known to this node (the canary cached, the unknown key in the
+	// negative cache), then both forgotten by the negative cache.
+	if a, b := answer(c.Plaintext, "192.0.2.9"), answer(unknown(0), "192.0.2.9"); a != b {
+		t.Fatalf("first use: canary %q, unknown %q", a, b)
+	}
+	e.advance(31 * time.Second)
+	// Block 192.0.2.1: too many distinct unknown keys.
+	blocked := false
+	for i := 1; i < 200 && !blocked; i++ {
+		blocked = strings.HasPrefix(answer(unknown(i), "192.0.2.1"), "RATE_LIMITED")
+	}
+	if !blocked {
+		t.Fatal("the address was never refused for unknown keys")
+	}
+	a, b := answer(c.Plaintext, "192.0.2.1"), answer(unknown(0), "192.0.2.1")
+	if a != b || !strings.HasPrefix(a, "RATE_LIMITED") {
+		t.Errorf("from a refused address: canary %q, unknown %q; want the same 429", a, b)
+	}
+	// From a clean address both are invalid keys, and then, within 30 s,
+	// invalid also from the refused address (the negative cache answers).
+	if a, b := answer(c.Plaintext, "192.0.2.2"), answer(unknown(0), "192.0.2.2"); a != b || !strings.HasPrefix(a, "UNAUTHENTICATED") {
+		t.Errorf("from a clean address: canary %q, unknown %q", a, b)
+	}
+	if a, b := answer(c.Plaintext, "192.0.2.1"), answer(unknown(0), "192.0.2.1"); a != b || !strings.HasPrefix(a, "UNAUTHENTICATED") {
+		t.Errorf("within the negative cache: canary %q, unknown %q", a, b)
+	}
 }
