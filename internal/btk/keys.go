@@ -309,7 +309,9 @@ func (s *Service) auditAs(ctx context.Context, tx Tx, a *Actor, e AuditEntry, ev
 	if a.Impersonating {
 		e.ImpersonatorID = a.AccountID
 	}
-	meta, err := json.Marshal(metadata)
+	// The event carries the client's address and user agent too, as the
+	// key audit row does (the audit page shows where a change came from).
+	meta, err := json.Marshal(requestMeta(a, metadata))
 	if err != nil {
 		return err
 	}

@@ -12,10 +12,15 @@ import (
 )
 
 var funcs = template.FuncMap{
-	"num":   num,
-	"short": short,
-	"lower": func(s btk.KeyStatus) string { return strings.ToLower(string(s)) },
-	"plan":  planName,
+	"num":    num,
+	"short":  short,
+	"lower":  func(s btk.KeyStatus) string { return strings.ToLower(string(s)) },
+	"plan":   planName,
+	"num64":  func(n int64) string { return num(int(n)) },
+	"add":    func(a, b int) int { return a + b },
+	"sub":    func(a, b int) int { return a - b },
+	"lower2": func(r btk.Role) string { return strings.ToLower(string(r)) },
+	"pct":    func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 }
 
 // planName is a plan as people write it: CLOUD_PRO is "Cloud Pro".

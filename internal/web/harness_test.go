@@ -258,7 +258,7 @@ func (b *browser) login(email, password string) {
 
 // newKey reads the plaintext shown once on a page.
 func newKey(body string) string {
-	const open = `<code id="new-key" class="secret" tabindex="0">`
+	const open = `<code id="new-key" class="secret" tabindex="0" autofocus aria-describedby="newkey-warn">`
 	i := strings.Index(body, open)
 	if i < 0 {
 		return ""

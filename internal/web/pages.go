@@ -2,9 +2,13 @@ package web
 
 import (
 	"errors"
+	"html/template"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/btk-project/btk/internal/btk"
 )
@@ -16,6 +20,12 @@ type layout struct {
 	Nav       string
 	Actor     *btk.Actor
 	Workspace *btk.Workspace
+	// CanAudit: the role may read the audit log (owner tier); the link is
+	// shown only then.
+	CanAudit bool
+	// Memberships are the account's workspaces, for the switcher (shown
+	// with two or more).
+	Memberships []btk.MembershipInfo
 }
 
 type messagePage struct {
@@ -41,6 +51,12 @@ func (h *Handler) frame(w http.ResponseWriter, r *http.Request, a *btk.Actor, ti
 		return nil, false
 	}
 	l.Workspace = ws
+	l.CanAudit = a.OwnerTier()
+	if !a.Impersonating {
+		if ms, err := h.svc.Memberships(r.Context(), a); err == nil && len(ms) > 1 {
+			l.Memberships = ms
+		}
+	}
 	return l, true
 }
 
@@ -84,16 +100,16 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	info, err := h.svc.Login(ctx, email, r.PostForm.Get("password"), workspace)
 	if err != nil {
-		p := loginPage{layout: layout{Title: "Log in"}, Email: email, Chosen: workspace, Error: sentence(btk.ErrorMessage(err))}
 		var choice *btk.WorkspaceChoiceError
-		if errors.As(err, &choice) {
-			// The password was right: it is asked again with the choice
-			// rather than echoed back into the page.
-			p.Choices = choice.Workspaces
-			p.Error = "Your account belongs to several workspaces. Choose one and enter your password again."
-			h.render(w, r, "login", http.StatusOK, p)
-			return
+		if errors.As(err, &choice) && len(choice.Workspaces) > 0 {
+			// The password was right: the first workspace is opened and the
+			// header's switcher offers the others (one login, no password
+			// typed twice).
+			info, err = h.svc.Login(ctx, email, r.PostForm.Get("password"), choice.Workspaces[0].WorkspaceID)
 		}
+	}
+	if err != nil {
+		p := loginPage{layout: layout{Title: "Log in"}, Email: email, Chosen: workspace, Error: sentence(btk.ErrorMessage(err))}
 		status := statusOf(err)
 		if status == http.StatusInternalServerError {
 			h.log.ErrorContext(r.Context(), "dashboard login failed", "err", err)
@@ -166,6 +182,8 @@ type keyRow struct {
 	OwnLimits              bool
 	Expires, LastUsed      *timeValue
 	Created                timeValue
+	// Spark is the key's last 7 days (nil when they could not be read).
+	Spark *sparkline
 }
 
 func (h *Handler) keys(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
@@ -204,6 +222,7 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, a *btk.Actor)
 	}
 	p.Next = next
 	now := h.svc.Now()
+	weekAgo := now.Add(-6 * 24 * time.Hour) // this day and the six before
 	for _, k := range keys {
 		lim := h.svc.EffectiveLimits(k, l.Workspace)
 		row := keyRow{
@@ -211,6 +230,10 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, a *btk.Actor)
 			PerMinute: lim.PerMinute, PerDay: lim.PerDay,
 			OwnLimits: k.RateLimitPerMinute != nil || k.RateLimitPerDay != nil,
 			Expires:   optTime(k.ExpiresAt, now), LastUsed: optTime(k.LastUsedAt, now), Created: newTime(k.CreatedAt, now),
+		}
+		if pts, err := h.svc.KeyUsage(r.Context(), a, k.ID, btk.UsageRange{Since: &weekAgo, Until: &now, Granularity: btk.GranularityDay}); err == nil {
+			sp := newSparkline(pts)
+			row.Spark = &sp
 		}
 		p.Keys = append(p.Keys, row)
 	}
@@ -357,19 +380,57 @@ type auditPage struct {
 	Events    []auditRow
 	Next      string
 	First     bool
+	// The filters as given (action, actor email, from and to dates), the
+	// query string that keeps them across pages, and the actions offered.
+	Action, Actor, From, To string
+	Query                   template.URL // url.Values.Encode of the filters
+	Actions                 []actionChoice
+	Filtered                bool
+	Error                   string
 }
+
+type actionChoice struct{ Code, Words string }
 
 func (h *Handler) audit(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
 	l, ok := h.frame(w, r, a, "Audit log", "audit")
 	if !ok {
 		return
 	}
-	after := r.URL.Query().Get("after")
-	p := auditPage{layout: *l, First: after == ""}
-	events, next, err := h.svc.AuditEvents(r.Context(), a, btk.AuditFilter{Page: btk.Page{First: auditPageSize, After: after}})
+	q := r.URL.Query()
+	after := q.Get("after")
+	p := auditPage{layout: *l, First: after == "", Action: q.Get("action"), Actor: strings.TrimSpace(q.Get("actor")), From: q.Get("from"), To: q.Get("to")}
+	p.Actions = auditActions()
+	f := btk.AuditFilter{Page: btk.Page{First: auditPageSize, After: after}, EventAction: p.Action, ActorEmail: p.Actor}
+	keep := url.Values{}
+	for k, v := range map[string]string{"action": p.Action, "actor": p.Actor, "from": p.From, "to": p.To} {
+		if v != "" {
+			keep.Set(k, v)
+		}
+	}
+	p.Query, p.Filtered = template.URL(keep.Encode()), len(keep) > 0
+	// Dates are whole UTC days: from its start, to its end.
+	if t, err := time.Parse("2006-01-02", p.From); err == nil {
+		f.Since = &t
+	} else if p.From != "" {
+		p.Error = "The “from” date must be a date such as 2026-11-01."
+	}
+	if t, err := time.Parse("2006-01-02", p.To); err == nil {
+		t = t.Add(24 * time.Hour)
+		f.Until = &t
+	} else if p.To != "" {
+		p.Error = "The “to” date must be a date such as 2026-11-30."
+	}
+	var events []*btk.AuditEvent
+	var next string
+	var err error
+	if p.Error == "" {
+		events, next, err = h.svc.AuditEvents(r.Context(), a, f)
+	}
 	switch {
 	case btk.ErrorCode(err) == btk.CodeForbidden:
 		p.Forbidden = true
+	case btk.ErrorCode(err) == btk.CodeBadUserInput:
+		p.Error = sentence(btk.ErrorMessage(err))
 	case err != nil:
 		h.fail(w, r, l, err)
 		return
@@ -379,7 +440,21 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
 		p.Events = append(p.Events, newAuditRow(ev, now))
 	}
 	p.Next = next
-	h.render(w, r, "audit", http.StatusOK, p)
+	status := http.StatusOK
+	if p.Error != "" {
+		status = http.StatusBadRequest
+	}
+	h.render(w, r, "audit", status, p)
+}
+
+// auditActions are the actions the filter offers, in words, sorted by them.
+func auditActions() []actionChoice {
+	out := make([]actionChoice, 0, len(actionWords))
+	for code, words := range actionWords {
+		out = append(out, actionChoice{code, words})
+	}
+	slices.SortFunc(out, func(a, b actionChoice) int { return strings.Compare(a.Words, b.Words) })
+	return out
 }
 
 // ---- workspaces (platform admin) ----

@@ -26,7 +26,7 @@ var assetFS embed.FS
 
 // Patterns are the paths the dashboard answers on the main listener; the
 // rest (/graphql, /healthz, /readyz…) stays the server's.
-var Patterns = []string{"GET /{$}", "/login", "/logout", "/keys", "/keys/", "/audit", "/webhooks", "/webhooks/", "/workspaces", "/workspaces/", "/assets/"}
+var Patterns = []string{"GET /{$}", "/login", "/logout", "/keys", "/keys/", "/audit", "/webhooks", "/webhooks/", "/workspaces", "/workspaces/", "/switch", "/assets/"}
 
 // CookieName is the session cookie: the same session JWT as GraphQL login.
 const CookieName = "btk_session"
@@ -53,7 +53,7 @@ type Handler struct {
 // (login throttles, audit rows) the way the rest of the server does.
 func New(svc *btk.Service, log *slog.Logger, clientIP func(*http.Request) string) *Handler {
 	h := &Handler{svc: svc, log: log, clientIP: clientIP, pages: map[string]*template.Template{}}
-	for _, name := range []string{"login", "keys", "rotate", "revoke", "audit", "webhooks", "workspaces", "message"} {
+	for _, name := range []string{"login", "keys", "key", "rotate", "revoke", "audit", "webhooks", "workspaces", "message"} {
 		h.pages[name] = template.Must(template.New("layout.html").Funcs(funcs).
 			ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
 	}
@@ -67,6 +67,8 @@ func New(svc *btk.Service, log *slog.Logger, clientIP func(*http.Request) string
 	mux.HandleFunc("POST /logout", h.logout)
 	mux.HandleFunc("GET /keys", h.authed(h.keys))
 	mux.HandleFunc("POST /keys", h.authed(h.createKey))
+	mux.HandleFunc("GET /keys/{id}", h.authed(h.keyDetail))
+	mux.HandleFunc("POST /switch", h.authed(h.switchWorkspace))
 	mux.HandleFunc("GET /keys/{id}/rotate", h.authed(h.rotateForm))
 	mux.HandleFunc("POST /keys/{id}/rotate", h.authed(h.rotateKey))
 	mux.HandleFunc("GET /keys/{id}/revoke", h.authed(h.revokeForm))
