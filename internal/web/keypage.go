@@ -11,11 +11,11 @@ import (
 // usage (docs/usage.md).
 type keyDetailPage struct {
 	layout
-	Key       keyRow
-	CanManage bool
-	CanIssue  bool
-	Scopes    []string
-	Canary    bool
+	Key                     keyRow
+	CanManage               bool
+	CanIssue                bool
+	Scopes                  []string
+	Canary                  bool
 	RotatedFrom, ReplacedBy string
 	// LastIP and LastUA are the client of the latest accepted request.
 	LastIP, LastUA string
