@@ -165,8 +165,13 @@ func (p *printer) accountFields(a client.Account) []field {
 	}
 }
 
-// impersonator names the impersonating platform admin by email, else id.
-func impersonator(email, id *string) string {
+// impersonator names the impersonating platform admin by email, else id;
+// when the admin is the actor itself (as it always is today) it says so
+// rather than name the same account twice.
+func impersonator(email, id *string, actorEmail string) string {
+	if email != nil && *email != "" && *email == actorEmail {
+		return "as platform admin"
+	}
 	if email != nil && *email != "" {
 		return "impersonated by " + *email
 	}
@@ -186,7 +191,7 @@ func (p *printer) auditTable(entries []client.AuditEntry) {
 		if e.RevokedCount != nil {
 			detail = append(detail, fmt.Sprintf("%d keys revoked", *e.RevokedCount))
 		}
-		if s := impersonator(e.ImpersonatorEmail, e.ImpersonatorId); s != "" {
+		if s := impersonator(e.ImpersonatorEmail, e.ImpersonatorId, e.ActorEmail); s != "" {
 			detail = append(detail, s)
 		}
 		rows[i] = []string{p.Time(&e.CreatedAt, ""), string(e.Action), deref(e.ApiKeyName, "-"), deref(e.ApiKeyId, "-"),
@@ -199,7 +204,7 @@ func (p *printer) eventTable(events []client.AuditEvent) {
 	rows := make([][]string, len(events))
 	for i, e := range events {
 		detail := metadataText(e.Metadata)
-		if s := impersonator(e.ImpersonatorEmail, e.ImpersonatorId); s != "" {
+		if s := impersonator(e.ImpersonatorEmail, e.ImpersonatorId, e.ActorEmail); s != "" {
 			detail = strings.TrimPrefix(detail+"; "+s, "; ")
 		}
 		ws := e.WorkspaceId

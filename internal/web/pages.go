@@ -382,7 +382,7 @@ type auditPage struct {
 	First     bool
 	// The filters as given (action, actor email, from and to dates), the
 	// query string that keeps them across pages, and the actions offered.
-	Action, Actor, From, To string
+	Action, ActorEmail, From, To string
 	Query                   template.URL // url.Values.Encode of the filters
 	Actions                 []actionChoice
 	Filtered                bool
@@ -398,11 +398,11 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
 	}
 	q := r.URL.Query()
 	after := q.Get("after")
-	p := auditPage{layout: *l, First: after == "", Action: q.Get("action"), Actor: strings.TrimSpace(q.Get("actor")), From: q.Get("from"), To: q.Get("to")}
+	p := auditPage{layout: *l, First: after == "", Action: q.Get("action"), ActorEmail: strings.TrimSpace(q.Get("actor")), From: q.Get("from"), To: q.Get("to")}
 	p.Actions = auditActions()
-	f := btk.AuditFilter{Page: btk.Page{First: auditPageSize, After: after}, EventAction: p.Action, ActorEmail: p.Actor}
+	f := btk.AuditFilter{Page: btk.Page{First: auditPageSize, After: after}, EventAction: p.Action, ActorEmail: p.ActorEmail}
 	keep := url.Values{}
-	for k, v := range map[string]string{"action": p.Action, "actor": p.Actor, "from": p.From, "to": p.To} {
+	for k, v := range map[string]string{"action": p.Action, "actor": p.ActorEmail, "from": p.From, "to": p.To} {
 		if v != "" {
 			keep.Set(k, v)
 		}
