@@ -383,10 +383,10 @@ type auditPage struct {
 	// The filters as given (action, actor email, from and to dates), the
 	// query string that keeps them across pages, and the actions offered.
 	Action, ActorEmail, From, To string
-	Query                   template.URL // url.Values.Encode of the filters
-	Actions                 []actionChoice
-	Filtered                bool
-	Error                   string
+	Query                        template.URL // url.Values.Encode of the filters
+	Actions                      []actionChoice
+	Filtered                     bool
+	Error                        string
 }
 
 type actionChoice struct{ Code, Words string }
