@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -277,4 +279,29 @@ func TestDesignListsEveryExitCode(t *testing.T) {
 			t.Errorf("docs/design.md#exit-codes has no row for %s = %s", m[1], m[2])
 		}
 	}
+}
+
+// docs/design.md#configuration has a row for every global flag of the CLI.
+func TestDesignListsEveryGlobalFlag(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "design.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	start := strings.Index(text, "\n### Configuration\n")
+	if start < 0 {
+		t.Fatal("docs/design.md has no Configuration section")
+	}
+	table := text[start+1:]
+	table = table[:strings.Index(table[4:], "\n### ")+4]
+	streams := &iostreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard}
+	f := &factory{io: streams, v: viper.New(), getenv: func(string) string { return "" }, now: time.Now}
+	newCommandTree(f).PersistentFlags().VisitAll(func(fl *pflag.Flag) {
+		if fl.Name == "help" {
+			return
+		}
+		if !strings.Contains(table, "`--"+fl.Name+"`") {
+			t.Errorf("docs/design.md#configuration has no row for --%s", fl.Name)
+		}
+	})
 }
