@@ -19,6 +19,7 @@ type createOptions struct {
 	expiresAt string
 	scopes    []string
 	canary    bool
+	cidrs     []string
 }
 
 func newCreateCmd(f *factory) *cobra.Command {
@@ -38,6 +39,7 @@ answers exactly as an unknown key, while every use of it is recorded as an
 api_key.canary_used event with the caller's address, user agent and path.`,
 		Example: `  btk create payments-backend
   btk create nightly-export --rate-per-minute 60 --expires-in 90d --scope export:read
+  btk create office-sync --allow-cidr 192.0.2.0/24 --allow-cidr 2001:db8::/48
   key=$(btk create ci-deploy -o plain) && printf '%s' "$key" | vault kv put secret/ci/btk key=-
   btk create billing -o json | jq -r .plaintextKey
   btk create canary-ci-vars --canary -o plain   # a trap: plant it where nothing should read it`,
@@ -52,7 +54,8 @@ api_key.canary_used event with the caller's address, user agent and path.`,
 	fl.Var(intFlag{&opts.perDay}, "rate-per-day", "requests per day allowed to this key (default: the workspace's)")
 	fl.StringVar(&opts.expiresIn, "expires-in", "", "expire after this `duration`, such as 90d or 36h")
 	fl.StringVar(&opts.expiresAt, "expires-at", "", "expire at this RFC 3339 `time`")
-	fl.StringArrayVar(&opts.scopes, "scope", nil, "a `scope` to store with the key (repeatable; not yet enforced)")
+	fl.StringArrayVar(&opts.scopes, "scope", nil, "a `scope` the key holds (repeatable); a key with scopes may call only what the server's access rules grant them")
+	fl.StringArrayVar(&opts.cidrs, "allow-cidr", nil, "a network (`CIDR` or address) the key may be used from (repeatable; default: anywhere)")
 	fl.BoolVar(&opts.canary, "canary", false, "issue a canary key: never accepted, every use recorded")
 	return cmd
 }
@@ -74,6 +77,7 @@ func runCreate(cmd *cobra.Command, opts *createOptions) error {
 		ExpiresAt:          expiresAt,
 		Scopes:             opts.scopes,
 		Canary:             optionalBool(opts.canary),
+		AllowedCidrs:       opts.cidrs,
 	})
 	if err != nil {
 		return nameTaken(cmd.Context(), c, opts.name, err)

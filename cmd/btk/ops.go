@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/btk-project/btk/internal/access"
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/gateway"
 	"github.com/btk-project/btk/internal/server"
@@ -33,13 +34,25 @@ type opsState struct {
 	metricsAddr string
 	metricsLn   net.Listener
 	hup         chan os.Signal
+
+	// rulesFile (--access-rules) holds rules, read at start; on SIGHUP a
+	// file that parses replaces them through setRules.
+	rulesFile string
+	rules     *access.Rules
+	setRules  func(*access.Rules)
 }
 
 // newOps checks the settings and reads the certificate before anything
 // else starts, so that a mistake stops the server at once.
 func newOps(cfg serveConfig, build server.BuildInfo) (*opsState, error) {
-	o := &opsState{metricsAddr: cfg.MetricsAddr}
+	o := &opsState{metricsAddr: cfg.MetricsAddr, rulesFile: cfg.AccessRules}
 	var err error
+	if o.rulesFile != "" {
+		// A bad file stops the server here, naming the line and the reason.
+		if o.rules, err = access.Load(o.rulesFile); err != nil {
+			return nil, fmt.Errorf("--access-rules: %w", err)
+		}
+	}
 	if o.proxies, err = gateway.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}
@@ -151,6 +164,7 @@ func (o *opsState) reloadOnHangup(ctx context.Context, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-o.hup:
+			o.reloadRules(log)
 			if o.cert == nil {
 				log.Info("SIGHUP: no TLS certificate to reload")
 				continue
@@ -162,4 +176,20 @@ func (o *opsState) reloadOnHangup(ctx context.Context, log *slog.Logger) {
 			log.Info("SIGHUP: TLS certificate reloaded", "subject", o.cert.Subject(), "not_after", o.cert.NotAfter())
 		}
 	}
+}
+
+// reloadRules re-reads --access-rules (if given); a file that does not parse
+// leaves the rules in use in place and says why.
+func (o *opsState) reloadRules(log *slog.Logger) {
+	if o.rulesFile == "" || o.setRules == nil {
+		return
+	}
+	r, err := access.Load(o.rulesFile)
+	if err != nil {
+		log.Error("SIGHUP: access rules not reloaded; the previous rules stay in use", "err", err)
+		return
+	}
+	o.rules = r
+	o.setRules(r)
+	log.Info("SIGHUP: access rules reloaded", "file", o.rulesFile, "rules", r.Len())
 }

@@ -43,6 +43,20 @@ func scopes(s []string) string {
 	return strings.Join(s, " ")
 }
 
+func networks(s []string) string {
+	if len(s) == 0 {
+		return "any"
+	}
+	return strings.Join(s, " ")
+}
+
+func days(n *int) string {
+	if n == nil {
+		return "off"
+	}
+	return strconv.Itoa(*n) + " days"
+}
+
 func limit(n *int, none string) string {
 	if n == nil {
 		return none
@@ -66,6 +80,7 @@ func (p *printer) apiKeyFields(k client.ApiKey) []field {
 		{"Rate limit", p.keyLimits(k)},
 		{"Expires", p.Date(k.ExpiresAt, "never")},
 		{"Scopes", scopes(k.Scopes)},
+		{"Networks", networks(k.AllowedCidrs)},
 		{"Created", p.Time(&k.CreatedAt, "")},
 		{"Last used", p.Time(k.LastUsedAt, "never")},
 	}
@@ -140,6 +155,8 @@ func (p *printer) tenantFields(t client.Tenant) []field {
 		{"Plan", string(t.Plan)},
 		{"Public client key", t.PublicClientKey},
 		{"Default rate limit", fmt.Sprintf("%d/min, %d/day", t.DefaultRateLimitPerMinute, t.DefaultRateLimitPerDay)},
+		{"Key max lifetime", days(t.KeyPolicy.MaxLifetimeDays)},
+		{"Revoke unused keys after", days(t.KeyPolicy.RevokeUnusedAfterDays)},
 		{"Created", p.Time(&t.CreatedAt, "")},
 	}
 }

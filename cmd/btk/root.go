@@ -81,7 +81,7 @@ key revoked), 7 rate limited, 8 server unreachable, 9 'btk scan' found keys,
 		&cobra.Group{ID: "operator", Title: "Operator commands:"},
 		&cobra.Group{ID: "server", Title: "Server commands:"},
 	)
-	for _, c := range []*cobra.Command{newCreateCmd(f), newListCmd(f), newShowCmd(f), newRotateCmd(f), newRevokeCmd(f), newRevokeAllCmd(f), newAuditCmd(f), newEventsCmd(f), newWhoisCmd(f), newScanCmd(f), newUsageCmd(f), newWebhookCmd(f)} {
+	for _, c := range []*cobra.Command{newCreateCmd(f), newListCmd(f), newShowCmd(f), newRotateCmd(f), newRevokeCmd(f), newUpdateCmd(f), newRevokeAllCmd(f), newAuditCmd(f), newEventsCmd(f), newWhoisCmd(f), newScanCmd(f), newUsageCmd(f), newWebhookCmd(f)} {
 		c.GroupID = "keys"
 		root.AddCommand(c)
 	}

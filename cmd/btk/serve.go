@@ -33,7 +33,9 @@ func newServeCmd(v *viper.Viper) *cobra.Command {
 (BTK_BOOTSTRAP_EMAIL / BTK_BOOTSTRAP_PASSWORD, or admin@localhost with a generated
 password printed once to stderr), a workspace "Default" on plan SELF_HOSTED, and
 makes that account its OWNER. It stops on SIGINT or SIGTERM after draining
-requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key.
+requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key
+and the access rules (--access-rules; a file that does not parse keeps the rules
+in use).
 
 Settings come from flags, then BTK_* environment variables (each flag names
 its own), then the config file (--config or BTK_CONFIG, which must exist;
@@ -140,6 +142,12 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		}
 	}
 
+	svc.SetAccessRules(ops.rules)
+	ops.setRules = svc.SetAccessRules
+	if ops.rulesFile != "" {
+		log.Info("access rules loaded", "file", ops.rulesFile, "rules", ops.rules.Len())
+	}
+
 	handler := server.New(svc, db, log, server.WithTrustedProxies(ops.proxies), server.WithLeakReportKeys(ops.leakKeys), server.WithUpstreamTimeout(cfg.UpstreamTimeout))
 	if cfg.Dashboard {
 		handler.Mount(web.New(svc, log, handler.ClientIP), web.Patterns...)
@@ -172,6 +180,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	// The webhook outbox's delivery (docs/webhooks.md): off the request path.
 	deliveries := events.New(svc, events.Config{AllowPrivate: cfg.WebhookAllowPrivate, Registerer: ops.registerer(), Log: log})
 	wg.Go(func() { deliveries.Run(flushCtx) })
+	wg.Go(func() { sweepLoop(flushCtx, svc, log) })
 
 	serveErr := make(chan error, len(servers))
 	for i, s := range servers {
@@ -250,6 +259,30 @@ func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger, ops *ops
 			if err != nil && ctx.Err() == nil {
 				log.Error("last_used_at flush failed", "err", err)
 			}
+		}
+	}
+}
+
+// sweepLoop revokes the keys the workspaces' policies find unused
+// (revokeUnusedAfterDays), shortly after start and then every minute; every
+// instance runs it, and each key is revoked and audited once
+// (btk.Service.SweepUnusedKeys).
+func sweepLoop(ctx context.Context, svc *btk.Service, log *slog.Logger) {
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := svc.SweepUnusedKeys(ctx)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("unused-key sweep failed", "err", err)
+			}
+			if n > 0 {
+				log.Info("revoked unused keys (workspace key policy)", "count", n)
+			}
+			t.Reset(time.Minute)
 		}
 	}
 }

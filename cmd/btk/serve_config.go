@@ -45,6 +45,7 @@ type serveConfig struct {
 	TrustedProxies string
 	// LeakReportKeys is a PEM file of the keys that sign leak reports.
 	LeakReportKeys string
+	AccessRules    string
 	Redis          string
 	RedisPrefix    string
 	// SessionKeys and SessionKeysFile list the session signing keys, one
@@ -116,6 +117,7 @@ func (c *serveConfig) settings() []serveSetting {
 		{"leak-report-keys", "PEM file of the ECDSA P-256 public keys whose signed leak reports POST /v1/leaks accepts (GitHub's secret scanning keys)", true, &c.LeakReportKeys},
 		{"usage-retention", "how long each key's hourly usage counts are kept, e.g. 30d or 2160h", true, &c.UsageRetention},
 		{"webhook-allow-private", "let webhooks deliver to loopback, private and link-local addresses (refused by default)", true, &c.WebhookAllowPrivate},
+		{"access-rules", "YAML access rules: the scopes a key needs per path and method at /v1/authorize and the proxy; re-read on SIGHUP (docs/access.md)", true, &c.AccessRules},
 		{"gc-percent", "", false, &c.GCPercent}, // as GOGC; 0 leaves Go's default
 		{"session-keys", "", false, &c.SessionKeys},
 		{"session-keys-file", "", false, &c.SessionKeysFile},

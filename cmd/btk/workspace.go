@@ -12,6 +12,6 @@ rate limits may also be set by the workspace's owner. Names are looked up among
 your own workspaces first, then (platform admin) among all. Workspaces cannot
 be deleted.`,
 	}
-	cmd.AddCommand(newWorkspaceCreateCmd(f), newWorkspaceListCmd(f), newWorkspaceShowCmd(f), newWorkspaceSetPlanCmd(f), newWorkspaceSetLimitsCmd(f))
+	cmd.AddCommand(newWorkspaceCreateCmd(f), newWorkspaceListCmd(f), newWorkspaceShowCmd(f), newWorkspaceSetPlanCmd(f), newWorkspaceSetLimitsCmd(f), newWorkspacePolicyCmd(f))
 	return group(cmd)
 }

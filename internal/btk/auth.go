@@ -19,12 +19,11 @@ var (
 	ErrRateLimited = &Error{Code: CodeRateLimited, Message: "rate limit exceeded"}
 )
 
-// AuthenticateKey checks a presented X-Api-Key and decides its rate limit. On
-// success it returns the workspace-only actor; the decision is returned also
-// when the request is refused for its limit (ErrRateLimited), for the
-// response headers. It reads the database only on a cache miss.
+// AuthenticateKey checks a presented X-Api-Key and decides its rate limit,
+// for a request of unknown origin (a key with networks is refused). Entry
+// points call AuthenticateRequest.
 func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor, ratelimit.Decision, error) {
-	return s.AuthenticateKeyFrom(ctx, plaintext, Client{})
+	return s.AuthenticateRequest(ctx, plaintext, &KeyRequest{})
 }
 
 // AuthenticateKeyFrom is AuthenticateKey for a request from cl. An address
@@ -33,6 +32,19 @@ func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor
 // (docs/usage.md): accepted, refused for the rate limit, or refused as
 // revoked, expired or a canary; an unknown key is counted nowhere.
 func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, cl Client) (*Actor, ratelimit.Decision, error) {
+	return s.AuthenticateRequest(ctx, plaintext, &KeyRequest{From: cl})
+}
+
+// AuthenticateRequest checks a presented X-Api-Key for the request req and
+// decides its rate limit, in docs/access.md's order: key known, not revoked
+// or expired (401), network, scope (403), rate limits (429). A request
+// refused before the limits uses none of them (it is counted as a refused
+// use, docs/usage.md). On success it returns the workspace-only actor; the
+// decision is returned also when the request is refused for its limit
+// (ErrRateLimited), for the response headers. It reads the database only on
+// a cache miss.
+func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req *KeyRequest) (*Actor, ratelimit.Decision, error) {
+	cl := req.From
 	var none ratelimit.Decision
 	if !WellFormedKey(plaintext) { // also refuses bpk_ keys
 		return nil, none, ErrInvalidKey
@@ -42,6 +54,7 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, cl 
 	prefix := plaintext[len(KeyPrefix):DisplayPrefixLen]
 	k, w, rev, gen := s.cache.get(hash, prefix)
 	s.cfg.Observer.KeyCacheLookup(k != nil && w != nil)
+	fresh := false // k and w were read from the database for this request
 	for attempt := 0; ; attempt++ {
 		if k == nil || w == nil {
 			var ip string
@@ -63,6 +76,7 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, cl 
 				return nil, none, err
 			}
 			s.cache.fill(gen, hash, k, w, rev)
+			fresh = true
 		}
 		now := s.now()
 		if k.Canary { // a trap: answered as an unknown key (docs/leaks.md)
@@ -74,6 +88,25 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, cl 
 		if k.Status(now) != KeyActive {
 			s.counter.add(k, UseRefused, now, cl)
 			return nil, none, ErrKeyRevokedOrExpired
+		}
+		// A refusal by a restriction or the workspace policy counts nothing
+		// against the limits and so asks no shared state whether the record
+		// is current: with several instances, a cached record is read again
+		// before it refuses (an updateApiKey elsewhere may have widened it).
+		var err error = ErrKeyRevokedOrExpired
+		if !policyExpired(k, w, now) {
+			err = s.restrict(k, req)
+		}
+		if err != nil {
+			if s.clustered && !fresh {
+				if k, w, err = s.loadKey(ctx, hash, nil); err != nil {
+					return nil, none, err
+				}
+				fresh = true
+				continue
+			}
+			s.counter.add(k, UseRefused, now, cl)
+			return nil, none, err
 		}
 		// The gate also records the accepted request's time, which
 		// FlushUsage writes as last_used_at: no other bookkeeping, and no
@@ -93,7 +126,7 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, cl 
 				return nil, v.Decision, ErrRateLimited
 			}
 			s.counter.add(k, UseAccepted, now, cl)
-			return &Actor{WorkspaceID: k.WorkspaceID, KeyID: k.ID}, v.Decision, nil
+			return &Actor{WorkspaceID: k.WorkspaceID, KeyID: k.ID, KeyScopes: k.ScopesHeader()}, v.Decision, nil
 		}
 		// Another instance changed the workspace's keys or limits, or the
 		// shared state was lost: read the key again, under the revision
@@ -104,7 +137,7 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, cl 
 		}
 		s.cache.seen(prefix, v.Current)
 		rev, gen = v.Current, s.cache.generation()
-		k, w = nil, nil
+		k, w, fresh = nil, nil, false
 	}
 }
 
@@ -131,7 +164,13 @@ func (s *Service) loadKey(ctx context.Context, hash [32]byte, k *APIKey) (*APIKe
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil, ErrInvalidKey
 	}
-	return k, w, err
+	if err != nil {
+		return nil, nil, err
+	}
+	if k.restrictions == nil {
+		k.prepare()
+	}
+	return k, w, nil
 }
 
 // FlushUsage writes every last_used_at time and per-day limiter state

@@ -17,7 +17,8 @@ type CreateKeyInput struct {
 	ExpiresAt          *time.Time
 	Scopes             []string
 	// Canary issues a trap key (docs/leaks.md): never accepted, its use recorded.
-	Canary bool
+	Canary       bool
+	AllowedCIDRs []string
 }
 
 // RotateKeyInput overrides what the new key inherits. ExpiresAtSet
@@ -102,16 +103,23 @@ func (s *Service) CreateKey(ctx context.Context, a *Actor, in CreateKeyInput) (*
 	if err != nil {
 		return nil, err
 	}
+	cidrs, err := checkCIDRs(in.AllowedCIDRs)
+	if err != nil {
+		return nil, err
+	}
 	var res *NewKeyResult
 	err = s.store.Write(ctx, func(tx Tx) error {
-		if err := s.checkPlan(ctx, tx, a.WorkspaceID); err != nil {
+		w, err := s.checkPlan(ctx, tx, a.WorkspaceID)
+		if err != nil {
+			return err
+		}
+		if err := checkLifetime(w, in.ExpiresAt, s.now()); err != nil {
 			return err
 		}
 		k := &APIKey{
 			Name: name, RateLimitPerMinute: in.RateLimitPerMinute, RateLimitPerDay: in.RateLimitPerDay,
-			ExpiresAt: utc(in.ExpiresAt), Scopes: scopes, Canary: in.Canary,
+			ExpiresAt: utc(in.ExpiresAt), Scopes: scopes, AllowedCIDRs: cidrs, Canary: in.Canary,
 		}
-		var err error
 		if res, err = s.issue(ctx, tx, a, k); err != nil {
 			return err
 		}
@@ -161,19 +169,23 @@ func (s *Service) RotateKey(ctx context.Context, a *Actor, id string, in RotateK
 				return &Error{Code: CodeBadUserInput, Reason: ReasonExpiryRequired, Message: "the key has expired: give the new key an expiresAt (or null for none)"}
 			}
 		}
-		if err := s.checkPlan(ctx, tx, a.WorkspaceID); err != nil {
+		w, err := s.checkPlan(ctx, tx, a.WorkspaceID)
+		if err != nil {
 			return err
 		}
 		k := &APIKey{
 			ID: uuid.NewString(), Name: old.Name, RateLimitPerMinute: old.RateLimitPerMinute,
-			RateLimitPerDay: old.RateLimitPerDay, ExpiresAt: old.ExpiresAt, Scopes: old.Scopes, RotatedFromID: old.ID,
-			Canary: old.Canary,
+			RateLimitPerDay: old.RateLimitPerDay, ExpiresAt: old.ExpiresAt, Scopes: old.Scopes,
+			AllowedCIDRs: old.AllowedCIDRs, RotatedFromID: old.ID, Canary: old.Canary,
 		}
 		if in.Name != nil {
 			k.Name = name
 		}
 		if in.ExpiresAtSet {
 			k.ExpiresAt = utc(in.ExpiresAt)
+		}
+		if err := checkLifetime(w, k.ExpiresAt, now); err != nil {
+			return err
 		}
 		// Revoke first: the new key may take the old key's name.
 		if err := tx.RevokeAPIKey(ctx, old.ID, now, a.AccountID, k.ID); err != nil {
@@ -277,22 +289,26 @@ func (s *Service) issue(ctx context.Context, tx Tx, a *Actor, k *APIKey) (*NewKe
 	if k.Scopes == nil {
 		k.Scopes = []string{}
 	}
+	if k.AllowedCIDRs == nil {
+		k.AllowedCIDRs = []string{}
+	}
 	if err := tx.CreateAPIKey(ctx, k); err != nil {
 		return nil, err
 	}
 	return &NewKeyResult{Key: k, Plaintext: plaintext}, nil
 }
 
-// checkPlan refuses issuing keys on a plan that does not allow it.
-func (s *Service) checkPlan(ctx context.Context, tx Tx, workspaceID string) error {
+// checkPlan refuses issuing keys on a plan that does not allow it, and
+// returns the workspace.
+func (s *Service) checkPlan(ctx context.Context, tx Tx, workspaceID string) (*Workspace, error) {
 	w, err := tx.Workspace(ctx, workspaceID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !w.Plan.AllowsIssuing() {
-		return ErrPlanUpgrade
+		return nil, ErrPlanUpgrade
 	}
-	return nil
+	return w, nil
 }
 
 // audit writes the two audit rows of a change, in the change's transaction.

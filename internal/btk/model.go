@@ -47,6 +47,15 @@ type Workspace struct {
 	RateLimitPerMinute *int
 	RateLimitPerDay    *int
 	CreatedAt          time.Time
+	// KeyPolicy is the workspace's key policy (docs/access.md); zero = off.
+	KeyPolicy KeyPolicy
+}
+
+// KeyPolicy bounds a workspace's keys: MaxLifetimeDays (create, rotate and
+// use) and RevokeUnusedAfterDays (the sweep). nil = off.
+type KeyPolicy struct {
+	MaxLifetimeDays       *int
+	RevokeUnusedAfterDays *int
 }
 
 // Prefix is the first 8 characters of the workspace UUID.
@@ -105,19 +114,26 @@ type APIKey struct {
 	RateLimitPerDay    *int
 	ExpiresAt          *time.Time
 	Scopes             []string
-	CreatedAt          time.Time
-	CreatedBy          string
-	LastUsedAt         *time.Time
-	RevokedAt          *time.Time
-	RevokedBy          string
-	RotatedFromID      string
-	ReplacedByID       string
+	// AllowedCIDRs are the networks the key may be used from (empty = any),
+	// in their canonical form (docs/access.md).
+	AllowedCIDRs  []string
+	CreatedAt     time.Time
+	CreatedBy     string
+	LastUsedAt    *time.Time
+	RevokedAt     *time.Time
+	RevokedBy     string
+	RotatedFromID string
+	ReplacedByID  string
 	// DayState is the rate limiter's persisted per-day state, written by
 	// Store.RecordUsage so day counts survive a restart.
 	DayState int64
 	// Canary marks a trap key: never accepted, every use recorded
 	// (docs/leaks.md).
 	Canary bool
+
+	// restrictions is what the key check needs of AllowedCIDRs and Scopes,
+	// parsed once when the record is read for authentication.
+	restrictions *restrictions
 }
 
 // Status derives the key's state at now: an active key past its expiry is EXPIRED.
@@ -139,12 +155,13 @@ const (
 	AuditRotated    AuditAction = "ROTATED"
 	AuditRevoked    AuditAction = "REVOKED"
 	AuditRevokedAll AuditAction = "REVOKED_ALL"
+	AuditUpdated    AuditAction = "UPDATED"
 )
 
 // Valid reports whether a is a known action.
 func (a AuditAction) Valid() bool {
 	switch a {
-	case AuditCreated, AuditRotated, AuditRevoked, AuditRevokedAll:
+	case AuditCreated, AuditRotated, AuditRevoked, AuditRevokedAll, AuditUpdated:
 		return true
 	}
 	return false
@@ -159,6 +176,8 @@ func (a AuditAction) EventAction() string {
 		return "api_key.rotated"
 	case AuditRevoked:
 		return "api_key.revoked"
+	case AuditUpdated:
+		return "api_key.updated"
 	}
 	return "api_key.revoked_all"
 }

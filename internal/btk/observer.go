@@ -14,13 +14,15 @@ const (
 	// KeyCheckError is a check that could not decide: the store or shared
 	// state failed and the request was refused with 5xx.
 	KeyCheckError
+	// KeyCheckRestricted is a key refused by its networks or scopes (403).
+	KeyCheckRestricted
 	numKeyCheckResults
 )
 
 // KeyCheckResults lists every result, for metrics to prepare their series.
-var KeyCheckResults = []KeyCheckResult{KeyCheckAccepted, KeyCheckInvalid, KeyCheckRevokedOrExpired, KeyCheckRateLimited, KeyCheckError}
+var KeyCheckResults = []KeyCheckResult{KeyCheckAccepted, KeyCheckInvalid, KeyCheckRevokedOrExpired, KeyCheckRateLimited, KeyCheckError, KeyCheckRestricted}
 
-var keyCheckNames = [numKeyCheckResults]string{"accepted", "invalid", "revoked_or_expired", "rate_limited", "error"}
+var keyCheckNames = [numKeyCheckResults]string{"accepted", "invalid", "revoked_or_expired", "rate_limited", "error", "restricted"}
 
 func (r KeyCheckResult) String() string {
 	if r < numKeyCheckResults {
@@ -46,6 +48,8 @@ func KeyCheckResultOf(err error) KeyCheckResult {
 		return KeyCheckInvalid
 	case errors.Is(err, ErrKeyRevokedOrExpired):
 		return KeyCheckRevokedOrExpired
+	case ErrorCode(err) == CodeForbidden:
+		return KeyCheckRestricted
 	}
 	return KeyCheckError
 }

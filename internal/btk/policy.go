@@ -24,6 +24,8 @@ type Actor struct {
 	Elevated bool
 	// KeyID is set when the credential is an API key.
 	KeyID string
+	// KeyScopes are the key's scopes, space-separated (X-Api-Key-Scopes).
+	KeyScopes string
 
 	// Request metadata recorded in audit rows.
 	IP        string

@@ -6,8 +6,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"github.com/btk-project/btk/internal/access"
 	"github.com/btk-project/btk/internal/ratelimit"
 	"github.com/google/uuid"
 )
@@ -71,6 +73,8 @@ type Service struct {
 	unknown *unknownKeys
 	// counter counts each key's uses per hour until a flush writes them.
 	counter *usageCounter
+	// rules are the access rules (docs/access.md); nil = none.
+	rules atomic.Pointer[access.Rules]
 }
 
 const secretSetting = "jwt_secret"

@@ -46,7 +46,8 @@ type Tx interface {
 	// CreateWorkspace returns ErrPrefixTaken when another workspace has the
 	// same 8-character prefix.
 	CreateWorkspace(ctx context.Context, w *Workspace) error
-	// UpdateWorkspace stores the workspace's name, plan and default limits.
+	// UpdateWorkspace stores the workspace's name, plan, default limits and
+	// key policy.
 	UpdateWorkspace(ctx context.Context, w *Workspace) error
 
 	Account(ctx context.Context, id string) (*Account, error)
@@ -84,6 +85,15 @@ type Tx interface {
 	// the key is revoked by rotation. It returns ErrNotFound when the key does
 	// not exist or is already revoked.
 	RevokeAPIKey(ctx context.Context, id string, at time.Time, by, replacedBy string) error
+	// UpdateAPIKey stores a non-revoked key's name, limits, scopes and
+	// networks; ErrNotFound when it is revoked or missing, ErrNameTaken when
+	// another active key of the workspace has the name.
+	UpdateAPIKey(ctx context.Context, k *APIKey) error
+	// RevokeUnusedAPIKeys revokes (revoked_by empty) at most limit
+	// non-revoked keys of the workspace whose last use (else creation) is
+	// before `before`, in one conditional statement, and returns the keys it
+	// revoked: a key revoked by a concurrent sweep is not returned twice.
+	RevokeUnusedAPIKeys(ctx context.Context, workspaceID string, before, at time.Time, limit int) ([]*APIKey, error)
 	// RevokeAllAPIKeys revokes every non-revoked key of the workspace and
 	// returns how many it revoked.
 	RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error)

@@ -126,8 +126,10 @@ type ApiKey struct {
 	RateLimitPerDay *int `json:"rateLimitPerDay"`
 	// When the key stops authenticating; null for never.
 	ExpiresAt *time.Time `json:"expiresAt"`
-	// Scopes stored with the key; reserved for future fine-grained permissions, not enforced.
+	// The key's scopes. A key with scopes may call only what the server's access rules grant them (deny by default at the gateway); empty = unrestricted.
 	Scopes []string `json:"scopes"`
+	// Networks the key may be used from (IPv4/IPv6 CIDR ranges or addresses); empty = from anywhere.
+	AllowedCidrs []string `json:"allowedCidrs"`
 	// When the key was created.
 	CreatedAt time.Time `json:"createdAt"`
 	// When the key last authenticated a request (updated asynchronously, about once a second).
@@ -169,6 +171,9 @@ func (v *ApiKey) GetExpiresAt() *time.Time { return v.ExpiresAt }
 // GetScopes returns ApiKey.Scopes, and is useful for accessing the field via an interface.
 func (v *ApiKey) GetScopes() []string { return v.Scopes }
 
+// GetAllowedCidrs returns ApiKey.AllowedCidrs, and is useful for accessing the field via an interface.
+func (v *ApiKey) GetAllowedCidrs() []string { return v.AllowedCidrs }
+
 // GetCreatedAt returns ApiKey.CreatedAt, and is useful for accessing the field via an interface.
 func (v *ApiKey) GetCreatedAt() time.Time { return v.CreatedAt }
 
@@ -199,6 +204,8 @@ const (
 	ApiKeyAuditActionRevoked ApiKeyAuditAction = "REVOKED"
 	// Every key of the workspace was revoked at once.
 	ApiKeyAuditActionRevokedAll ApiKeyAuditAction = "REVOKED_ALL"
+	// A key's name, limits, scopes or networks were changed (updateApiKey).
+	ApiKeyAuditActionUpdated ApiKeyAuditAction = "UPDATED"
 )
 
 var AllApiKeyAuditAction = []ApiKeyAuditAction{
@@ -206,6 +213,7 @@ var AllApiKeyAuditAction = []ApiKeyAuditAction{
 	ApiKeyAuditActionRotated,
 	ApiKeyAuditActionRevoked,
 	ApiKeyAuditActionRevokedAll,
+	ApiKeyAuditActionUpdated,
 }
 
 // ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection includes the requested fields of the GraphQL type ApiKeyAuditConnection.
@@ -282,6 +290,9 @@ func (v *ApiKeyByHashApiKeyByHashApiKey) GetExpiresAt() *time.Time { return v.Ap
 // GetScopes returns ApiKeyByHashApiKeyByHashApiKey.Scopes, and is useful for accessing the field via an interface.
 func (v *ApiKeyByHashApiKeyByHashApiKey) GetScopes() []string { return v.ApiKey.Scopes }
 
+// GetAllowedCidrs returns ApiKeyByHashApiKeyByHashApiKey.AllowedCidrs, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetAllowedCidrs() []string { return v.ApiKey.AllowedCidrs }
+
 // GetCreatedAt returns ApiKeyByHashApiKeyByHashApiKey.CreatedAt, and is useful for accessing the field via an interface.
 func (v *ApiKeyByHashApiKeyByHashApiKey) GetCreatedAt() time.Time { return v.ApiKey.CreatedAt }
 
@@ -346,6 +357,8 @@ type __premarshalApiKeyByHashApiKeyByHashApiKey struct {
 
 	Scopes []string `json:"scopes"`
 
+	AllowedCidrs []string `json:"allowedCidrs"`
+
 	CreatedAt time.Time `json:"createdAt"`
 
 	LastUsedAt *time.Time `json:"lastUsedAt"`
@@ -380,6 +393,7 @@ func (v *ApiKeyByHashApiKeyByHashApiKey) __premarshalJSON() (*__premarshalApiKey
 	retval.RateLimitPerDay = v.ApiKey.RateLimitPerDay
 	retval.ExpiresAt = v.ApiKey.ExpiresAt
 	retval.Scopes = v.ApiKey.Scopes
+	retval.AllowedCidrs = v.ApiKey.AllowedCidrs
 	retval.CreatedAt = v.ApiKey.CreatedAt
 	retval.LastUsedAt = v.ApiKey.LastUsedAt
 	retval.RevokedAt = v.ApiKey.RevokedAt
@@ -777,10 +791,12 @@ type CreateApiKeyInput struct {
 	RateLimitPerDay *int `json:"rateLimitPerDay,omitempty"`
 	// When the key stops authenticating; must be in the future; null for never.
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
-	// At most 32 scopes, each of [a-z0-9:._-]{1,64}. Stored, not yet enforced.
+	// At most 32 scopes, each of [a-z0-9:._-]{1,64}, enforced by the server's access rules.
 	Scopes []string `json:"scopes,omitempty"`
 	// Issue a canary key: a trap never accepted, whose every use is recorded (at most once a minute, with a count).
 	Canary *bool `json:"canary,omitempty"`
+	// At most 32 networks (IPv4/IPv6 CIDR ranges or single addresses) the key may be used from; null or empty = from anywhere.
+	AllowedCidrs []string `json:"allowedCidrs,omitempty"`
 }
 
 // GetName returns CreateApiKeyInput.Name, and is useful for accessing the field via an interface.
@@ -800,6 +816,9 @@ func (v *CreateApiKeyInput) GetScopes() []string { return v.Scopes }
 
 // GetCanary returns CreateApiKeyInput.Canary, and is useful for accessing the field via an interface.
 func (v *CreateApiKeyInput) GetCanary() *bool { return v.Canary }
+
+// GetAllowedCidrs returns CreateApiKeyInput.AllowedCidrs, and is useful for accessing the field via an interface.
+func (v *CreateApiKeyInput) GetAllowedCidrs() []string { return v.AllowedCidrs }
 
 // CreateApiKeyResponse is returned by CreateApiKey on success.
 type CreateApiKeyResponse struct {
@@ -1217,6 +1236,17 @@ type SetMembershipResponse struct {
 // GetSetMembership returns SetMembershipResponse.SetMembership, and is useful for accessing the field via an interface.
 func (v *SetMembershipResponse) GetSetMembership() bool { return v.SetMembership }
 
+// SetWorkspaceKeyPolicyResponse is returned by SetWorkspaceKeyPolicy on success.
+type SetWorkspaceKeyPolicyResponse struct {
+	// Set a workspace's key policy (each 1-3650 days; null turns it off). Platform admin or owner tier.
+	SetWorkspaceKeyPolicy Tenant `json:"setWorkspaceKeyPolicy"`
+}
+
+// GetSetWorkspaceKeyPolicy returns SetWorkspaceKeyPolicyResponse.SetWorkspaceKeyPolicy, and is useful for accessing the field via an interface.
+func (v *SetWorkspaceKeyPolicyResponse) GetSetWorkspaceKeyPolicy() Tenant {
+	return v.SetWorkspaceKeyPolicy
+}
+
 // SetWorkspacePlanResponse is returned by SetWorkspacePlan on success.
 type SetWorkspacePlanResponse struct {
 	// Change a workspace's plan. Platform admin.
@@ -1258,6 +1288,8 @@ type Tenant struct {
 	DefaultRateLimitPerDay int `json:"defaultRateLimitPerDay"`
 	// When the workspace was provisioned.
 	CreatedAt time.Time `json:"createdAt"`
+	// The workspace's key policy: maximum lifetime and revocation of unused keys.
+	KeyPolicy TenantKeyPolicy `json:"keyPolicy"`
 }
 
 // GetId returns Tenant.Id, and is useful for accessing the field via an interface.
@@ -1284,6 +1316,9 @@ func (v *Tenant) GetDefaultRateLimitPerDay() int { return v.DefaultRateLimitPerD
 // GetCreatedAt returns Tenant.CreatedAt, and is useful for accessing the field via an interface.
 func (v *Tenant) GetCreatedAt() time.Time { return v.CreatedAt }
 
+// GetKeyPolicy returns Tenant.KeyPolicy, and is useful for accessing the field via an interface.
+func (v *Tenant) GetKeyPolicy() TenantKeyPolicy { return v.KeyPolicy }
+
 // TenantInfoResponse is returned by TenantInfo on success.
 type TenantInfoResponse struct {
 	// The workspace of the caller. Any credential: a session with a workspace, or an API key.
@@ -1292,6 +1327,61 @@ type TenantInfoResponse struct {
 
 // GetTenantInfo returns TenantInfoResponse.TenantInfo, and is useful for accessing the field via an interface.
 func (v *TenantInfoResponse) GetTenantInfo() Tenant { return v.TenantInfo }
+
+// TenantKeyPolicy includes the requested fields of the GraphQL type KeyPolicy.
+// The GraphQL type's documentation follows.
+//
+// A workspace's key policy; each setting null when off.
+type TenantKeyPolicy struct {
+	// Keys must expire within this many days of being issued (create, rotate), and a key older than this is refused as expired.
+	MaxLifetimeDays *int `json:"maxLifetimeDays"`
+	// Keys unused (by lastUsedAt, else createdAt) for this many days are revoked by the server (actor `system`).
+	RevokeUnusedAfterDays *int `json:"revokeUnusedAfterDays"`
+}
+
+// GetMaxLifetimeDays returns TenantKeyPolicy.MaxLifetimeDays, and is useful for accessing the field via an interface.
+func (v *TenantKeyPolicy) GetMaxLifetimeDays() *int { return v.MaxLifetimeDays }
+
+// GetRevokeUnusedAfterDays returns TenantKeyPolicy.RevokeUnusedAfterDays, and is useful for accessing the field via an interface.
+func (v *TenantKeyPolicy) GetRevokeUnusedAfterDays() *int { return v.RevokeUnusedAfterDays }
+
+// Changes to a key: a field left out stays as it is; an explicit null clears it (name cannot be cleared).
+type UpdateApiKeyInput struct {
+	// A new name; 1-64 characters, unique among the workspace's keys that are not revoked.
+	Name *string `json:"name,omitempty"`
+	// Per-minute limit override, 1-1,000,000; null inherits the workspace default.
+	RateLimitPerMinute *int `json:"rateLimitPerMinute,omitempty"`
+	// Per-day limit override, 1-100,000,000; null inherits the workspace default.
+	RateLimitPerDay *int `json:"rateLimitPerDay,omitempty"`
+	// The key's scopes (at most 32); null or empty = unrestricted.
+	Scopes *[]string `json:"scopes,omitempty"`
+	// The key's networks (at most 32); null or empty = from anywhere.
+	AllowedCidrs *[]string `json:"allowedCidrs,omitempty"`
+}
+
+// GetName returns UpdateApiKeyInput.Name, and is useful for accessing the field via an interface.
+func (v *UpdateApiKeyInput) GetName() *string { return v.Name }
+
+// GetRateLimitPerMinute returns UpdateApiKeyInput.RateLimitPerMinute, and is useful for accessing the field via an interface.
+func (v *UpdateApiKeyInput) GetRateLimitPerMinute() *int { return v.RateLimitPerMinute }
+
+// GetRateLimitPerDay returns UpdateApiKeyInput.RateLimitPerDay, and is useful for accessing the field via an interface.
+func (v *UpdateApiKeyInput) GetRateLimitPerDay() *int { return v.RateLimitPerDay }
+
+// GetScopes returns UpdateApiKeyInput.Scopes, and is useful for accessing the field via an interface.
+func (v *UpdateApiKeyInput) GetScopes() *[]string { return v.Scopes }
+
+// GetAllowedCidrs returns UpdateApiKeyInput.AllowedCidrs, and is useful for accessing the field via an interface.
+func (v *UpdateApiKeyInput) GetAllowedCidrs() *[]string { return v.AllowedCidrs }
+
+// UpdateApiKeyResponse is returned by UpdateApiKey on success.
+type UpdateApiKeyResponse struct {
+	// Change a key's name, limits, scopes or networks; the next request with it, on any instance, sees the change. Owner tier; every plan; a revoked key is KEY_REVOKED.
+	UpdateApiKey ApiKey `json:"updateApiKey"`
+}
+
+// GetUpdateApiKey returns UpdateApiKeyResponse.UpdateApiKey, and is useful for accessing the field via an interface.
+func (v *UpdateApiKeyResponse) GetUpdateApiKey() ApiKey { return v.UpdateApiKey }
 
 // The period of a usage series: a UTC hour or a UTC day.
 type UsageGranularity string
@@ -1977,6 +2067,24 @@ func (v *__SetMembershipInput) GetAccountId() string { return v.AccountId }
 // GetRole returns __SetMembershipInput.Role, and is useful for accessing the field via an interface.
 func (v *__SetMembershipInput) GetRole() *Role { return v.Role }
 
+// __SetWorkspaceKeyPolicyInput is used internally by genqlient
+type __SetWorkspaceKeyPolicyInput struct {
+	WorkspaceId           string `json:"workspaceId"`
+	MaxLifetimeDays       *int   `json:"maxLifetimeDays"`
+	RevokeUnusedAfterDays *int   `json:"revokeUnusedAfterDays"`
+}
+
+// GetWorkspaceId returns __SetWorkspaceKeyPolicyInput.WorkspaceId, and is useful for accessing the field via an interface.
+func (v *__SetWorkspaceKeyPolicyInput) GetWorkspaceId() string { return v.WorkspaceId }
+
+// GetMaxLifetimeDays returns __SetWorkspaceKeyPolicyInput.MaxLifetimeDays, and is useful for accessing the field via an interface.
+func (v *__SetWorkspaceKeyPolicyInput) GetMaxLifetimeDays() *int { return v.MaxLifetimeDays }
+
+// GetRevokeUnusedAfterDays returns __SetWorkspaceKeyPolicyInput.RevokeUnusedAfterDays, and is useful for accessing the field via an interface.
+func (v *__SetWorkspaceKeyPolicyInput) GetRevokeUnusedAfterDays() *int {
+	return v.RevokeUnusedAfterDays
+}
+
 // __SetWorkspacePlanInput is used internally by genqlient
 type __SetWorkspacePlanInput struct {
 	WorkspaceId string `json:"workspaceId"`
@@ -2004,6 +2112,18 @@ func (v *__SetWorkspaceRateLimitsInput) GetPerMinute() *int { return v.PerMinute
 
 // GetPerDay returns __SetWorkspaceRateLimitsInput.PerDay, and is useful for accessing the field via an interface.
 func (v *__SetWorkspaceRateLimitsInput) GetPerDay() *int { return v.PerDay }
+
+// __UpdateApiKeyInput is used internally by genqlient
+type __UpdateApiKeyInput struct {
+	Id    string            `json:"id"`
+	Input UpdateApiKeyInput `json:"input"`
+}
+
+// GetId returns __UpdateApiKeyInput.Id, and is useful for accessing the field via an interface.
+func (v *__UpdateApiKeyInput) GetId() string { return v.Id }
+
+// GetInput returns __UpdateApiKeyInput.Input, and is useful for accessing the field via an interface.
+func (v *__UpdateApiKeyInput) GetInput() UpdateApiKeyInput { return v.Input }
 
 // __VerifyAuditChainInput is used internally by genqlient
 type __VerifyAuditChainInput struct {
@@ -2185,6 +2305,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerDay
 	expiresAt
 	scopes
+	allowedCidrs
 	createdAt
 	lastUsedAt
 	revokedAt
@@ -2243,6 +2364,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerDay
 	expiresAt
 	scopes
+	allowedCidrs
 	createdAt
 	lastUsedAt
 	revokedAt
@@ -2500,6 +2622,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerDay
 	expiresAt
 	scopes
+	allowedCidrs
 	createdAt
 	lastUsedAt
 	revokedAt
@@ -2595,6 +2718,10 @@ fragment Tenant on Tenant {
 	defaultRateLimitPerMinute
 	defaultRateLimitPerDay
 	createdAt
+	keyPolicy {
+		maxLifetimeDays
+		revokeUnusedAfterDays
+	}
 }
 `
 
@@ -2794,6 +2921,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerDay
 	expiresAt
 	scopes
+	allowedCidrs
 	createdAt
 	lastUsedAt
 	revokedAt
@@ -2867,6 +2995,10 @@ fragment Tenant on Tenant {
 	defaultRateLimitPerMinute
 	defaultRateLimitPerDay
 	createdAt
+	keyPolicy {
+		maxLifetimeDays
+		revokeUnusedAfterDays
+	}
 }
 `
 
@@ -2987,6 +3119,10 @@ fragment Tenant on Tenant {
 	defaultRateLimitPerMinute
 	defaultRateLimitPerDay
 	createdAt
+	keyPolicy {
+		maxLifetimeDays
+		revokeUnusedAfterDays
+	}
 }
 `
 
@@ -3176,6 +3312,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerDay
 	expiresAt
 	scopes
+	allowedCidrs
 	createdAt
 	lastUsedAt
 	revokedAt
@@ -3236,6 +3373,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerDay
 	expiresAt
 	scopes
+	allowedCidrs
 	createdAt
 	lastUsedAt
 	revokedAt
@@ -3299,6 +3437,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerDay
 	expiresAt
 	scopes
+	allowedCidrs
 	createdAt
 	lastUsedAt
 	revokedAt
@@ -3374,6 +3513,59 @@ func SetMembership(
 	return data_, err_
 }
 
+// The mutation executed by SetWorkspaceKeyPolicy.
+const SetWorkspaceKeyPolicy_Operation = `
+mutation SetWorkspaceKeyPolicy ($workspaceId: ID!, $maxLifetimeDays: Int, $revokeUnusedAfterDays: Int) {
+	setWorkspaceKeyPolicy(workspaceId: $workspaceId, maxLifetimeDays: $maxLifetimeDays, revokeUnusedAfterDays: $revokeUnusedAfterDays) {
+		... Tenant
+	}
+}
+fragment Tenant on Tenant {
+	id
+	name
+	prefix
+	plan
+	publicClientKey
+	defaultRateLimitPerMinute
+	defaultRateLimitPerDay
+	createdAt
+	keyPolicy {
+		maxLifetimeDays
+		revokeUnusedAfterDays
+	}
+}
+`
+
+// A nil setting is sent as null: that part of the policy is off.
+func SetWorkspaceKeyPolicy(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	workspaceId string,
+	maxLifetimeDays *int,
+	revokeUnusedAfterDays *int,
+) (data_ *SetWorkspaceKeyPolicyResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "SetWorkspaceKeyPolicy",
+		Query:  SetWorkspaceKeyPolicy_Operation,
+		Variables: &__SetWorkspaceKeyPolicyInput{
+			WorkspaceId:           workspaceId,
+			MaxLifetimeDays:       maxLifetimeDays,
+			RevokeUnusedAfterDays: revokeUnusedAfterDays,
+		},
+	}
+
+	data_ = &SetWorkspaceKeyPolicyResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by SetWorkspacePlan.
 const SetWorkspacePlan_Operation = `
 mutation SetWorkspacePlan ($workspaceId: ID!, $plan: Plan!) {
@@ -3390,6 +3582,10 @@ fragment Tenant on Tenant {
 	defaultRateLimitPerMinute
 	defaultRateLimitPerDay
 	createdAt
+	keyPolicy {
+		maxLifetimeDays
+		revokeUnusedAfterDays
+	}
 }
 `
 
@@ -3436,6 +3632,10 @@ fragment Tenant on Tenant {
 	defaultRateLimitPerMinute
 	defaultRateLimitPerDay
 	createdAt
+	keyPolicy {
+		maxLifetimeDays
+		revokeUnusedAfterDays
+	}
 }
 `
 
@@ -3485,6 +3685,10 @@ fragment Tenant on Tenant {
 	defaultRateLimitPerMinute
 	defaultRateLimitPerDay
 	createdAt
+	keyPolicy {
+		maxLifetimeDays
+		revokeUnusedAfterDays
+	}
 }
 `
 
@@ -3498,6 +3702,62 @@ func TenantInfo(
 	}
 
 	data_ = &TenantInfoResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by UpdateApiKey.
+const UpdateApiKey_Operation = `
+mutation UpdateApiKey ($id: ID!, $input: UpdateApiKeyInput!) {
+	updateApiKey(id: $id, input: $input) {
+		... ApiKey
+	}
+}
+fragment ApiKey on ApiKey {
+	id
+	name
+	displayPrefix
+	hint
+	status
+	rateLimitPerMinute
+	rateLimitPerDay
+	expiresAt
+	scopes
+	allowedCidrs
+	createdAt
+	lastUsedAt
+	revokedAt
+	rotatedFromId
+	replacedById
+	canary
+}
+`
+
+// Fields left nil are left out (unchanged); a pointer to an empty list
+// clears scopes or networks (docs/access.md).
+func UpdateApiKey(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	input UpdateApiKeyInput,
+) (data_ *UpdateApiKeyResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "UpdateApiKey",
+		Query:  UpdateApiKey_Operation,
+		Variables: &__UpdateApiKeyInput{
+			Id:    id,
+			Input: input,
+		},
+	}
+
+	data_ = &UpdateApiKeyResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -3730,6 +3990,10 @@ fragment Tenant on Tenant {
 	defaultRateLimitPerMinute
 	defaultRateLimitPerDay
 	createdAt
+	keyPolicy {
+		maxLifetimeDays
+		revokeUnusedAfterDays
+	}
 }
 `
 

@@ -18,8 +18,27 @@ import (
 
 // Headers btk sets from an accepted key; a client never gets to set them.
 const (
-	HeaderTenantID = "X-Tenant-Id"
-	headerKeyID    = "X-Api-Key-Id"
+	HeaderTenantID  = "X-Tenant-Id"
+	headerKeyID     = "X-Api-Key-Id"
+	headerKeyScopes = "X-Api-Key-Scopes"
+)
+
+// Headers a forward-auth caller names the original request with
+// (docs/access.md): Traefik and Caddy send them; the shipped nginx
+// configuration sets them.
+const (
+	headerForwardedMethod = "X-Forwarded-Method"
+	headerForwardedURI    = "X-Forwarded-Uri"
+)
+
+// entry is the entry point a key check decides for: /graphql applies a
+// key's networks only; forward-auth and the proxy also the access rules.
+type entry uint8
+
+const (
+	entryGraphQL entry = iota
+	entryAuthorize
+	entryProxy
 )
 
 // errKeyRequired answers a forward-auth or proxied request with no credential.
@@ -66,10 +85,18 @@ func (h *Gateway) ClientIP(r *http.Request) string {
 // counted against its limits, and the rate-limit headers are set on w. A
 // refused key is answered here (401 or 429 with Retry-After). With neither
 // credential the caller decides (anonymous GraphQL, or errKeyRequired).
+//
+// Check decides for /graphql: a key's networks apply, the access rules do
+// not (docs/access.md).
 func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *btk.Actor) {
+	return h.check(w, r, entryGraphQL)
+}
+
+func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry) (Credential, *btk.Actor) {
 	// Deleting absent keys from the map costs no allocation.
 	delete(r.Header, HeaderTenantID)
 	delete(r.Header, headerKeyID)
+	delete(r.Header, headerKeyScopes)
 	if r.Header.Get("Authorization") != "" {
 		return Bearer, nil
 	}
@@ -79,7 +106,20 @@ func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *bt
 	}
 	// The use is counted against the key presented, with its client
 	// (docs/usage.md).
-	a, d, err := h.svc.AuthenticateKeyFrom(r.Context(), key, btk.Client{Addr: func() string { return h.ClientIP(r) }, UserAgent: r.UserAgent()})
+	req := btk.KeyRequest{Addr: h.proxies.ClientAddr(r), From: btk.Client{Addr: func() string { return h.ClientIP(r) }, UserAgent: r.UserAgent()}}
+	switch at {
+	case entryAuthorize:
+		// The original request, as the forward-auth caller names it;
+		// without it a scoped key is refused (fail closed).
+		req.Rules = true
+		method, uri := r.Header.Get(headerForwardedMethod), r.Header.Get(headerForwardedURI)
+		if method != "" && uri != "" {
+			req.Method, req.Path = method, uri
+		}
+	case entryProxy:
+		req.Rules, req.Method, req.Path = true, r.Method, r.URL.EscapedPath()
+	}
+	a, d, err := h.svc.AuthenticateRequest(r.Context(), key, &req)
 	h.svc.Observer().KeyChecked(btk.KeyCheckResultOf(err))
 	if d.Limit > 0 {
 		setRateLimitHeaders(w.Header(), d)
@@ -97,7 +137,7 @@ func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *bt
 // Refuse answers a request-level failure: 401 for credentials, 429 for limits.
 func (h *Gateway) Refuse(w http.ResponseWriter, r *http.Request, err error) {
 	switch code := btk.ErrorCode(err); code {
-	case btk.CodeUnauthenticated, btk.CodeRateLimited:
+	case btk.CodeUnauthenticated, btk.CodeForbidden, btk.CodeRateLimited: // 401; 403 for a key's networks or scopes (docs/access.md); 429
 		Fail(w, err)
 	default:
 		// A busy or unreachable store is 503 UNAVAILABLE (retry), logged at
@@ -164,12 +204,14 @@ func setRateLimitHeaders(h http.Header, d ratelimit.Decision) {
 	}
 }
 
-// setKeyHeaders sets X-Tenant-Id and X-Api-Key-Id of an accepted key (one
-// allocation: both values share a slice).
+// setKeyHeaders sets X-Tenant-Id, X-Api-Key-Id and X-Api-Key-Scopes
+// (space-separated, possibly empty) of an accepted key (one allocation: the
+// values share a slice).
 func setKeyHeaders(h http.Header, a *btk.Actor) {
-	ids := []string{a.WorkspaceID, a.KeyID}
+	ids := []string{a.WorkspaceID, a.KeyID, a.KeyScopes}
 	h[HeaderTenantID] = ids[0:1:1]
 	h[headerKeyID] = ids[1:2:2]
+	h[headerKeyScopes] = ids[2:3:3]
 }
 
 // Authorize serves /v1/authorize (docs/gateway.md#forward-auth-v1authorize), forward-auth for nginx
@@ -177,7 +219,7 @@ func setKeyHeaders(h http.Header, a *btk.Actor) {
 // ignored. 200 with X-Tenant-Id and X-Api-Key-Id for an accepted key, 200
 // with neither for a bearer (the upstream verifies its own session).
 func (h *Gateway) Authorize(w http.ResponseWriter, r *http.Request) {
-	switch c, a := h.Check(w, r); c {
+	switch c, a := h.check(w, r, entryAuthorize); c {
 	case Key:
 		setKeyHeaders(w.Header(), a)
 		w.WriteHeader(http.StatusOK)

@@ -111,6 +111,45 @@ func (tp *TrustedProxies) ClientIP(r *http.Request) string {
 	return client.String() // every hop trusted: the left-most one
 }
 
+// ClientAddr is ClientIP as an address, for the key check's network rule
+// (docs/access.md): the zero Addr when the peer's address does not parse.
+// It allocates nothing.
+func (tp *TrustedProxies) ClientAddr(r *http.Request) netip.Addr {
+	var peer netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		peer = ap.Addr().Unmap()
+	} else if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
+		peer = a.Unmap()
+	} else {
+		return netip.Addr{}
+	}
+	if tp == nil || len(tp.prefixes) == 0 || !tp.trusts(peer) {
+		return peer
+	}
+	client := peer
+	values := r.Header.Values("X-Forwarded-For")
+	for i := len(values) - 1; i >= 0; i-- {
+		v := values[i]
+		for v != "" {
+			var entry string
+			if j := strings.LastIndexByte(v, ','); j >= 0 {
+				entry, v = v[j+1:], v[:j]
+			} else {
+				entry, v = v, ""
+			}
+			a, ok := forwardedAddr(strings.TrimSpace(entry))
+			if !ok {
+				return client
+			}
+			client = a
+			if !tp.trusts(a) {
+				return client
+			}
+		}
+	}
+	return client
+}
+
 // forwardedAddr parses an X-Forwarded-For entry: an address, possibly with a
 // port ("192.0.2.1:1234", "[2001:db8::1]:443") as some proxies write it.
 func forwardedAddr(s string) (netip.Addr, bool) {

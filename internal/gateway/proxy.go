@@ -73,7 +73,7 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 			// btk's own headers are set on the outgoing request, after
 			// ReverseProxy removed what the client's Connection header
 			// named: a client cannot strip them.
-			for _, name := range [...]string{HeaderTenantID, headerKeyID} {
+			for _, name := range [...]string{HeaderTenantID, headerKeyID, headerKeyScopes} {
 				if v := pr.In.Header[name]; len(v) > 0 {
 					pr.Out.Header[name] = v
 				}
@@ -103,7 +103,7 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch c, a := h.Check(w, r); c {
+		switch c, a := h.check(w, r, entryProxy); c {
 		case Refused:
 			return
 		case None:
@@ -196,9 +196,9 @@ func (kw *keyWatch) stop() {
 func stripIdentityHeaders(h http.Header) {
 	for name := range h {
 		switch len(name) {
-		case len("X-Api-Key"), len("X-Tenant-Id"), len("X-Api-Key-Id"):
+		case len("X-Api-Key"), len("X-Tenant-Id"), len("X-Api-Key-Id"), len("X-Api-Key-Scopes"):
 			switch strings.ReplaceAll(strings.ToLower(name), "_", "-") {
-			case "x-api-key", "x-tenant-id", "x-api-key-id":
+			case "x-api-key", "x-tenant-id", "x-api-key-id", "x-api-key-scopes":
 				delete(h, name)
 			}
 		}

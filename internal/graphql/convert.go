@@ -29,6 +29,9 @@ func (r *Resolver) tenant(w *btk.Workspace) *graph.Tenant {
 	return &graph.Tenant{
 		ID: w.ID, Name: w.Name, Prefix: w.Prefix(), Plan: w.Plan, PublicClientKey: w.PublicClientKey,
 		DefaultRateLimitPerMinute: perMinute, DefaultRateLimitPerDay: perDay, CreatedAt: w.CreatedAt,
+		KeyPolicy: &graph.KeyPolicy{
+			MaxLifetimeDays: w.KeyPolicy.MaxLifetimeDays, RevokeUnusedAfterDays: w.KeyPolicy.RevokeUnusedAfterDays,
+		},
 	}
 }
 
@@ -47,7 +50,7 @@ func apiKey(k *btk.APIKey, now time.Time) *graph.APIKey {
 		ID: k.ID, Name: k.Name, DisplayPrefix: k.DisplayPrefix, Hint: k.Hint,
 		Status:             k.Status(now),
 		RateLimitPerMinute: k.RateLimitPerMinute, RateLimitPerDay: k.RateLimitPerDay,
-		ExpiresAt: k.ExpiresAt, Scopes: k.Scopes, CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt,
+		ExpiresAt: k.ExpiresAt, Scopes: nonNil(k.Scopes), AllowedCidrs: nonNil(k.AllowedCIDRs), CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt,
 		RevokedAt: k.RevokedAt, RotatedFromID: optString(k.RotatedFromID), ReplacedByID: optString(k.ReplacedByID),
 		Canary: k.Canary,
 	}
@@ -113,4 +116,11 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

@@ -64,7 +64,8 @@ func (r *mutationResolver) Elevate(ctx context.Context, password string) (*graph
 func (r *mutationResolver) CreateAPIKey(ctx context.Context, input graph.CreateAPIKeyInput) (*graph.CreateAPIKeyPayload, error) {
 	res, err := r.svc.CreateKey(ctx, btk.ActorFrom(ctx), btk.CreateKeyInput{
 		Name: input.Name, RateLimitPerMinute: input.RateLimitPerMinute, RateLimitPerDay: input.RateLimitPerDay,
-		ExpiresAt: input.ExpiresAt, Scopes: input.Scopes, Canary: input.Canary != nil && *input.Canary,
+		ExpiresAt: input.ExpiresAt, Scopes: input.Scopes, AllowedCIDRs: input.AllowedCidrs,
+		Canary: input.Canary != nil && *input.Canary,
 	})
 	if err != nil {
 		return nil, err
@@ -90,6 +91,24 @@ func (r *mutationResolver) RotateAPIKey(ctx context.Context, id string, input *g
 
 func (r *mutationResolver) RevokeAPIKey(ctx context.Context, id string) (*graph.APIKey, error) {
 	k, err := r.svc.RevokeKey(ctx, btk.ActorFrom(ctx), id)
+	if err != nil {
+		return nil, err
+	}
+	return apiKey(k, r.svc.Now()), nil
+}
+
+func (r *mutationResolver) UpdateAPIKey(ctx context.Context, id string, input graph.UpdateAPIKeyInput) (*graph.APIKey, error) {
+	var in btk.UpdateKeyInput
+	in.Name.Value, in.Name.Set = input.Name.ValueOK()
+	in.RateLimitPerMinute.Value, in.RateLimitPerMinute.Set = input.RateLimitPerMinute.ValueOK()
+	in.RateLimitPerDay.Value, in.RateLimitPerDay.Set = input.RateLimitPerDay.ValueOK()
+	if v, ok := input.Scopes.ValueOK(); ok {
+		in.Scopes = btk.Change[[]string]{Set: true, Value: &v}
+	}
+	if v, ok := input.AllowedCidrs.ValueOK(); ok {
+		in.AllowedCIDRs = btk.Change[[]string]{Set: true, Value: &v}
+	}
+	k, err := r.svc.UpdateKey(ctx, btk.ActorFrom(ctx), id, in)
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +170,14 @@ func (r *mutationResolver) SetMembership(ctx context.Context, workspaceID string
 
 func (r *mutationResolver) SetWorkspaceRateLimits(ctx context.Context, workspaceID string, perMinute *int, perDay *int) (*graph.Tenant, error) {
 	w, err := r.svc.SetWorkspaceRateLimits(ctx, btk.ActorFrom(ctx), workspaceID, perMinute, perDay)
+	if err != nil {
+		return nil, err
+	}
+	return r.tenant(w), nil
+}
+
+func (r *mutationResolver) SetWorkspaceKeyPolicy(ctx context.Context, workspaceID string, maxLifetimeDays *int, revokeUnusedAfterDays *int) (*graph.Tenant, error) {
+	w, err := r.svc.SetWorkspaceKeyPolicy(ctx, btk.ActorFrom(ctx), workspaceID, maxLifetimeDays, revokeUnusedAfterDays)
 	if err != nil {
 		return nil, err
 	}

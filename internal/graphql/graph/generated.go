@@ -50,6 +50,7 @@ type ComplexityRoot struct {
 	}
 
 	ApiKey struct {
+		AllowedCidrs       func(childComplexity int) int
 		Canary             func(childComplexity int) int
 		CreatedAt          func(childComplexity int) int
 		DisplayPrefix      func(childComplexity int) int
@@ -152,6 +153,11 @@ type ComplexityRoot struct {
 		Token     func(childComplexity int) int
 	}
 
+	KeyPolicy struct {
+		MaxLifetimeDays       func(childComplexity int) int
+		RevokeUnusedAfterDays func(childComplexity int) int
+	}
+
 	KeyUsageTotal struct {
 		APIKey      func(childComplexity int) int
 		Accepted    func(childComplexity int) int
@@ -188,8 +194,10 @@ type ComplexityRoot struct {
 		RevokeAllAPIKeys       func(childComplexity int) int
 		RotateAPIKey           func(childComplexity int, id string, input *RotateAPIKeyInput) int
 		SetMembership          func(childComplexity int, workspaceID string, accountID string, role *btk.Role) int
+		SetWorkspaceKeyPolicy  func(childComplexity int, workspaceID string, maxLifetimeDays *int, revokeUnusedAfterDays *int) int
 		SetWorkspacePlan       func(childComplexity int, workspaceID string, plan btk.Plan) int
 		SetWorkspaceRateLimits func(childComplexity int, workspaceID string, perMinute *int, perDay *int) int
+		UpdateAPIKey           func(childComplexity int, id string, input UpdateAPIKeyInput) int
 	}
 
 	PageInfo struct {
@@ -239,6 +247,7 @@ type ComplexityRoot struct {
 		DefaultRateLimitPerDay    func(childComplexity int) int
 		DefaultRateLimitPerMinute func(childComplexity int) int
 		ID                        func(childComplexity int) int
+		KeyPolicy                 func(childComplexity int) int
 		Name                      func(childComplexity int) int
 		Plan                      func(childComplexity int) int
 		Prefix                    func(childComplexity int) int
@@ -308,6 +317,7 @@ type MutationResolver interface {
 	CreateAPIKey(ctx context.Context, input CreateAPIKeyInput) (*CreateAPIKeyPayload, error)
 	RotateAPIKey(ctx context.Context, id string, input *RotateAPIKeyInput) (*RotateAPIKeyPayload, error)
 	RevokeAPIKey(ctx context.Context, id string) (*APIKey, error)
+	UpdateAPIKey(ctx context.Context, id string, input UpdateAPIKeyInput) (*APIKey, error)
 	RevokeAllAPIKeys(ctx context.Context) (*RevokeAllAPIKeysPayload, error)
 	CreateWorkspace(ctx context.Context, input CreateWorkspaceInput) (*Tenant, error)
 	SetWorkspacePlan(ctx context.Context, workspaceID string, plan btk.Plan) (*Tenant, error)
@@ -315,6 +325,7 @@ type MutationResolver interface {
 	Impersonate(ctx context.Context, workspaceID string) (*Session, error)
 	SetMembership(ctx context.Context, workspaceID string, accountID string, role *btk.Role) (bool, error)
 	SetWorkspaceRateLimits(ctx context.Context, workspaceID string, perMinute *int, perDay *int) (*Tenant, error)
+	SetWorkspaceKeyPolicy(ctx context.Context, workspaceID string, maxLifetimeDays *int, revokeUnusedAfterDays *int) (*Tenant, error)
 	ChangePassword(ctx context.Context, currentPassword string, newPassword string) (bool, error)
 	DisableAccount(ctx context.Context, id *string, email *string) (*Account, error)
 	EnableAccount(ctx context.Context, id *string, email *string) (*Account, error)
@@ -404,6 +415,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Account.Role(childComplexity), true
 
+	case "ApiKey.allowedCidrs":
+		if e.ComplexityRoot.ApiKey.AllowedCidrs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.AllowedCidrs(childComplexity), true
 	case "ApiKey.canary":
 		if e.ComplexityRoot.ApiKey.Canary == nil {
 			break
@@ -823,6 +840,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Elevation.Token(childComplexity), true
 
+	case "KeyPolicy.maxLifetimeDays":
+		if e.ComplexityRoot.KeyPolicy.MaxLifetimeDays == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KeyPolicy.MaxLifetimeDays(childComplexity), true
+	case "KeyPolicy.revokeUnusedAfterDays":
+		if e.ComplexityRoot.KeyPolicy.RevokeUnusedAfterDays == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KeyPolicy.RevokeUnusedAfterDays(childComplexity), true
+
 	case "KeyUsageTotal.apiKey":
 		if e.ComplexityRoot.KeyUsageTotal.APIKey == nil {
 			break
@@ -1052,6 +1082,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetMembership(childComplexity, args["workspaceId"].(string), args["accountId"].(string), args["role"].(*btk.Role)), true
+	case "Mutation.setWorkspaceKeyPolicy":
+		if e.ComplexityRoot.Mutation.SetWorkspaceKeyPolicy == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setWorkspaceKeyPolicy_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetWorkspaceKeyPolicy(childComplexity, args["workspaceId"].(string), args["maxLifetimeDays"].(*int), args["revokeUnusedAfterDays"].(*int)), true
 	case "Mutation.setWorkspacePlan":
 		if e.ComplexityRoot.Mutation.SetWorkspacePlan == nil {
 			break
@@ -1074,6 +1115,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetWorkspaceRateLimits(childComplexity, args["workspaceId"].(string), args["perMinute"].(*int), args["perDay"].(*int)), true
+	case "Mutation.updateApiKey":
+		if e.ComplexityRoot.Mutation.UpdateAPIKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateApiKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateAPIKey(childComplexity, args["id"].(string), args["input"].(UpdateAPIKeyInput)), true
 
 	case "PageInfo.endCursor":
 		if e.ComplexityRoot.PageInfo.EndCursor == nil {
@@ -1322,6 +1374,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Tenant.ID(childComplexity), true
+	case "Tenant.keyPolicy":
+		if e.ComplexityRoot.Tenant.KeyPolicy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Tenant.KeyPolicy(childComplexity), true
 	case "Tenant.name":
 		if e.ComplexityRoot.Tenant.Name == nil {
 			break
@@ -1539,6 +1597,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 		ec.unmarshalInputCreateWebhookInput,
 		ec.unmarshalInputCreateWorkspaceInput,
 		ec.unmarshalInputRotateApiKeyInput,
+		ec.unmarshalInputUpdateApiKeyInput,
 	)
 	first := true
 
@@ -1664,6 +1723,8 @@ enum ApiKeyAuditAction {
   REVOKED
   "Every key of the workspace was revoked at once."
   REVOKED_ALL
+  "A key's name, limits, scopes or networks were changed (updateApiKey)."
+  UPDATED
 }
 
 "Paging information of a connection."
@@ -1692,6 +1753,16 @@ type Tenant {
   defaultRateLimitPerDay: Int!
   "When the workspace was provisioned."
   createdAt: Time!
+  "The workspace's key policy: maximum lifetime and revocation of unused keys."
+  keyPolicy: KeyPolicy!
+}
+
+"A workspace's key policy; each setting null when off."
+type KeyPolicy {
+  "Keys must expire within this many days of being issued (create, rotate), and a key older than this is refused as expired."
+  maxLifetimeDays: Int
+  "Keys unused (by lastUsedAt, else createdAt) for this many days are revoked by the server (actor ` + "`" + `system` + "`" + `)."
+  revokeUnusedAfterDays: Int
 }
 
 "An account: a person (or operator) who logs in with an email and a password."
@@ -1750,8 +1821,10 @@ type ApiKey {
   rateLimitPerDay: Int
   "When the key stops authenticating; null for never."
   expiresAt: Time
-  "Scopes stored with the key; reserved for future fine-grained permissions, not enforced."
+  "The key's scopes. A key with scopes may call only what the server's access rules grant them (deny by default at the gateway); empty = unrestricted."
   scopes: [String!]!
+  "Networks the key may be used from (IPv4/IPv6 CIDR ranges or addresses); empty = from anywhere."
+  allowedCidrs: [String!]!
   "When the key was created."
   createdAt: Time!
   "When the key last authenticated a request (updated asynchronously, about once a second)."
@@ -1948,10 +2021,26 @@ input CreateApiKeyInput {
   rateLimitPerDay: Int
   "When the key stops authenticating; must be in the future; null for never."
   expiresAt: Time
-  "At most 32 scopes, each of [a-z0-9:._-]{1,64}. Stored, not yet enforced."
+  "At most 32 scopes, each of [a-z0-9:._-]{1,64}, enforced by the server's access rules."
   scopes: [String!]
   "Issue a canary key: a trap never accepted, whose every use is recorded (at most once a minute, with a count)."
   canary: Boolean = false
+  "At most 32 networks (IPv4/IPv6 CIDR ranges or single addresses) the key may be used from; null or empty = from anywhere."
+  allowedCidrs: [String!]
+}
+
+"Changes to a key: a field left out stays as it is; an explicit null clears it (name cannot be cleared)."
+input UpdateApiKeyInput {
+  "A new name; 1-64 characters, unique among the workspace's keys that are not revoked."
+  name: String
+  "Per-minute limit override, 1-1,000,000; null inherits the workspace default."
+  rateLimitPerMinute: Int
+  "Per-day limit override, 1-100,000,000; null inherits the workspace default."
+  rateLimitPerDay: Int
+  "The key's scopes (at most 32); null or empty = unrestricted."
+  scopes: [String!]
+  "The key's networks (at most 32); null or empty = from anywhere."
+  allowedCidrs: [String!]
 }
 
 "The key just created, with its plaintext."
@@ -2080,6 +2169,8 @@ type Mutation {
   rotateApiKey(id: ID!, input: RotateApiKeyInput): RotateApiKeyPayload!
   "Revoke a key at once. Owner tier; works on every plan; revoking a revoked key changes nothing."
   revokeApiKey(id: ID!): ApiKey!
+  "Change a key's name, limits, scopes or networks; the next request with it, on any instance, sees the change. Owner tier; every plan; a revoked key is KEY_REVOKED."
+  updateApiKey(id: ID!, input: UpdateApiKeyInput!): ApiKey!
   "Revoke every key of the workspace (incident response). Owner tier."
   revokeAllApiKeys: RevokeAllApiKeysPayload!
   "Provision a workspace with its public client key. Platform admin."
@@ -2094,6 +2185,8 @@ type Mutation {
   setMembership(workspaceId: ID!, accountId: ID!, role: Role): Boolean!
   "Set (or clear with null) a workspace's default rate limits. Platform admin or owner tier."
   setWorkspaceRateLimits(workspaceId: ID!, perMinute: Int, perDay: Int): Tenant!
+  "Set a workspace's key policy (each 1-3650 days; null turns it off). Platform admin or owner tier."
+  setWorkspaceKeyPolicy(workspaceId: ID!, maxLifetimeDays: Int, revokeUnusedAfterDays: Int): Tenant!
   "Change the logged-in account's password. Ends the account's other sessions, impersonation included; this one stays. User session."
   changePassword(currentPassword: String!, newPassword: String!): Boolean!
   "Disable an account named by id or email (exactly one): it cannot log in, and all its sessions, impersonation included, end at once. Platform admin; not your own account."
@@ -2281,6 +2374,8 @@ func (ec *executionContext) childFields_ApiKey(ctx context.Context, field graphq
 		return ec.fieldContext_ApiKey_expiresAt(ctx, field)
 	case "scopes":
 		return ec.fieldContext_ApiKey_scopes(ctx, field)
+	case "allowedCidrs":
+		return ec.fieldContext_ApiKey_allowedCidrs(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_ApiKey_createdAt(ctx, field)
 	case "lastUsedAt":
@@ -2467,6 +2562,16 @@ func (ec *executionContext) childFields_Elevation(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type Elevation", field.Name)
 }
 
+func (ec *executionContext) childFields_KeyPolicy(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "maxLifetimeDays":
+		return ec.fieldContext_KeyPolicy_maxLifetimeDays(ctx, field)
+	case "revokeUnusedAfterDays":
+		return ec.fieldContext_KeyPolicy_revokeUnusedAfterDays(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type KeyPolicy", field.Name)
+}
+
 func (ec *executionContext) childFields_KeyUsageTotal(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "apiKey":
@@ -2569,6 +2674,8 @@ func (ec *executionContext) childFields_Tenant(ctx context.Context, field graphq
 		return ec.fieldContext_Tenant_defaultRateLimitPerDay(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Tenant_createdAt(ctx, field)
+	case "keyPolicy":
+		return ec.fieldContext_Tenant_keyPolicy(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Tenant", field.Name)
 }
@@ -3087,6 +3194,36 @@ func (ec *executionContext) field_Mutation_setMembership_args(ctx context.Contex
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_setWorkspaceKeyPolicy_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "workspaceId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["workspaceId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "maxLifetimeDays",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["maxLifetimeDays"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "revokeUnusedAfterDays",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["revokeUnusedAfterDays"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_setWorkspacePlan_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3136,6 +3273,28 @@ func (ec *executionContext) field_Mutation_setWorkspaceRateLimits_args(ctx conte
 		return nil, err
 	}
 	args["perDay"] = arg2
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_updateApiKey_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (UpdateAPIKeyInput, error) {
+			return ec.unmarshalNUpdateApiKeyInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐUpdateAPIKeyInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
 	return args, nil
 }
 
@@ -3931,6 +4090,29 @@ func (ec *executionContext) _ApiKey_scopes(ctx context.Context, field graphql.Co
 	)
 }
 func (ec *executionContext) fieldContext_ApiKey_scopes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_allowedCidrs(ctx context.Context, field graphql.CollectedField, obj *APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_allowedCidrs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AllowedCidrs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_allowedCidrs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
@@ -5388,6 +5570,52 @@ func (ec *executionContext) fieldContext_Elevation_expiresAt(_ context.Context, 
 	return graphql.NewScalarFieldContext("Elevation", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _KeyPolicy_maxLifetimeDays(ctx context.Context, field graphql.CollectedField, obj *KeyPolicy) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_KeyPolicy_maxLifetimeDays(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxLifetimeDays, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_KeyPolicy_maxLifetimeDays(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("KeyPolicy", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _KeyPolicy_revokeUnusedAfterDays(ctx context.Context, field graphql.CollectedField, obj *KeyPolicy) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_KeyPolicy_revokeUnusedAfterDays(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RevokeUnusedAfterDays, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_KeyPolicy_revokeUnusedAfterDays(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("KeyPolicy", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
 func (ec *executionContext) _KeyUsageTotal_apiKey(ctx context.Context, field graphql.CollectedField, obj *KeyUsageTotal) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5870,6 +6098,50 @@ func (ec *executionContext) fieldContext_Mutation_revokeApiKey(ctx context.Conte
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_updateApiKey(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_updateApiKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UpdateAPIKey(ctx, fc.Args["id"].(string), fc.Args["input"].(UpdateAPIKeyInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *APIKey) graphql.Marshaler {
+			return ec.marshalNApiKey2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐAPIKey(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_updateApiKey(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ApiKey(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_updateApiKey_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_revokeAllApiKeys(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -6160,6 +6432,50 @@ func (ec *executionContext) fieldContext_Mutation_setWorkspaceRateLimits(ctx con
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_setWorkspaceRateLimits_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_setWorkspaceKeyPolicy(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_setWorkspaceKeyPolicy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SetWorkspaceKeyPolicy(ctx, fc.Args["workspaceId"].(string), fc.Args["maxLifetimeDays"].(*int), fc.Args["revokeUnusedAfterDays"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *Tenant) graphql.Marshaler {
+			return ec.marshalNTenant2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐTenant(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_setWorkspaceKeyPolicy(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Tenant(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_setWorkspaceKeyPolicy_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -7577,6 +7893,38 @@ func (ec *executionContext) _Tenant_createdAt(ctx context.Context, field graphql
 }
 func (ec *executionContext) fieldContext_Tenant_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Tenant", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Tenant_keyPolicy(ctx context.Context, field graphql.CollectedField, obj *Tenant) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Tenant_keyPolicy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.KeyPolicy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *KeyPolicy) graphql.Marshaler {
+			return ec.marshalNKeyPolicy2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐKeyPolicy(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Tenant_keyPolicy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Tenant",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_KeyPolicy(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _UsagePoint_start(ctx context.Context, field graphql.CollectedField, obj *UsagePoint) (ret graphql.Marshaler) {
@@ -9393,7 +9741,7 @@ func (ec *executionContext) unmarshalInputCreateApiKeyInput(ctx context.Context,
 		asMap["canary"] = false
 	}
 
-	fieldsInOrder := [...]string{"name", "rateLimitPerMinute", "rateLimitPerDay", "expiresAt", "scopes", "canary"}
+	fieldsInOrder := [...]string{"name", "rateLimitPerMinute", "rateLimitPerDay", "expiresAt", "scopes", "canary", "allowedCidrs"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -9442,6 +9790,13 @@ func (ec *executionContext) unmarshalInputCreateApiKeyInput(ctx context.Context,
 				return it, err
 			}
 			it.Canary = data
+		case "allowedCidrs":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("allowedCidrs"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AllowedCidrs = data
 		}
 	}
 	return it, nil
@@ -9557,6 +9912,64 @@ func (ec *executionContext) unmarshalInputRotateApiKeyInput(ctx context.Context,
 				return it, err
 			}
 			it.ExpiresAt = graphql.OmittableOf(data)
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputUpdateApiKeyInput(ctx context.Context, obj any) (UpdateAPIKeyInput, error) {
+	var it UpdateAPIKeyInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "rateLimitPerMinute", "rateLimitPerDay", "scopes", "allowedCidrs"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = graphql.OmittableOf(data)
+		case "rateLimitPerMinute":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("rateLimitPerMinute"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RateLimitPerMinute = graphql.OmittableOf(data)
+		case "rateLimitPerDay":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("rateLimitPerDay"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RateLimitPerDay = graphql.OmittableOf(data)
+		case "scopes":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scopes"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Scopes = graphql.OmittableOf(data)
+		case "allowedCidrs":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("allowedCidrs"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AllowedCidrs = graphql.OmittableOf(data)
 		}
 	}
 	return it, nil
@@ -9692,6 +10105,11 @@ func (ec *executionContext) _ApiKey(ctx context.Context, sel ast.SelectionSet, o
 			}
 		case "scopes":
 			out.Values[i] = ec._ApiKey_scopes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "allowedCidrs":
+			out.Values[i] = ec._ApiKey_allowedCidrs(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
@@ -10468,6 +10886,49 @@ func (ec *executionContext) _Elevation(ctx context.Context, sel ast.SelectionSet
 	return out
 }
 
+var keyPolicyImplementors = []string{"KeyPolicy"}
+
+func (ec *executionContext) _KeyPolicy(ctx context.Context, sel ast.SelectionSet, obj *KeyPolicy) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, keyPolicyImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("KeyPolicy")
+		case "maxLifetimeDays":
+			out.Values[i] = ec._KeyPolicy_maxLifetimeDays(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "revokeUnusedAfterDays":
+			out.Values[i] = ec._KeyPolicy_revokeUnusedAfterDays(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var keyUsageTotalImplementors = []string{"KeyUsageTotal"}
 
 func (ec *executionContext) _KeyUsageTotal(ctx context.Context, sel ast.SelectionSet, obj *KeyUsageTotal) graphql.Marshaler {
@@ -10679,6 +11140,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "updateApiKey":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_updateApiKey(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "revokeAllApiKeys":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_revokeAllApiKeys(ctx, field)
@@ -10724,6 +11192,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "setWorkspaceRateLimits":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_setWorkspaceRateLimits(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "setWorkspaceKeyPolicy":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_setWorkspaceKeyPolicy(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -11427,6 +11902,11 @@ func (ec *executionContext) _Tenant(ctx context.Context, sel ast.SelectionSet, o
 			}
 		case "createdAt":
 			out.Values[i] = ec._Tenant_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "keyPolicy":
+			out.Values[i] = ec._Tenant_keyPolicy(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -12289,12 +12769,14 @@ var (
 		"ROTATED":     btk.AuditRotated,
 		"REVOKED":     btk.AuditRevoked,
 		"REVOKED_ALL": btk.AuditRevokedAll,
+		"UPDATED":     btk.AuditUpdated,
 	}
 	marshalNApiKeyAuditAction2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction = map[btk.AuditAction]string{
 		btk.AuditCreated:    "CREATED",
 		btk.AuditRotated:    "ROTATED",
 		btk.AuditRevoked:    "REVOKED",
 		btk.AuditRevokedAll: "REVOKED_ALL",
+		btk.AuditUpdated:    "UPDATED",
 	}
 )
 
@@ -12526,6 +13008,16 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 		}
 	}
 	return res
+}
+
+func (ec *executionContext) marshalNKeyPolicy2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐKeyPolicy(ctx context.Context, sel ast.SelectionSet, v *KeyPolicy) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._KeyPolicy(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNKeyUsageTotal2ᚕᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐKeyUsageTotalᚄ(ctx context.Context, sel ast.SelectionSet, v []*KeyUsageTotal) graphql.Marshaler {
@@ -12793,6 +13285,11 @@ func (ec *executionContext) marshalNTime2timeᚐTime(ctx context.Context, sel as
 		}
 	}
 	return res
+}
+
+func (ec *executionContext) unmarshalNUpdateApiKeyInput2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐUpdateAPIKeyInput(ctx context.Context, v any) (UpdateAPIKeyInput, error) {
+	res, err := ec.unmarshalInputUpdateApiKeyInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNUsageGranularity2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐGranularity(ctx context.Context, v any) (btk.Granularity, error) {
@@ -13103,12 +13600,14 @@ var (
 		"ROTATED":     btk.AuditRotated,
 		"REVOKED":     btk.AuditRevoked,
 		"REVOKED_ALL": btk.AuditRevokedAll,
+		"UPDATED":     btk.AuditUpdated,
 	}
 	marshalOApiKeyAuditAction2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐAuditAction = map[btk.AuditAction]string{
 		btk.AuditCreated:    "CREATED",
 		btk.AuditRotated:    "ROTATED",
 		btk.AuditRevoked:    "REVOKED",
 		btk.AuditRevokedAll: "REVOKED_ALL",
+		btk.AuditUpdated:    "UPDATED",
 	}
 )
 

@@ -49,8 +49,10 @@ type APIKey struct {
 	RateLimitPerDay *int `json:"rateLimitPerDay,omitempty"`
 	// When the key stops authenticating; null for never.
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
-	// Scopes stored with the key; reserved for future fine-grained permissions, not enforced.
+	// The key's scopes. A key with scopes may call only what the server's access rules grant them (deny by default at the gateway); empty = unrestricted.
 	Scopes []string `json:"scopes"`
+	// Networks the key may be used from (IPv4/IPv6 CIDR ranges or addresses); empty = from anywhere.
+	AllowedCidrs []string `json:"allowedCidrs"`
 	// When the key was created.
 	CreatedAt time.Time `json:"createdAt"`
 	// When the key last authenticated a request (updated asynchronously, about once a second).
@@ -214,10 +216,12 @@ type CreateAPIKeyInput struct {
 	RateLimitPerDay *int `json:"rateLimitPerDay,omitempty"`
 	// When the key stops authenticating; must be in the future; null for never.
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
-	// At most 32 scopes, each of [a-z0-9:._-]{1,64}. Stored, not yet enforced.
+	// At most 32 scopes, each of [a-z0-9:._-]{1,64}, enforced by the server's access rules.
 	Scopes []string `json:"scopes,omitempty"`
 	// Issue a canary key: a trap never accepted, whose every use is recorded (at most once a minute, with a count).
 	Canary *bool `json:"canary,omitempty"`
+	// At most 32 networks (IPv4/IPv6 CIDR ranges or single addresses) the key may be used from; null or empty = from anywhere.
+	AllowedCidrs []string `json:"allowedCidrs,omitempty"`
 }
 
 // The key just created, with its plaintext.
@@ -258,6 +262,14 @@ type Elevation struct {
 	Token string `json:"token"`
 	// When the token stops being accepted.
 	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// A workspace's key policy; each setting null when off.
+type KeyPolicy struct {
+	// Keys must expire within this many days of being issued (create, rotate), and a key older than this is refused as expired.
+	MaxLifetimeDays *int `json:"maxLifetimeDays,omitempty"`
+	// Keys unused (by lastUsedAt, else createdAt) for this many days are revoked by the server (actor `system`).
+	RevokeUnusedAfterDays *int `json:"revokeUnusedAfterDays,omitempty"`
 }
 
 // One key's totals over a range.
@@ -360,6 +372,22 @@ type Tenant struct {
 	DefaultRateLimitPerDay int `json:"defaultRateLimitPerDay"`
 	// When the workspace was provisioned.
 	CreatedAt time.Time `json:"createdAt"`
+	// The workspace's key policy: maximum lifetime and revocation of unused keys.
+	KeyPolicy *KeyPolicy `json:"keyPolicy"`
+}
+
+// Changes to a key: a field left out stays as it is; an explicit null clears it (name cannot be cleared).
+type UpdateAPIKeyInput struct {
+	// A new name; 1-64 characters, unique among the workspace's keys that are not revoked.
+	Name graphql.Omittable[*string] `json:"name,omitempty"`
+	// Per-minute limit override, 1-1,000,000; null inherits the workspace default.
+	RateLimitPerMinute graphql.Omittable[*int] `json:"rateLimitPerMinute,omitempty"`
+	// Per-day limit override, 1-100,000,000; null inherits the workspace default.
+	RateLimitPerDay graphql.Omittable[*int] `json:"rateLimitPerDay,omitempty"`
+	// The key's scopes (at most 32); null or empty = unrestricted.
+	Scopes graphql.Omittable[[]string] `json:"scopes,omitempty"`
+	// The key's networks (at most 32); null or empty = from anywhere.
+	AllowedCidrs graphql.Omittable[[]string] `json:"allowedCidrs,omitempty"`
 }
 
 // What a key (or a workspace's keys together) did in one period.

@@ -44,18 +44,21 @@ func (t *tx) SetSetting(ctx context.Context, name, value string) error {
 	return err
 }
 
-const selectWorkspace = `SELECT id, name, plan, public_client_key, rate_limit_per_minute, rate_limit_per_day, created_at FROM workspaces`
+const selectWorkspace = `SELECT id, name, plan, public_client_key, rate_limit_per_minute, rate_limit_per_day, created_at,
+	key_max_lifetime_days, key_revoke_unused_days FROM workspaces`
 
 func scanWorkspace(row pgx.Row) (*btk.Workspace, error) {
 	var (
-		w            btk.Workspace
-		perMin, perD *int64
-		created      int64
+		w              btk.Workspace
+		perMin, perD   *int64
+		maxLife, unusd *int64
+		created        int64
 	)
-	if err := row.Scan(&w.ID, &w.Name, &w.Plan, &w.PublicClientKey, &perMin, &perD, &created); err != nil {
+	if err := row.Scan(&w.ID, &w.Name, &w.Plan, &w.PublicClientKey, &perMin, &perD, &created, &maxLife, &unusd); err != nil {
 		return nil, err
 	}
 	w.RateLimitPerMinute, w.RateLimitPerDay = fromOptInt(perMin), fromOptInt(perD)
+	w.KeyPolicy.MaxLifetimeDays, w.KeyPolicy.RevokeUnusedAfterDays = fromOptInt(maxLife), fromOptInt(unusd)
 	w.CreatedAt = sqlshared.FromNano(created)
 	return &w, nil
 }
@@ -104,8 +107,10 @@ func (t *tx) CreateWorkspace(ctx context.Context, w *btk.Workspace) error {
 
 func (t *tx) UpdateWorkspace(ctx context.Context, w *btk.Workspace) error {
 	_, err := t.exec(ctx, "update workspace", true,
-		`UPDATE workspaces SET name = $1, plan = $2, rate_limit_per_minute = $3, rate_limit_per_day = $4 WHERE id = $5`,
-		w.Name, string(w.Plan), optInt(w.RateLimitPerMinute), optInt(w.RateLimitPerDay), w.ID)
+		`UPDATE workspaces SET name = $1, plan = $2, rate_limit_per_minute = $3, rate_limit_per_day = $4,
+			key_max_lifetime_days = $5, key_revoke_unused_days = $6 WHERE id = $7`,
+		w.Name, string(w.Plan), optInt(w.RateLimitPerMinute), optInt(w.RateLimitPerDay),
+		optInt(w.KeyPolicy.MaxLifetimeDays), optInt(w.KeyPolicy.RevokeUnusedAfterDays), w.ID)
 	return err
 }
 

@@ -33,18 +33,21 @@ func (t *tx) SetSetting(ctx context.Context, name, value string) error {
 	return err
 }
 
-const selectWorkspace = `SELECT id, name, plan, public_client_key, rate_limit_per_minute, rate_limit_per_day, created_at FROM workspaces`
+const selectWorkspace = `SELECT id, name, plan, public_client_key, rate_limit_per_minute, rate_limit_per_day, created_at,
+	key_max_lifetime_days, key_revoke_unused_days FROM workspaces`
 
 func scanWorkspace(row rowScanner) (*btk.Workspace, error) {
 	var (
-		w            btk.Workspace
-		perMin, perD sql.NullInt64
-		created      int64
+		w              btk.Workspace
+		perMin, perD   sql.NullInt64
+		maxLife, unusd sql.NullInt64
+		created        int64
 	)
-	if err := row.Scan(&w.ID, &w.Name, &w.Plan, &w.PublicClientKey, &perMin, &perD, &created); err != nil {
+	if err := row.Scan(&w.ID, &w.Name, &w.Plan, &w.PublicClientKey, &perMin, &perD, &created, &maxLife, &unusd); err != nil {
 		return nil, err
 	}
 	w.RateLimitPerMinute, w.RateLimitPerDay = fromOptInt(perMin), fromOptInt(perD)
+	w.KeyPolicy.MaxLifetimeDays, w.KeyPolicy.RevokeUnusedAfterDays = fromOptInt(maxLife), fromOptInt(unusd)
 	w.CreatedAt = sqlshared.FromNano(created)
 	return &w, nil
 }
@@ -93,8 +96,10 @@ func (t *tx) CreateWorkspace(ctx context.Context, w *btk.Workspace) error {
 
 func (t *tx) UpdateWorkspace(ctx context.Context, w *btk.Workspace) error {
 	_, err := t.exec(ctx, "update workspace", true,
-		`UPDATE workspaces SET name = ?, plan = ?, rate_limit_per_minute = ?, rate_limit_per_day = ? WHERE id = ?`,
-		w.Name, string(w.Plan), optInt(w.RateLimitPerMinute), optInt(w.RateLimitPerDay), w.ID)
+		`UPDATE workspaces SET name = ?, plan = ?, rate_limit_per_minute = ?, rate_limit_per_day = ?,
+			key_max_lifetime_days = ?, key_revoke_unused_days = ? WHERE id = ?`,
+		w.Name, string(w.Plan), optInt(w.RateLimitPerMinute), optInt(w.RateLimitPerDay),
+		optInt(w.KeyPolicy.MaxLifetimeDays), optInt(w.KeyPolicy.RevokeUnusedAfterDays), w.ID)
 	return err
 }
 

@@ -13,7 +13,7 @@ import (
 
 const selectKey = `SELECT seq, id, workspace_id, name, hash, display_prefix, hint,
 	rate_limit_per_minute, rate_limit_per_day, expires_at, scopes, created_at, created_by,
-	last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state, canary
+	last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state, canary, allowed_cidrs
 	FROM api_keys`
 
 const keyCursor = 'k'
@@ -24,18 +24,23 @@ func scanKey(row rowScanner) (*btk.APIKey, int64, error) {
 		seq, created                   int64
 		perMin, perDay                 sql.NullInt64
 		expires, lastUsed, revoked     sql.NullInt64
-		scopes                         string
+		scopes, cidrs                  string
 		createdBy, revokedBy, from, to sql.NullString
 	)
 	err := row.Scan(&seq, &k.ID, &k.WorkspaceID, &k.Name, &k.Hash, &k.DisplayPrefix, &k.Hint,
 		&perMin, &perDay, &expires, &scopes, &created, &createdBy,
-		&lastUsed, &revoked, &revokedBy, &from, &to, &k.DayState, &k.Canary)
+		&lastUsed, &revoked, &revokedBy, &from, &to, &k.DayState, &k.Canary, &cidrs)
 	if err != nil {
 		return nil, 0, err
 	}
 	if scopes != "[]" {
 		if err := json.Unmarshal([]byte(scopes), &k.Scopes); err != nil {
 			return nil, 0, fmt.Errorf("key %s scopes: %w", k.ID, err)
+		}
+	}
+	if cidrs != "[]" {
+		if err := json.Unmarshal([]byte(cidrs), &k.AllowedCIDRs); err != nil {
+			return nil, 0, fmt.Errorf("key %s allowed cidrs: %w", k.ID, err)
 		}
 	}
 	k.RateLimitPerMinute, k.RateLimitPerDay = fromOptInt(perMin), fromOptInt(perDay)
@@ -85,23 +90,93 @@ func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
 			return err
 		}
 	}
-	scopes := "[]"
-	if len(k.Scopes) > 0 {
-		b, err := json.Marshal(k.Scopes)
-		if err != nil {
-			return fmt.Errorf("store: create api key: %w", err)
-		}
-		scopes = string(b)
+	scopes, err := jsonList(k.Scopes)
+	if err != nil {
+		return fmt.Errorf("store: create api key: %w", err)
+	}
+	cidrs, err := jsonList(k.AllowedCIDRs)
+	if err != nil {
+		return fmt.Errorf("store: create api key: %w", err)
 	}
 	_, err = t.exec(ctx, "create api key", false,
 		`INSERT INTO api_keys (id, workspace_id, name, hash, display_prefix, hint,
 			rate_limit_per_minute, rate_limit_per_day, expires_at, scopes, created_at, created_by,
-			last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state, canary)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state, canary, allowed_cidrs)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		k.ID, k.WorkspaceID, k.Name, k.Hash, k.DisplayPrefix, k.Hint,
 		optInt(k.RateLimitPerMinute), optInt(k.RateLimitPerDay), times[0], scopes, created, optStr(k.CreatedBy),
-		times[1], times[2], optStr(k.RevokedBy), optStr(k.RotatedFromID), optStr(k.ReplacedByID), k.DayState, k.Canary)
+		times[1], times[2], optStr(k.RevokedBy), optStr(k.RotatedFromID), optStr(k.ReplacedByID), k.DayState, k.Canary, cidrs)
 	return err
+}
+
+// jsonList is a string list as the JSON array the scopes and allowed_cidrs
+// columns hold.
+func jsonList(l []string) (string, error) {
+	if len(l) == 0 {
+		return "[]", nil
+	}
+	b, err := json.Marshal(l)
+	return string(b), err
+}
+
+func (t *tx) UpdateAPIKey(ctx context.Context, k *btk.APIKey) error {
+	scopes, err := jsonList(k.Scopes)
+	if err != nil {
+		return fmt.Errorf("store: update api key: %w", err)
+	}
+	cidrs, err := jsonList(k.AllowedCIDRs)
+	if err != nil {
+		return fmt.Errorf("store: update api key: %w", err)
+	}
+	_, err = t.exec(ctx, "update api key", true,
+		`UPDATE api_keys SET name = ?, rate_limit_per_minute = ?, rate_limit_per_day = ?,
+			scopes = ?, allowed_cidrs = ?
+		WHERE id = ? AND revoked_at IS NULL`,
+		k.Name, optInt(k.RateLimitPerMinute), optInt(k.RateLimitPerDay), scopes, cidrs, k.ID)
+	return err
+}
+
+// RevokeUnusedAPIKeys revokes and returns, in one conditional UPDATE, the
+// keys a concurrent sweep has not revoked already.
+func (t *tx) RevokeUnusedAPIKeys(ctx context.Context, workspaceID string, before, at time.Time, limit int) ([]*btk.APIKey, error) {
+	b, err := sqlshared.UnixNano(before)
+	if err != nil {
+		return nil, err
+	}
+	n, err := sqlshared.UnixNano(at)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := t.tx.QueryContext(ctx, `UPDATE api_keys SET revoked_at = ?
+		WHERE id IN (SELECT id FROM api_keys WHERE workspace_id = ? AND revoked_at IS NULL
+			AND coalesce(last_used_at, created_at) < ? LIMIT ?)
+		AND revoked_at IS NULL AND coalesce(last_used_at, created_at) < ?
+		RETURNING id`, n, workspaceID, b, limit, b)
+	if err != nil {
+		return nil, mapErr("revoke unused api keys", err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, mapErr("revoke unused api keys", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("revoke unused api keys", err)
+	}
+	keys := make([]*btk.APIKey, 0, len(ids))
+	for _, id := range ids {
+		k, err := t.APIKey(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, replacedBy string) error {

@@ -70,6 +70,9 @@ var tests = []struct {
 	{"WebhookClaimsConcurrent", testWebhookClaimsConcurrent},
 	{"ExpiryNotices", testExpiryNotices},
 	{"CanaryMarkOncePerWindow", testCanaryMarkOncePerWindow},
+	{"APIKeyNetworksAndUpdate", testAPIKeyNetworksAndUpdate},
+	{"WorkspaceKeyPolicy", testWorkspaceKeyPolicy},
+	{"RevokeUnusedOnce", testRevokeUnusedOnce},
 }
 
 // Run runs the conformance suite, each test on a store of its own from

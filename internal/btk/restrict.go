@@ -1,0 +1,211 @@
+package btk
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/btk-project/btk/internal/access"
+)
+
+// Least privilege (docs/access.md): a key's networks and scopes, the access
+// rules that give scopes their meaning, and the workspace key policy.
+
+// MaxCIDRs bounds a key's networks.
+const MaxCIDRs = 32
+
+// Refusals of a restricted key (HTTP 403).
+var (
+	ErrKeyNetwork  = &Error{Code: CodeForbidden, Message: "API key not allowed from this address"}
+	ErrKeyPathDeny = &Error{Code: CodeForbidden, Message: "API key may not call this path"}
+)
+
+// errLacksScope is the 403 of a key without a scope a rule needs.
+func errLacksScope(scope string) error {
+	return &Error{Code: CodeForbidden, Message: "API key lacks scope " + scope}
+}
+
+// KeyRequest is what the key check knows of the request it decides.
+type KeyRequest struct {
+	// Addr is the client's address (docs/access.md, "Client address"); the
+	// zero Addr is unknown, which a key with networks is refused for.
+	Addr netip.Addr
+	// From is the client as the usage counts and the unknown-key throttle
+	// see it.
+	From Client
+	// Rules: apply the access rules to Method and Path (the gateway entry
+	// points; /graphql applies the network rule only).
+	Rules bool
+	// Method and Path are the request the rules decide (Path as sent:
+	// Normalize runs here). With Rules and no Path (forward-auth without
+	// X-Forwarded-Method / X-Forwarded-Uri) a scoped key is refused.
+	Method, Path string
+}
+
+// restrictions is what the key check needs of a key's AllowedCIDRs and
+// Scopes, parsed once per record read.
+type restrictions struct {
+	nets   []netip.Prefix
+	scopes []string
+	// header is X-Api-Key-Scopes: the scopes, space-separated.
+	header string
+}
+
+func newRestrictions(k *APIKey) *restrictions {
+	r := &restrictions{scopes: k.Scopes, header: strings.Join(k.Scopes, " ")}
+	for _, c := range k.AllowedCIDRs {
+		if p, err := parseCIDR(c); err == nil {
+			r.nets = append(r.nets, p)
+		} else {
+			// A stored network that no longer parses must not widen the
+			// key: keep a range that matches nothing.
+			r.nets = append(r.nets, netip.Prefix{})
+		}
+	}
+	return r
+}
+
+// prepare parses the key's restrictions for the key check; call it before
+// the record is shared (cached).
+func (k *APIKey) prepare() *APIKey {
+	k.restrictions = newRestrictions(k)
+	return k
+}
+
+func (r *restrictions) hasScope(s string) bool {
+	for _, have := range r.scopes {
+		if have == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ScopesHeader is the value of X-Api-Key-Scopes for the key.
+func (k *APIKey) ScopesHeader() string {
+	if k.restrictions != nil {
+		return k.restrictions.header
+	}
+	return strings.Join(k.Scopes, " ")
+}
+
+// policyExpired reports a key older than its workspace's maximum lifetime.
+func policyExpired(k *APIKey, w *Workspace, now time.Time) bool {
+	d := w.KeyPolicy.MaxLifetimeDays
+	return d != nil && !now.Before(k.CreatedAt.Add(time.Duration(*d)*24*time.Hour))
+}
+
+// restrict applies a key's networks and, for the gateway, the access rules,
+// in that order (docs/access.md §Order).
+func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
+	r := k.restrictions
+	if r == nil {
+		r = newRestrictions(k)
+	}
+	if len(r.nets) > 0 {
+		ok := false
+		if req.Addr.IsValid() {
+			a := req.Addr.Unmap()
+			for _, p := range r.nets {
+				if p.IsValid() && p.Contains(a) {
+					ok = true
+					break
+				}
+			}
+		}
+		if !ok {
+			return ErrKeyNetwork
+		}
+	}
+	if !req.Rules {
+		return nil
+	}
+	scoped := len(r.scopes) > 0
+	rules := s.rules.Load()
+	if req.Path == "" {
+		if scoped {
+			return ErrKeyPathDeny // fail closed: the original request is unknown
+		}
+		return nil
+	}
+	if !scoped && rules.Len() == 0 {
+		return nil
+	}
+	path, ok := access.Normalize(req.Path)
+	if !ok {
+		return ErrKeyPathDeny
+	}
+	rule := rules.Match(req.Method, path)
+	switch {
+	case rule == nil:
+		if scoped {
+			return ErrKeyPathDeny
+		}
+	case rule.Deny:
+		return ErrKeyPathDeny
+	case scoped:
+		for _, need := range rule.Scopes {
+			if !r.hasScope(need) {
+				return errLacksScope(need)
+			}
+		}
+	}
+	return nil
+}
+
+// SetAccessRules replaces the access rules (btk serve --access-rules, and
+// on SIGHUP); nil removes them. Requests decided after it returns use them.
+func (s *Service) SetAccessRules(r *access.Rules) { s.rules.Store(r) }
+
+// AccessRules returns the rules in effect (nil when none).
+func (s *Service) AccessRules() *access.Rules { return s.rules.Load() }
+
+// parseCIDR reads a CIDR range or a single address, IPv4 or IPv6, in its
+// canonical (masked, unmapped) form.
+func parseCIDR(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("zone not allowed")
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// checkCIDRs validates a key's networks and returns them in canonical form,
+// without duplicates.
+func checkCIDRs(cidrs []string) ([]string, error) {
+	if len(cidrs) > MaxCIDRs {
+		return nil, badInput("at most %d networks (allowedCidrs)", MaxCIDRs)
+	}
+	out := make([]string, 0, len(cidrs))
+	seen := make(map[string]bool, len(cidrs))
+	for _, c := range cidrs {
+		p, err := parseCIDR(strings.TrimSpace(c))
+		if err != nil {
+			return nil, badInput("network %q must be an IPv4 or IPv6 address or CIDR range such as 192.0.2.0/24", c)
+		}
+		s := p.String()
+		if p.IsSingleIP() {
+			s = p.Addr().String()
+		}
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,468 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/access"
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/gateway"
+	"github.com/btk-project/btk/internal/server"
+)
+
+// Least privilege (docs/access.md): a key's networks and scopes, decided
+// the same way at /graphql, /v1/authorize and the reverse proxy.
+
+const accessRules = `rules:
+  - path: /orders/**
+    methods: [GET, HEAD]
+    scopes: [orders:read]
+  - path: /orders/**
+    methods: [POST]
+    scopes: [orders:write]
+  - path: /admin/**
+    deny: true
+`
+
+func mustRules(t testing.TB, doc string) *access.Rules {
+	t.Helper()
+	r, err := access.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// entryPoints sends one request with key to each entry point and returns
+// the answers: /graphql (the identity probe), /v1/authorize (naming the
+// original request with X-Forwarded-Method / -Uri, unless method is ""),
+// and the proxy (method path).
+type entryPoints struct {
+	e     *env
+	proxy *httptest.Server
+	rec   *recorder
+}
+
+func newEntryPoints(e *env) *entryPoints {
+	rec := &recorder{}
+	up := httptest.NewServer(rec)
+	e.t.Cleanup(up.Close)
+	return &entryPoints{e: e, proxy: e.proxyFor(up.URL), rec: rec}
+}
+
+func (p *entryPoints) graphql(key string) authResponse {
+	r := p.e.do(cred{Key: key}, probe, nil)
+	out := authResponse{Status: r.Status, Header: r.Header}
+	if len(r.Errors) > 0 {
+		b, _ := json.Marshal(map[string]any{"errors": r.Errors})
+		out.Body = string(b)
+	}
+	return out
+}
+
+func (p *entryPoints) authorize(key, method, uri string) authResponse {
+	h := map[string]string{"X-Api-Key": key}
+	if method != "" {
+		h["X-Forwarded-Method"], h["X-Forwarded-Uri"] = method, uri
+	}
+	return p.e.authorize("GET", h)
+}
+
+func (p *entryPoints) proxied(key, method, path string) authResponse {
+	return send(p.e.t, p.proxy.Client(), method, p.proxy.URL+path, map[string]string{"X-Api-Key": key}, nil)
+}
+
+func wantRefused(t *testing.T, what string, r authResponse, status int, code, msg string) {
+	t.Helper()
+	gotMsg, gotCode := r.message(t)
+	if r.Status != status || gotCode != code || gotMsg != msg {
+		t.Errorf("%s: HTTP %d %q (%s), want %d %q (%s)", what, r.Status, gotMsg, gotCode, status, msg, code)
+	}
+}
+
+func wantAccepted(t *testing.T, what string, r authResponse) {
+	t.Helper()
+	if r.Status != http.StatusOK {
+		t.Errorf("%s: HTTP %d %s, want 200", what, r.Status, r.Body)
+	}
+}
+
+const notFromHere = "API key not allowed from this address"
+
+func TestKeyNetworksAtEveryEntryPoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner := e.admin()
+	p := newEntryPoints(e)
+	far := e.createKeyWith(owner, "far", `allowedCidrs:["10.0.0.0/8","2001:db8::/32"]`)
+	near := e.createKeyWith(owner, "near", `allowedCidrs:["127.0.0.1","::1"]`)
+
+	wantRefused(t, "graphql, other network", p.graphql(far.Plaintext), 403, "FORBIDDEN", notFromHere)
+	wantRefused(t, "authorize, other network", p.authorize(far.Plaintext, "", ""), 403, "FORBIDDEN", notFromHere)
+	wantRefused(t, "proxy, other network", p.proxied(far.Plaintext, "GET", "/x"), 403, "FORBIDDEN", notFromHere)
+	if p.rec.count() != 0 {
+		t.Errorf("a refused request reached the upstream")
+	}
+	wantAccepted(t, "graphql, own network", p.graphql(near.Plaintext))
+	wantAccepted(t, "authorize, own network", p.authorize(near.Plaintext, "", ""))
+	wantAccepted(t, "proxy, own network", p.proxied(near.Plaintext, "GET", "/x"))
+
+	// The client address is the peer's, or X-Forwarded-For's nearest
+	// untrusted entry when the peer is a trusted proxy.
+	for _, tc := range []struct {
+		trusted, xff string
+		key          newKey
+		want         int
+	}{
+		{"", "10.1.2.3", far, 403},                       // not believed
+		{"127.0.0.0/8", "10.1.2.3", far, 200},            // believed
+		{"127.0.0.0/8", "10.1.2.3, 127.0.0.9", far, 200}, // nearest untrusted
+		{"127.0.0.0/8", "10.1.2.3, 192.0.2.1", far, 403}, // 192.0.2.1 is the client
+		{"127.0.0.0/8", "10.1.2.3", near, 403},           // the proxy's own address is not the client's
+	} {
+		tp, err := gateway.ParseTrustedProxies(tc.trusted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(server.New(e.svc, e.db, slog.New(slog.DiscardHandler), server.WithTrustedProxies(tp)))
+		r := send(t, srv.Client(), "GET", srv.URL+"/v1/authorize", map[string]string{"X-Api-Key": tc.key.Plaintext, "X-Forwarded-For": tc.xff}, nil)
+		srv.Close()
+		if r.Status != tc.want {
+			t.Errorf("trusted %q, X-Forwarded-For %q: HTTP %d, want %d", tc.trusted, tc.xff, r.Status, tc.want)
+		}
+	}
+}
+
+func TestAccessRulesAtEveryEntryPoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.svc.SetAccessRules(mustRules(t, accessRules))
+	owner := e.admin()
+	p := newEntryPoints(e)
+	reader := e.createKeyWith(owner, "reader", `scopes:["orders:read"]`)
+	plain := e.createKey(owner, "plain")
+
+	// Forward-auth.
+	r := p.authorize(reader.Plaintext, "GET", "/orders/42?x=1")
+	wantAccepted(t, "authorize GET /orders/42", r)
+	if got := r.Header.Get("X-Api-Key-Scopes"); got != "orders:read" {
+		t.Errorf("X-Api-Key-Scopes %q", got)
+	}
+	if r.Header.Get("X-Tenant-Id") != e.adminWS {
+		t.Errorf("X-Tenant-Id %q", r.Header.Get("X-Tenant-Id"))
+	}
+	wantRefused(t, "authorize POST /orders/42", p.authorize(reader.Plaintext, "POST", "/orders/42"), 403, "FORBIDDEN", "API key lacks scope orders:write")
+	wantRefused(t, "authorize /admin", p.authorize(reader.Plaintext, "GET", "/admin/users"), 403, "FORBIDDEN", "API key may not call this path")
+	wantRefused(t, "authorize, no rule", p.authorize(reader.Plaintext, "GET", "/invoices"), 403, "FORBIDDEN", "API key may not call this path")
+	wantRefused(t, "authorize, dot segments", p.authorize(reader.Plaintext, "GET", "/orders/%2e%2e/admin/x"), 403, "FORBIDDEN", "API key may not call this path")
+	wantRefused(t, "authorize, bad escape", p.authorize(reader.Plaintext, "GET", "/orders/%zz"), 403, "FORBIDDEN", "API key may not call this path")
+	wantRefused(t, "authorize, no original request", p.authorize(reader.Plaintext, "", ""), 403, "FORBIDDEN", "API key may not call this path")
+	// A key without scopes passes every rule but deny, also without the
+	// original request.
+	r = p.authorize(plain.Plaintext, "", "")
+	wantAccepted(t, "unscoped, no original request", r)
+	if v, ok := r.Header["X-Api-Key-Scopes"]; !ok || len(v) != 1 || v[0] != "" {
+		t.Errorf("unscoped X-Api-Key-Scopes %q (present %v), want empty", v, ok)
+	}
+	wantAccepted(t, "unscoped POST /orders", p.authorize(plain.Plaintext, "POST", "/orders/1"))
+	wantAccepted(t, "unscoped, no rule", p.authorize(plain.Plaintext, "GET", "/invoices"))
+	wantRefused(t, "unscoped /admin", p.authorize(plain.Plaintext, "DELETE", "/orders/../admin"), 403, "FORBIDDEN", "API key may not call this path")
+
+	// The proxy decides on the request itself.
+	r = send(t, p.proxy.Client(), "GET", p.proxy.URL+"/orders/7", map[string]string{"X-Api-Key": reader.Plaintext, "X-Api-Key-Scopes": "admin", "X_Api_Key_Scopes": "admin"}, nil)
+	wantAccepted(t, "proxy GET /orders/7", r)
+	if h := p.rec.last(t); len(h.Values("X-Api-Key-Scopes")) != 1 || h.Get("X-Api-Key-Scopes") != "orders:read" || h.Get("X_Api_Key_Scopes") != "" {
+		t.Errorf("upstream saw X-Api-Key-Scopes %q / X_Api_Key_Scopes %q", h.Values("X-Api-Key-Scopes"), h.Values("X_Api_Key_Scopes"))
+	}
+	seen := p.rec.count()
+	wantRefused(t, "proxy POST /orders/7", p.proxied(reader.Plaintext, "POST", "/orders/7"), 403, "FORBIDDEN", "API key lacks scope orders:write")
+	wantRefused(t, "proxy /admin", p.proxied(reader.Plaintext, "GET", "/admin"), 403, "FORBIDDEN", "API key may not call this path")
+	wantRefused(t, "proxy unscoped /admin", p.proxied(plain.Plaintext, "GET", "/admin/x"), 403, "FORBIDDEN", "API key may not call this path")
+	wantRefused(t, "proxy, no rule", p.proxied(reader.Plaintext, "GET", "/invoices"), 403, "FORBIDDEN", "API key may not call this path")
+	if p.rec.count() != seen {
+		t.Errorf("%d refused requests reached the upstream", p.rec.count()-seen)
+	}
+	wantAccepted(t, "proxy unscoped POST", p.proxied(plain.Plaintext, "POST", "/orders/7"))
+
+	// /graphql applies the network rule only: its operations need no scope.
+	wantAccepted(t, "graphql, scoped key", p.graphql(reader.Plaintext))
+
+	// New rules apply to the next request.
+	e.svc.SetAccessRules(mustRules(t, "rules:\n  - path: /invoices\n    scopes: [orders:read]\n"))
+	wantAccepted(t, "after reload, /invoices", p.authorize(reader.Plaintext, "GET", "/invoices"))
+	wantRefused(t, "after reload, /orders", p.authorize(reader.Plaintext, "GET", "/orders/1"), 403, "FORBIDDEN", "API key may not call this path")
+}
+
+// remaining is RateLimit-Remaining of an answer.
+func remaining(t *testing.T, r authResponse) int {
+	t.Helper()
+	n, err := strconv.Atoi(r.Header.Get("RateLimit-Remaining"))
+	if err != nil {
+		t.Fatalf("RateLimit-Remaining %q (HTTP %d)", r.Header.Get("RateLimit-Remaining"), r.Status)
+	}
+	return n
+}
+
+// TestRestrictionRefusalsCountNothing: requests refused by a network or a
+// scope are decided before the limits, so they use none of them.
+func TestRestrictionRefusalsCountNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.svc.SetAccessRules(mustRules(t, accessRules))
+	owner := e.admin()
+	p := newEntryPoints(e)
+	k := e.createKeyWith(owner, "tight", `rateLimitPerMinute:3,rateLimitPerDay:3,allowedCidrs:["10.0.0.0/8"],scopes:["orders:read"]`)
+	for range 10 {
+		if r := p.authorize(k.Plaintext, "GET", "/orders/1"); r.Status != 403 || r.Header.Get("RateLimit-Remaining") != "" {
+			t.Fatalf("network refusal: HTTP %d, RateLimit-Remaining %q", r.Status, r.Header.Get("RateLimit-Remaining"))
+		}
+		if r := p.graphql(k.Plaintext); r.Status != 403 {
+			t.Fatalf("network refusal at /graphql: HTTP %d", r.Status)
+		}
+		if r := p.proxied(k.Plaintext, "GET", "/orders/1"); r.Status != 403 {
+			t.Fatalf("network refusal at the proxy: HTTP %d", r.Status)
+		}
+	}
+	updateKey(t, e, owner, k.ID, `allowedCidrs:null`)
+	for range 10 {
+		if r := p.authorize(k.Plaintext, "POST", "/orders/1"); r.Status != 403 {
+			t.Fatalf("scope refusal: HTTP %d", r.Status)
+		}
+		if r := p.proxied(k.Plaintext, "GET", "/admin"); r.Status != 403 {
+			t.Fatalf("deny refusal: HTTP %d", r.Status)
+		}
+	}
+	// All three requests of the limit are still there.
+	for i := range 3 {
+		r := p.authorize(k.Plaintext, "GET", "/orders/1")
+		if r.Status != 200 || remaining(t, r) != 2-i {
+			t.Fatalf("request %d after the refusals: HTTP %d, remaining %s", i+1, r.Status, r.Header.Get("RateLimit-Remaining"))
+		}
+	}
+	if r := p.authorize(k.Plaintext, "GET", "/orders/1"); r.Status != 429 {
+		t.Fatalf("fourth: HTTP %d, want 429", r.Status)
+	}
+}
+
+// updateKey runs updateApiKey with the input fields given (GraphQL syntax).
+func updateKey(t *testing.T, e *env, c cred, id, input string) response {
+	t.Helper()
+	r := e.do(c, `mutation($id:ID!){updateApiKey(id:$id,input:{`+input+`}){id name rateLimitPerMinute rateLimitPerDay scopes allowedCidrs status}}`,
+		map[string]any{"id": id})
+	return r
+}
+
+type keyView struct {
+	ID                 string
+	Name               string
+	RateLimitPerMinute *int
+	RateLimitPerDay    *int
+	Scopes             []string
+	AllowedCidrs       []string
+}
+
+func TestUpdateAPIKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner := e.admin()
+	k := e.createKeyWith(owner, "svc", `rateLimitPerMinute:10,scopes:["a:read"],allowedCidrs:["192.0.2.0/24"]`)
+	e.createKey(owner, "taken")
+
+	var out struct{ UpdateApiKey keyView }
+	r := updateKey(t, e, owner, k.ID, `name:"svc2",scopes:["b:write","b:write"],allowedCidrs:["10.0.0.1","2001:db8::/32","::ffff:10.0.0.0/104"]`)
+	r.decode(t, &out)
+	got := out.UpdateApiKey
+	if got.Name != "svc2" || got.RateLimitPerMinute == nil || *got.RateLimitPerMinute != 10 ||
+		strings.Join(got.Scopes, ",") != "b:write" || strings.Join(got.AllowedCidrs, ",") != "10.0.0.1,2001:db8::/32,10.0.0.0/8" {
+		t.Fatalf("after update: %+v", got)
+	}
+	// null clears; absent leaves alone.
+	updateKey(t, e, owner, k.ID, `rateLimitPerMinute:null,scopes:null`).decode(t, &out)
+	if got := out.UpdateApiKey; got.RateLimitPerMinute != nil || len(got.Scopes) != 0 || len(got.AllowedCidrs) != 3 || got.Name != "svc2" {
+		t.Fatalf("after clearing: %+v", got)
+	}
+
+	// Bad input: a clear error, nothing changed, nothing audited.
+	many := make([]string, 33)
+	for i := range many {
+		many[i] = `"10.0.0.` + strconv.Itoa(i) + `"`
+	}
+	for _, tc := range []struct{ input, code, msg string }{
+		{`allowedCidrs:["10.0.0.0/33"]`, "BAD_USER_INPUT", `network "10.0.0.0/33" must be an IPv4 or IPv6 address or CIDR range`},
+		{`allowedCidrs:["example.com"]`, "BAD_USER_INPUT", `network "example.com"`},
+		{`allowedCidrs:[` + strings.Join(many, ",") + `]`, "BAD_USER_INPUT", "at most 32 networks"},
+		{`scopes:["Orders:Read"]`, "BAD_USER_INPUT", `scope "Orders:Read" must match`},
+		{`rateLimitPerMinute:0`, "BAD_USER_INPUT", "rate limit per minute"},
+		{`rateLimitPerMinute:1000,rateLimitPerDay:10`, "BAD_USER_INPUT", "must not exceed"},
+		{`name:null`, "BAD_USER_INPUT", "name cannot be cleared"},
+		{`name:"taken"`, "NAME_TAKEN", ""},
+	} {
+		r := updateKey(t, e, owner, k.ID, tc.input)
+		if r.Code() != tc.code || len(r.Errors) == 0 || !strings.Contains(r.Errors[0].Message, tc.msg) {
+			t.Errorf("update %s: %s %+v, want %s %q", tc.input, r.Code(), r.Errors, tc.code, tc.msg)
+		}
+	}
+	var after struct{ ApiKey keyView }
+	e.must(owner, `query($id:ID!){apiKey(id:$id){id name rateLimitPerMinute scopes allowedCidrs}}`, map[string]any{"id": k.ID}, &after)
+	if after.ApiKey.Name != "svc2" || len(after.ApiKey.AllowedCidrs) != 3 || len(after.ApiKey.Scopes) != 0 {
+		t.Errorf("bad input changed the key: %+v", after.ApiKey)
+	}
+
+	// The audit pair, with what changed; exactly two updates were made.
+	var log struct {
+		ApiKeyAuditLog struct {
+			Nodes []struct{ Action, ApiKeyID, ActorEmail string }
+		}
+		AuditEvents struct {
+			Nodes []struct{ Action, TargetID, Metadata string }
+		}
+	}
+	e.must(owner, `query($id:ID!){apiKeyAuditLog(apiKeyId:$id,action:UPDATED){nodes{action apiKeyId actorEmail}} auditEvents{nodes{action targetId metadata}}}`,
+		map[string]any{"id": k.ID}, &log)
+	if n := len(log.ApiKeyAuditLog.Nodes); n != 2 || log.ApiKeyAuditLog.Nodes[0].ActorEmail != adminEmail {
+		t.Errorf("UPDATED entries: %+v", log.ApiKeyAuditLog.Nodes)
+	}
+	var updated []string
+	for _, ev := range log.AuditEvents.Nodes {
+		if ev.Action == "api_key.updated" && ev.TargetID == k.ID {
+			updated = append(updated, ev.Metadata)
+		}
+	}
+	if len(updated) != 2 || !strings.Contains(updated[1], `"allowedCidrs"`) || !strings.Contains(updated[1], `"svc2"`) ||
+		!strings.Contains(updated[0], `"rateLimitPerMinute"`) || strings.Contains(updated[0], "btk_") {
+		t.Errorf("api_key.updated events: %q", updated)
+	}
+
+	// An update applies to the next request (the key was cached).
+	if s := e.probeStatus(k.Plaintext); s != 403 {
+		t.Errorf("key limited to other networks: HTTP %d", s)
+	}
+	updateKey(t, e, owner, k.ID, `allowedCidrs:["127.0.0.0/8"]`).decode(t, &out)
+	if s := e.probeStatus(k.Plaintext); s != 200 {
+		t.Errorf("after allowing loopback: HTTP %d", s)
+	}
+	updateKey(t, e, owner, k.ID, `allowedCidrs:["10.0.0.0/8"]`).decode(t, &out)
+	if s := e.probeStatus(k.Plaintext); s != 403 {
+		t.Errorf("after narrowing again: HTTP %d", s)
+	}
+
+	// A revoked key: KEY_REVOKED. An ADMIN reads but does not edit.
+	e.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
+	if r := updateKey(t, e, owner, k.ID, `name:"again"`); r.Code() != "KEY_REVOKED" {
+		t.Errorf("update of a revoked key: %s %+v", r.Code(), r.Errors)
+	}
+	if r := updateKey(t, e, cred{Key: k.Plaintext}, k.ID, `name:"x"`); r.Status == 200 && r.Code() == "" {
+		t.Errorf("a key updated a key")
+	}
+}
+
+func TestWorkspaceKeyPolicy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner := e.admin()
+	old := e.createKey(owner, "old")
+	set := func(max, unused any) response {
+		return e.do(owner, `mutation($w:ID!,$m:Int,$u:Int){setWorkspaceKeyPolicy(workspaceId:$w,maxLifetimeDays:$m,revokeUnusedAfterDays:$u){keyPolicy{maxLifetimeDays revokeUnusedAfterDays}}}`,
+			map[string]any{"w": e.adminWS, "m": max, "u": unused})
+	}
+	for _, bad := range [][2]any{{0, nil}, {3651, nil}, {nil, 0}, {nil, -5}, {30, 4000}} {
+		if r := set(bad[0], bad[1]); r.Code() != "BAD_USER_INPUT" || !strings.Contains(r.Errors[0].Message, "1-3650 days") {
+			t.Errorf("policy %v: %s %+v", bad, r.Code(), r.Errors)
+		}
+	}
+	var pol struct {
+		SetWorkspaceKeyPolicy struct {
+			KeyPolicy struct{ MaxLifetimeDays, RevokeUnusedAfterDays *int }
+		}
+	}
+	set(30, 60).decode(t, &pol)
+	if p := pol.SetWorkspaceKeyPolicy.KeyPolicy; p.MaxLifetimeDays == nil || *p.MaxLifetimeDays != 30 || *p.RevokeUnusedAfterDays != 60 {
+		t.Fatalf("policy: %+v", p)
+	}
+	// Issuing needs an expiry within the maximum.
+	if r := e.do(owner, `mutation{createApiKey(input:{name:"forever"}){plaintextKey}}`, nil); r.Code() != "BAD_USER_INPUT" {
+		t.Errorf("create without expiry under a 30-day policy: %s", r.Code())
+	}
+	late := e.clock.Now().Add(31 * 24 * time.Hour).Format(time.RFC3339)
+	if r := e.do(owner, `mutation($t:Time){createApiKey(input:{name:"late",expiresAt:$t}){plaintextKey}}`, map[string]any{"t": late}); r.Code() != "BAD_USER_INPUT" {
+		t.Errorf("create expiring after 31 days: %s", r.Code())
+	}
+	soon := e.clock.Now().Add(20 * 24 * time.Hour).Format(time.RFC3339)
+	fresh := e.createKeyWith(owner, "fresh", `expiresAt:"`+soon+`"`)
+	if r := e.do(e.elevated(owner, adminPassword), `mutation($id:ID!){rotateApiKey(id:$id){plaintextKey}}`, map[string]any{"id": old.ID}); r.Code() != "BAD_USER_INPUT" {
+		t.Errorf("rotate inheriting no expiry: %s", r.Code())
+	}
+
+	// At use: a key older than the maximum is refused as expired, everywhere.
+	p := newEntryPoints(e)
+	wantAccepted(t, "old key within the lifetime", p.authorize(old.Plaintext, "", ""))
+	e.clock.Advance(30*24*time.Hour + time.Second)
+	expired := "API key is revoked or expired"
+	wantRefused(t, "graphql, old key", p.graphql(old.Plaintext), 401, "UNAUTHENTICATED", expired)
+	wantRefused(t, "authorize, old key", p.authorize(old.Plaintext, "", ""), 401, "UNAUTHENTICATED", expired)
+	wantRefused(t, "proxy, old key", p.proxied(old.Plaintext, "GET", "/"), 401, "UNAUTHENTICATED", expired)
+	wantRefused(t, "graphql, expired by expiresAt", p.graphql(fresh.Plaintext), 401, "UNAUTHENTICATED", expired)
+	// Off again: the old key works at once.
+	owner = e.admin() // the session of a month ago has ended
+	set(nil, nil).decode(t, &pol)
+	wantAccepted(t, "old key, policy off", p.authorize(old.Plaintext, "", ""))
+
+	var evs struct {
+		AuditEvents struct{ Nodes []struct{ Action string } }
+	}
+	e.must(owner, `{auditEvents{nodes{action}}}`, nil, &evs)
+	n := 0
+	for _, ev := range evs.AuditEvents.Nodes {
+		if ev.Action == btk.EventWorkspaceKeyPolicyChanged {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d workspace.key_policy_changed events, want 2 (refused changes write none)", n)
+	}
+}
+
+func TestRevokeUnusedSweep(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner := e.admin()
+	used := e.createKey(owner, "used")
+	idle := e.createKey(owner, "idle")
+	var pol struct{ SetWorkspaceKeyPolicy struct{ ID string } }
+	e.must(owner, `mutation($w:ID!){setWorkspaceKeyPolicy(workspaceId:$w,revokeUnusedAfterDays:5){id}}`, map[string]any{"w": e.adminWS}, &pol)
+	ctx := context.Background()
+	if n, err := e.svc.SweepUnusedKeys(ctx); n != 0 || err != nil {
+		t.Fatalf("sweep of new keys: %d, %v", n, err)
+	}
+	e.clock.Advance(3 * 24 * time.Hour)
+	if e.probeStatus(used.Plaintext) != 200 {
+		t.Fatal("used key refused")
+	}
+	e.flush()
+	e.clock.Advance(3 * 24 * time.Hour)
+	if n, err := e.svc.SweepUnusedKeys(ctx); n != 1 || err != nil {
+		t.Fatalf("sweep after 6 days: %d, %v", n, err)
+	}
+	if n, err := e.svc.SweepUnusedKeys(ctx); n != 0 || err != nil {
+		t.Fatalf("second sweep: %d, %v", n, err)
+	}
+	if e.probeStatus(idle.Plaintext) != 401 || e.probeStatus(used.Plaintext) != 200 {
+		t.Error("the sweep revoked the wrong key")
+	}
+	var log struct {
+		ApiKeyAuditLog struct {
+			Nodes []struct{ Action, ApiKeyID, ActorEmail string }
+		}
+	}
+	e.must(e.admin(), `{apiKeyAuditLog(action:REVOKED){nodes{action apiKeyId actorEmail}}}`, nil, &log)
+	if n := log.ApiKeyAuditLog.Nodes; len(n) != 1 || n[0].ApiKeyID != idle.ID || n[0].ActorEmail != btk.SystemActorEmail {
+		t.Errorf("REVOKED entries: %+v", n)
+	}
+}
