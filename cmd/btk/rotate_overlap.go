@@ -14,8 +14,8 @@ import (
 
 // runRotateOverlap is `btk rotate KEY --overlap`: rotation without downtime
 // (docs/design.md#rotation-without-downtime). It issues a successor with the
-// old key's limits, scopes and expiry under a name of its own, and revokes
-// nothing; the old key is revoked later with `btk revoke`.
+// old key's limits, scopes, expiry and canary mark under a name of its own,
+// and revokes nothing; the old key is revoked later with `btk revoke`.
 func runRotateOverlap(cmd *cobra.Command, opts *rotateOptions) error {
 	f := opts.f
 	for _, n := range []string{"password-stdin", "elevation-token"} {
@@ -53,11 +53,17 @@ func runRotateOverlap(cmd *cobra.Command, opts *rotateOptions) error {
 		expiresAt = old.ExpiresAt
 	}
 
+	// Everything a rotation's successor inherits, the overlap inherits too:
+	// a restriction added to keys later (allowed networks, …) belongs here,
+	// or the successor would be less restricted than the key it replaces.
 	input := client.CreateApiKeyInput{
 		RateLimitPerMinute: old.RateLimitPerMinute,
 		RateLimitPerDay:    old.RateLimitPerDay,
 		ExpiresAt:          expiresAt,
 		Scopes:             old.Scopes,
+	}
+	if old.Canary { // as rotation does: a trap's successor is a trap
+		input.Canary = &old.Canary
 	}
 	var payload client.CreateApiKeyCreateApiKeyCreateApiKeyPayload
 	if opts.name != "" {
