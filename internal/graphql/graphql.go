@@ -69,7 +69,7 @@ func New(svc *btk.Service, gw *gateway.Gateway, log *slog.Logger) http.Handler {
 	// Parsing and validating a query costs as much as the rest of a request:
 	// cache the parsed documents (only valid ones are cached, so the two
 	// executors can share the cache).
-	cache := lru.New[*ast.QueryDocument](1000)
+	cache := smallDocuments{lru.New[*ast.QueryDocument](1000)}
 	limit := newComplexityLimit(maxComplexity)
 	newExec := func(suggest bool) *executor.Executor {
 		exec := executor.New(es)
@@ -96,6 +96,24 @@ func New(svc *btk.Service, gw *gateway.Gateway, log *slog.Logger) http.Handler {
 	h.expansion = newExpansionLimit(maxComplexity, anonymousExpansion, parserTokenLimit, cache)
 	return h
 
+}
+
+// maxCachedQuery bounds the documents the query cache keeps: a parsed
+// document pins its source, so 1,000 distinct valid 64 KB documents (a
+// comment fills them) would have held 128 MB for any anonymous caller. Real
+// operations are under 3 KB; a larger one is parsed each time.
+const maxCachedQuery = 8 << 10
+
+// smallDocuments is the query cache, for documents of at most
+// maxCachedQuery bytes.
+type smallDocuments struct {
+	*lru.LRU[*ast.QueryDocument]
+}
+
+func (c smallDocuments) Add(ctx context.Context, query string, doc *ast.QueryDocument) {
+	if len(query) <= maxCachedQuery {
+		c.LRU.Add(ctx, query, doc)
+	}
 }
 
 // pageCost is the complexity of a paged field: its fields for each 20 of

@@ -373,14 +373,17 @@ func (c *complexityLimit) MutateOperationContext(ctx context.Context, rc *graphq
 	op := rc.Operation
 	var oc opCost
 	ok := false
-	if len(op.VariableDefinitions) == 0 {
+	// Only the costs of documents the query cache may hold are kept: a
+	// remembered operation pins its document and source.
+	remember := len(op.VariableDefinitions) == 0 && len(rc.RawQuery) <= maxCachedQuery
+	if remember {
 		c.mu.RLock()
 		oc, ok = c.known[op]
 		c.mu.RUnlock()
 	}
 	if !ok {
 		oc = operationCost(ctx, c.es, op, rc.Variables)
-		if len(op.VariableDefinitions) == 0 {
+		if remember {
 			c.mu.Lock()
 			if len(c.known) >= maxKnownComplexities {
 				clear(c.known) // documents evicted from the query cache are not kept alive

@@ -3,6 +3,8 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -123,4 +125,30 @@ func TestPagesCostTheirRows(t *testing.T) {
 		ApiKeys struct{ Nodes []struct{ ID string } }
 	}
 	e.must(owner, `{apiKeys(first:500){nodes{id name displayPrefix hint status rateLimitPerMinute rateLimitPerDay expiresAt lastUsedAt createdAt}}}`, nil, &out)
+}
+
+// Attacker pass: the query cache and the remembered operation costs kept
+// any valid document with its source, so distinct 60 KB documents (a
+// comment fills them) from an anonymous caller stayed in memory, 1,000 of
+// them at a time (64 MB). Only small documents are kept now.
+func TestQueryCacheHoldsOnlySmallDocuments(t *testing.T) {
+	e := newEnv(t)
+	heap := func() int64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	pad := strings.Repeat("x", 60_000)
+	before := heap()
+	for i := range 200 {
+		r := e.do(cred{}, fmt.Sprintf("{__typename} #%d %s", i, pad), nil)
+		if r.Status != http.StatusOK || len(r.Errors) > 0 {
+			t.Fatalf("document %d: HTTP %d %+v", i, r.Status, r.Errors)
+		}
+	}
+	if grew := heap() - before; grew > 4<<20 {
+		t.Fatalf("200 documents of 60 KB left %d MB in memory", grew>>20)
+	}
 }
