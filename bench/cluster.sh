@@ -12,7 +12,7 @@
 # --redis: one on a redis-server of the run's own, one on a Redis Cluster of
 # the run's own (three redis-server in cluster mode joined by redis-cli
 # --cluster create). On each it logs in, creates WORKSPACES workspaces with
-# one key each (so that the cluster's checks spread over its shards), then
+# one key each (through impersonate) (so that the cluster's checks spread over its shards), then
 # alternates ROUNDS rounds of wrk (POST /graphql {tenantInfo{id name}} with
 # X-Api-Key, the keys in turn, every answer checked 200) between the three.
 # For each round it prints:
@@ -143,10 +143,9 @@ gql() { # gql BASE TOKEN_OR_EMPTY QUERY VARIABLES_JSON
 	jq -nc --arg q "$3" --argjson v "$4" '{query:$q,variables:$v}' |
 		curl -fsS "$1/graphql" -H 'Content-Type: application/json' "${auth[@]}" --data-binary @-
 }
-login() { # login BASE [WORKSPACE_ID]
-	gql "$1" "" 'mutation($e:String!,$p:String!,$w:ID){login(email:$e,password:$p,workspaceId:$w){accessToken}}' \
-		"$(jq -nc --arg e "$EMAIL" --arg p "$PASSWORD" --arg w "${2:-}" '{e:$e,p:$p,w:(if $w == "" then null else $w end)}')" |
-		jq -er '.data.login.accessToken'
+login() { # login BASE
+	gql "$1" "" 'mutation($e:String!,$p:String!){login(email:$e,password:$p){accessToken}}' \
+		"$(jq -nc --arg e "$EMAIL" --arg p "$PASSWORD" '{e:$e,p:$p}')" | jq -er '.data.login.accessToken'
 }
 
 body='{"query":"{tenantInfo{id name}}"}'
@@ -157,7 +156,8 @@ for name in "${ENGINES[@]}"; do
 	for i in $(seq "$WORKSPACES"); do
 		ws=$(gql "$base" "$token" 'mutation($n:String!){createWorkspace(input:{name:$n}){id}}' \
 			"$(jq -nc --arg n "bench-$i" '{n:$n}')" | jq -er '.data.createWorkspace.id') || die "createWorkspace on $name failed"
-		wtoken=$(login "$base" "$ws") || die "login to workspace $ws on $name failed"
+		wtoken=$(gql "$base" "$token" 'mutation($w:ID!){impersonate(workspaceId:$w){accessToken}}' \
+			"$(jq -nc --arg w "$ws" '{w:$w}')" | jq -er '.data.impersonate.accessToken') || die "impersonate $ws on $name failed"
 		keys+=("$(gql "$base" "$wtoken" 'mutation{createApiKey(input:{name:"bench"}){plaintextKey}}' '{}' |
 			jq -er '.data.createApiKey.plaintextKey')") || die "createApiKey on $name failed"
 	done

@@ -81,6 +81,8 @@ func Open(url, prefix string) (*State, error) {
 // concurrent checks share a write and a read (measured in cost_test.go).
 // A lone check is sent at once: no waiting for company.
 func (s *State) usePipeline() error {
+	// The defaults of the blocking face: one ordered batch in flight, no
+	// coalescing wait (a flush delay of 100 µs measured no better).
 	ap, err := s.rdb.AutoPipeline()
 	if err != nil {
 		return err
