@@ -14,7 +14,7 @@ import (
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
-// A Sentinel failover under load (docs/clusters.md, "Failover"): keys
+// A Sentinel failover under load (docs/clusters.md#failover): keys
 // revoked on three instances, the primary killed right after the last
 // revoke answered, the sentinels promote the replica. No revoked key is
 // ever accepted again on any instance — during the failover or after — and

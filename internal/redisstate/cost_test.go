@@ -40,6 +40,9 @@ func TestCostPerCheck(t *testing.T) {
 		nodes []*redistest.Server
 	}{{"standalone", one.URL(), []*redistest.Server{one}}, {"cluster3", three.URL(), three.Nodes[:]}} {
 		for _, pipe := range []bool{false, true} {
+			if only := os.Getenv("BTK_COST_ONLY"); only != "" && only != fmt.Sprintf("%s/%v", d.name, pipe) {
+				continue // e.g. BTK_COST_ONLY=cluster3/true, for a profile of one
+			}
 			s := openAt(t, d.url)
 			if !pipe {
 				s.checks = s.rdb

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Failover and lost data (docs/clusters.md, "Failover"):
+// Failover and lost data (docs/clusters.md#failover):
 //
 // A revision token read from a primary is only as good as that primary's
 // data. A replica promoted after it missed the last writes, or a server

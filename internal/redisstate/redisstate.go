@@ -55,7 +55,7 @@ type State struct {
 
 // Open connects to the Redis that url names — redis:// or rediss:// (one
 // server), redis+sentinel:// (a primary followed through Sentinel) or
-// redis+cluster:// (Redis Cluster); see docs/clusters.md — and keeps its
+// redis+cluster:// (Redis Cluster); see docs/clusters.md#shared-state-in-redis — and keeps its
 // keys under prefix. It does not wait for Redis: use Ready.
 func Open(url, prefix string) (*State, error) {
 	if strings.ContainsAny(prefix, "{}") {
