@@ -224,7 +224,6 @@ func (s *Service) ReportLeaks(ctx context.Context, by Reporter, reports []LeakRe
 	// an earlier answer may have failed to tell the other instances.
 	var errs []error
 	for ws := range workspaces {
-		s.cache.dropWorkspace(ws, true)
 		errs = append(errs, s.changed(ctx, ws))
 	}
 	if err := errors.Join(errs...); err != nil {
