@@ -187,6 +187,50 @@ func (p *peerSetup) check(t *testing.T, rateLimitHeaders bool) {
 	if rec.count() != seen {
 		t.Errorf("%d refused requests reached the upstream", rec.count()-seen)
 	}
+	p.checkScopes(t)
+}
+
+// checkScopes runs the access rules through the peer (docs/access.md): a
+// scoped key is accepted on the path its scope opens, with its scopes passed
+// to the upstream, and refused with btk's 403 on another path, the original
+// method and URI coming from the peer's X-Forwarded-Method / -Uri.
+func (p *peerSetup) checkScopes(t *testing.T) {
+	e, rec := p.e, p.rec
+	e.svc.SetAccessRules(mustRules(t, "rules:\n  - path: /hello\n    methods: [GET]\n    scopes: [hello:read]\n  - path: /admin/**\n    deny: true\n"))
+	defer e.svc.SetAccessRules(nil)
+	owner := e.admin()
+	scoped := e.createKeyWith(owner, "scoped-through-peer", `scopes:["hello:read"]`)
+	client := &http.Client{Timeout: 10 * time.Second}
+	base := "http://" + p.peerAddr
+	r := send(t, client, "GET", base+"/hello?x=1", map[string]string{"X-Api-Key": scoped.Plaintext, "X-Api-Key-Scopes": "forged"}, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("scoped key on its path: HTTP %d %s", r.Status, r.Body)
+	}
+	if v := rec.last(t).Values("X-Api-Key-Scopes"); len(v) != 1 || v[0] != "hello:read" {
+		t.Errorf("upstream X-Api-Key-Scopes %q, want only hello:read", v)
+	}
+	seen := rec.count()
+	for _, tc := range []struct{ method, path, msg string }{
+		{"GET", "/other", "API key may not call this path"},
+		{"POST", "/hello", "API key may not call this path"},
+		{"GET", "/hello/../admin/x", "API key may not call this path"},
+	} {
+		r := send(t, client, tc.method, base+tc.path, map[string]string{"X-Api-Key": scoped.Plaintext}, nil)
+		if msg, code := r.message(t); r.Status != http.StatusForbidden || msg != tc.msg || code != "FORBIDDEN" {
+			t.Errorf("scoped key, %s %s: HTTP %d %q (%s)", tc.method, tc.path, r.Status, msg, code)
+		}
+	}
+	if rec.count() != seen {
+		t.Errorf("%d refused requests reached the upstream", rec.count()-seen)
+	}
+	// A key without scopes passes where no rule matches, and carries an
+	// empty (or no) X-Api-Key-Scopes.
+	plain := e.createKey(owner, "plain-through-peer")
+	if r := send(t, client, "GET", base+"/other", map[string]string{"X-Api-Key": plain.Plaintext}, nil); r.Status != http.StatusOK {
+		t.Errorf("unscoped key on /other: HTTP %d %s", r.Status, r.Body)
+	} else if v := rec.last(t).Get("X-Api-Key-Scopes"); v != "" {
+		t.Errorf("unscoped key: upstream X-Api-Key-Scopes %q", v)
+	}
 }
 
 func TestNginxAuthRequest(t *testing.T) {
