@@ -2,6 +2,7 @@ package btk
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +135,30 @@ func TestUsageRange(t *testing.T) {
 	}, day, day.Add(72*time.Hour), GranularityDay)
 	if len(pts) != 3 || pts[0].Accepted != 2 || pts[0].Refused != 1 || pts[1].RateLimited != 4 || pts[2].Total() != 0 || !pts[2].Start.Equal(day.Add(48*time.Hour)) {
 		t.Fatalf("buckets %+v", pts)
+	}
+}
+
+// BenchmarkUsageCount is counting's own cost on the request path: one use
+// counted, with its client, for one key and spread over 10,000 keys.
+func BenchmarkUsageCount(b *testing.B) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	cl := Client{Addr: func() string { return "192.0.2.7" }, UserAgent: "bench/1"}
+	for _, n := range []int{1, 10_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			c := newUsageCounter()
+			keys := make([]*APIKey, n)
+			for i := range keys {
+				keys[i] = &APIKey{ID: fmt.Sprintf("key-%05d", i), WorkspaceID: "w"}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					c.add(keys[i%n], UseAccepted, now, cl)
+					i += 7919
+				}
+			})
+		})
 	}
 }
