@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -224,5 +225,54 @@ func TestTLSIsAEADOnlyWithHSTS(t *testing.T) {
 		if res.TLS == nil || !strings.HasPrefix(res.Header.Get("Strict-Transport-Security"), "max-age=") {
 			t.Fatalf("TLS %x: no HSTS (%q)", v, res.Header.Get("Strict-Transport-Security"))
 		}
+	}
+}
+
+// Attacker pass: one HTTP/2 connection carried up to 250 requests at once
+// (Go's default); now at most MaxStreamsPerConn.
+func TestHTTP2StreamsPerConnectionBounded(t *testing.T) {
+	cert, pool := selfSigned(t)
+	var mu sync.Mutex
+	in := map[string]int{} // requests in flight per client connection
+	most := 0
+	release := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		in[r.RemoteAddr]++
+		most = max(most, in[r.RemoteAddr])
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-time.After(2 * time.Second):
+		}
+		mu.Lock()
+		in[r.RemoteAddr]--
+		mu.Unlock()
+	})
+	addr, _ := serveTest(t, h, cert, server.NewConnGuard(100))
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true, MaxConnsPerHost: 1}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	done := make(chan error, 150)
+	for range 150 {
+		go func() {
+			res, err := c.Get("https://" + addr + "/")
+			if err == nil {
+				if res.ProtoMajor != 2 {
+					err = fmt.Errorf("HTTP/%d", res.ProtoMajor)
+				}
+				res.Body.Close()
+			}
+			done <- err
+		}()
+	}
+	for range 150 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	if most > server.MaxStreamsPerConn || most < 2 {
+		t.Fatalf("%d requests at once on one connection", most)
 	}
 }

@@ -85,6 +85,9 @@ var AEADCipherSuites = []uint16{
 // and a 1 MB block (Go's default) costs milliseconds of CPU to refuse.
 const MaxHeaderBytes = 64 << 10
 
+// MaxStreamsPerConn bounds the concurrent requests of one HTTP/2 connection.
+const MaxStreamsPerConn = 100
+
 // HSTS is the Strict-Transport-Security of every answer over TLS.
 const HSTS = "max-age=31536000"
 
@@ -101,6 +104,11 @@ func Serve(srv *http.Server, ln net.Listener, cert *Certificate) error {
 func ServeGuarded(srv *http.Server, ln net.Listener, cert *Certificate, g *ConnGuard) error {
 	if srv.MaxHeaderBytes == 0 {
 		srv.MaxHeaderBytes = MaxHeaderBytes
+	}
+	if srv.HTTP2 == nil {
+		// Streams at once on one HTTP/2 connection (Go's default is 250):
+		// with the connection bound, this bounds the requests in flight.
+		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: MaxStreamsPerConn}
 	}
 	g.Track(srv)
 	ln = g.Listener(ln)
