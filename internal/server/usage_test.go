@@ -230,3 +230,34 @@ func TestKeyUsageCounts(t *testing.T) {
 		t.Fatal("an API key read the workspace's usage")
 	}
 }
+
+// docs/usage.md: uses refused because the key is restricted (a network it
+// may not be used from) or a canary count as refused against that key.
+func TestRestrictedAndCanaryUsesCountRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner := e.admin()
+	var out struct {
+		CreateApiKey struct {
+			PlaintextKey string
+			ApiKey       struct{ ID string }
+		}
+	}
+	e.must(owner, `mutation{createApiKey(input:{name:"office-only",allowedCidrs:["10.0.0.0/8"]}){plaintextKey apiKey{id}}}`, nil, &out)
+	netKey := out.CreateApiKey
+	e.must(owner, `mutation{createApiKey(input:{name:"trap",canary:true}){plaintextKey apiKey{id}}}`, nil, &out)
+	canary := out.CreateApiKey
+	if s := e.probeStatus(netKey.PlaintextKey); s != http.StatusForbidden {
+		t.Fatalf("key used from outside its network: HTTP %d", s)
+	}
+	if s := e.probeStatus(canary.PlaintextKey); s != http.StatusUnauthorized {
+		t.Fatalf("canary: HTTP %d", s)
+	}
+	e.flush()
+	for name, id := range map[string]string{"restricted": netKey.ApiKey.ID, "canary": canary.ApiKey.ID} {
+		pts, _, _ := e.keyUsage(owner, id, "HOUR")
+		if last := pts[len(pts)-1]; last.Refused != 1 || last.Accepted != 0 || last.RateLimited != 0 {
+			t.Errorf("%s key: %+v, want one refused use", name, last)
+		}
+	}
+}

@@ -51,7 +51,7 @@ func TestDashboardOffersWhatWorks(t *testing.T) {
 
 	// The key's page: settings, history with the address, usage.
 	page := boss.get("/keys/" + id)
-	for _, want := range []string{"<h2 id=\"settings-title\">Settings", "Restrictions", "History", "from 127.0.0.1", "<svg viewBox", "Day (UTC)"} {
+	for _, want := range []string{"<h2 id=\"settings-title\">Settings", "Restrictions", "From anywhere", "History", "from 127.0.0.1", "<svg viewBox", "Day (UTC)"} {
 		if want == "from 127.0.0.1" {
 			want = "<code>127.0.0.1</code>"
 		}

@@ -15,6 +15,7 @@ type keyDetailPage struct {
 	CanManage               bool
 	CanIssue                bool
 	Scopes                  []string
+	Networks                []string
 	Canary                  bool
 	RotatedFrom, ReplacedBy string
 	// LastIP and LastUA are the client of the latest accepted request.
@@ -63,7 +64,7 @@ func (h *Handler) keyDetail(w http.ResponseWriter, r *http.Request, a *btk.Actor
 			PerMinute: lim.PerMinute, PerDay: lim.PerDay, OwnLimits: k.RateLimitPerMinute != nil || k.RateLimitPerDay != nil,
 			Expires: optTime(k.ExpiresAt, now), LastUsed: optTime(k.LastUsedAt, now), Created: newTime(k.CreatedAt, now),
 		},
-		Scopes: k.Scopes, Canary: k.Canary, RotatedFrom: k.RotatedFromID, ReplacedBy: k.ReplacedByID,
+		Scopes: k.Scopes, Networks: k.AllowedCIDRs, Canary: k.Canary, RotatedFrom: k.RotatedFromID, ReplacedBy: k.ReplacedByID,
 		ByHour: r.URL.Query().Get("by") == "hour",
 	}
 	p.layout.Title = k.Name
