@@ -80,14 +80,6 @@ func newWrappedEnv(t testing.TB, wrap func(btk.Store) btk.Store, opts ...envOpti
 func newEnvOn(t testing.TB, path string, wrap func(btk.Store) btk.Store, opts ...envOption) *env {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st btk.Store = db
-	if wrap != nil {
-		st = wrap(db)
-	}
 	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
 	cfg := btk.Config{Now: clk.Now}
 	for _, o := range opts {
@@ -95,6 +87,15 @@ func newEnvOn(t testing.TB, path string, wrap func(btk.Store) btk.Store, opts ..
 	}
 	if onRedis(t) {
 		useRedis(t, &cfg, clk.Now)
+	}
+	// With shared state (Redis), other instances may open the database too.
+	db, err := store.Open(ctx, path, cfg.KeyGate != nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st btk.Store = db
+	if wrap != nil {
+		st = wrap(db)
 	}
 	svc, err := btk.NewService(ctx, st, nil, cfg)
 	if err != nil {

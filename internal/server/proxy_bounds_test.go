@@ -3,11 +3,14 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -16,7 +19,11 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/redisstate"
 	"github.com/btk-project/btk/internal/server"
+	"github.com/btk-project/btk/internal/store"
+	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
 // proxyWith is proxyFor with server options (an upstream timeout).
@@ -194,4 +201,92 @@ func TestProxyCutsConnectionsWhenKeyInvalid(t *testing.T) {
 		k := e.createKeyWith(owner, "stream-expired", `expiresAt:"`+exp+`"`)
 		stream(t, k.Plaintext, func() { e.clock.Advance(2 * time.Hour) })
 	})
+}
+
+// Issue 15, row 5, on every instance: two instances share PostgreSQL and
+// Redis; a WebSocket opened through instance B's proxy is closed when the
+// key is revoked through instance A.
+func TestProxyCutsConnectionsOnEveryInstance(t *testing.T) {
+	if os.Getenv(pgtest.Env) == "" || os.Getenv("BTK_TEST_REDIS") == "" {
+		t.Skip(pgtest.Env + " and BTK_TEST_REDIS are needed: skipping the two-instance proxy test")
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	prefix := "btktest:" + hex.EncodeToString(b) + ":"
+	shared := func(cfg *btk.Config) {
+		st, err := redisstate.Open(os.Getenv("BTK_TEST_REDIS"), prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st.Wipe(ctx)
+			st.Close()
+		})
+		cfg.KeyGate, cfg.Throttle = st, st.Throttle()
+	}
+	a := newEnvOn(t, pgtest.URL(t), nil, shared)
+	owner := a.admin()
+	k := a.createKey(owner, "ws-two-instances")
+	// Instance B: its own service and store on the same database and Redis.
+	ctx := context.Background()
+	dbB, err := store.Open(ctx, a.dbPath, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbB.Close()
+	cfgB := btk.Config{}
+	shared(&cfgB)
+	svcB, err := btk.NewService(ctx, dbB, nil, cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		for {
+			typ, msg, err := c.Read(ctx)
+			if err != nil || c.Write(ctx, typ, msg) != nil {
+				return
+			}
+		}
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	pB := httptest.NewServer(server.New(svcB, dbB, slog.New(slog.DiscardHandler)).Proxy(u))
+	defer pB.Close()
+
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	ws := "ws" + strings.TrimPrefix(pB.URL, "http") + "/socket"
+	c, _, err := websocket.Dial(wctx, ws, &websocket.DialOptions{HTTPHeader: http.Header{"X-Api-Key": {k.Plaintext}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if err := c.Write(wctx, websocket.MessageText, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	if _, m, err := c.Read(wctx); err != nil || string(m) != "before" {
+		t.Fatalf("echo through instance B: %q %v", m, err)
+	}
+	a.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
+	for {
+		if wctx.Err() != nil {
+			t.Fatal("instance B's WebSocket still passes data 20 s after the key was revoked on instance A")
+		}
+		if c.Write(wctx, websocket.MessageText, []byte("after")) != nil {
+			break
+		}
+		if _, _, err := c.Read(wctx); err != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
