@@ -79,6 +79,17 @@ func (r UsageRange) resolve(now time.Time) (since, until time.Time, g Granularit
 	return since, until, g, nil
 }
 
+// Points is the number of points the range's series has at now (one per
+// period, zeros included), known before anything is read: a caller that
+// bounds the points of an answer spends them before asking for the series.
+func (r UsageRange) Points(now time.Time) (int, error) {
+	since, until, g, err := r.resolve(now)
+	if err != nil {
+		return 0, err
+	}
+	return int(until.Sub(since) / g.period()), nil
+}
+
 // bucket turns hourly rows (oldest first) into one point per period of
 // [since, until), zeros included.
 func bucket(rows []UsageCount, since, until time.Time, g Granularity) []UsageCount {

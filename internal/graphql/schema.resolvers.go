@@ -30,11 +30,12 @@ func (r *apiKeyResolver) LastUsedUserAgent(ctx context.Context, obj *graph.APIKe
 }
 
 func (r *apiKeyResolver) Usage(ctx context.Context, obj *graph.APIKey, since *time.Time, until *time.Time, granularity *btk.Granularity) ([]*graph.UsagePoint, error) {
-	pts, err := r.svc.KeyUsage(ctx, btk.ActorFrom(ctx), obj.ID, usageRange(since, until, granularity))
-	if err != nil {
+	rng := usageRange(since, until, granularity)
+	if err := spendUsagePoints(ctx, rng, r.svc.Now()); err != nil {
 		return nil, err
 	}
-	if err := spendUsagePoints(ctx, len(pts)); err != nil {
+	pts, err := r.svc.KeyUsage(ctx, btk.ActorFrom(ctx), obj.ID, rng)
+	if err != nil {
 		return nil, err
 	}
 	return usagePoints(pts), nil
@@ -308,11 +309,12 @@ func (r *queryResolver) WorkspaceBranding(ctx context.Context, publicKey string)
 }
 
 func (r *queryResolver) WorkspaceUsage(ctx context.Context, since *time.Time, until *time.Time, granularity *btk.Granularity) (*graph.WorkspaceUsage, error) {
-	u, err := r.svc.WorkspaceUsage(ctx, btk.ActorFrom(ctx), usageRange(since, until, granularity))
-	if err != nil {
+	rng := usageRange(since, until, granularity)
+	if err := spendUsagePoints(ctx, rng, r.svc.Now()); err != nil {
 		return nil, err
 	}
-	if err := spendUsagePoints(ctx, len(u.Points)); err != nil {
+	u, err := r.svc.WorkspaceUsage(ctx, btk.ActorFrom(ctx), rng)
+	if err != nil {
 		return nil, err
 	}
 	return &graph.WorkspaceUsage{Since: u.Since, Until: u.Until, Granularity: u.Granularity, Points: usagePoints(u.Points)}, nil
