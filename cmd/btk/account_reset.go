@@ -13,6 +13,7 @@ import (
 	"github.com/btk-project/btk/internal/store"
 )
 
+// #nosec G101 -- help text that mentions a password, not one
 const longResetPassword = `Set a new password for the account EMAIL directly in the database, end all
 its sessions, and record account.password_changed attributed to "system": the
 operator's way back in when no one can log in (a forgotten password, the only

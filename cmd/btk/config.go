@@ -99,7 +99,7 @@ func credentialsPath(cmd *cobra.Command, getenv func(string) string, cfgPath str
 // before the two were apart may hold a token too; it is read only while
 // there is no credentials file (the first login or logout makes one).
 func readCredentials(v *viper.Viper, path string) error {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) // #nosec G304 -- the user's own config or credentials file
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -139,7 +139,7 @@ func readConfig(v *viper.Viper, path string) error {
 // for a moment.
 func updateConfig(path string, set map[string]string, unset ...string) error {
 	doc := map[string]any{}
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) // #nosec G304 -- the user's own config or credentials file
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:

@@ -57,13 +57,6 @@ func days(n *int) string {
 	return strconv.Itoa(*n) + " days"
 }
 
-func limit(n *int, none string) string {
-	if n == nil {
-		return none
-	}
-	return strconv.Itoa(*n)
-}
-
 func deref(s *string, none string) string {
 	if s == nil {
 		return none

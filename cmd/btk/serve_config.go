@@ -198,7 +198,7 @@ func loadServeConfig(cmd *cobra.Command, getenv func(string) string) (serveConfi
 	if err != nil {
 		return cfg, err
 	}
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) // #nosec G304 -- the config file the operator named (--config, BTK_CONFIG)
 	switch {
 	case err == nil:
 		if err := cfg.readFile(path, b, byKey); err != nil {
@@ -372,7 +372,7 @@ func (c *serveConfig) Validate() error {
 		}
 		c.sessionKeys = keys
 	case c.SessionKeysFile != "":
-		b, err := os.ReadFile(c.SessionKeysFile)
+		b, err := os.ReadFile(c.SessionKeysFile) // #nosec G304 -- the keys file the operator named (session-keys-file)
 		if err != nil {
 			return usageErrorf("session-keys-file (BTK_SESSION_KEYS_FILE): %v", err)
 		}

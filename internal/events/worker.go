@@ -255,7 +255,7 @@ func (w *Worker) deliver(d *btk.WebhookDelivery) {
 	if code < 0 {
 		code = 0
 	}
-	if err := w.svc.FinishDelivery(ctx, d, d.Claim, code, msg, rand.Float64()); err != nil {
+	if err := w.svc.FinishDelivery(ctx, d, d.Claim, code, msg, rand.Float64()); err != nil { // #nosec G404 -- jitter of a retry delay, not a secret
 		w.log.Error("webhook outbox: recording a delivery failed", "delivery", d.ID, "err", err)
 		return
 	}

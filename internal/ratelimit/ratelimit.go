@@ -382,14 +382,15 @@ func (w *window) remaining(t, period int64) int64 {
 	if d < 0 || d > period {
 		return 0 // not reached
 	}
-	hi, lo := bits.Mul64(uint64(period-d), uint64(w.lim))
-	lo, borrow := bits.Sub64(lo, uint64(w.frac), 0)
+	hi, lo := bits.Mul64(uint64(period-d), uint64(w.lim)) // #nosec G115 -- d is in [0, period] (checked above) and lim > 0: both non-negative
+	lo, borrow := bits.Sub64(lo, uint64(w.frac), 0)       // #nosec G115 -- frac is in [0, period): non-negative
 	hi -= borrow
+	// #nosec G115 -- period > 0
 	if hi >= uint64(period) { // not reached: the quotient is at most lim
 		return w.lim
 	}
-	n, _ := bits.Div64(hi, lo, uint64(period))
-	return int64(min(n, uint64(w.lim)))
+	n, _ := bits.Div64(hi, lo, uint64(period)) // #nosec G115 -- period > 0
+	return int64(min(n, uint64(w.lim)))        // #nosec G115 -- lim > 0, and the result is at most lim
 }
 
 // untilFull is the time from t until the prepared window is fully replenished.

@@ -149,6 +149,7 @@ func (h *Handler) actor(r *http.Request) (*btk.Actor, error) {
 	return a, nil
 }
 
+// #nosec G124 -- HttpOnly and SameSite=Strict always; Secure whenever the request came over TLS, since plain HTTP on 127.0.0.1 (the default) must still log in
 func setCookie(w http.ResponseWriter, r *http.Request, token string, expires time.Time) {
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: token, Path: "/", Expires: expires,
@@ -161,6 +162,7 @@ func setCookie(w http.ResponseWriter, r *http.Request, token string, expires tim
 // logouts; it authenticates nothing by itself.
 const DeviceCookieName = "btk_device"
 
+// #nosec G124 -- as setCookie: Secure whenever the request came over TLS
 func setDeviceCookie(w http.ResponseWriter, r *http.Request, token string) {
 	if token == "" {
 		return
@@ -171,6 +173,7 @@ func setDeviceCookie(w http.ResponseWriter, r *http.Request, token string) {
 	})
 }
 
+// #nosec G124 -- a cookie being deleted (MaxAge -1), with the same attributes as setCookie
 func clearCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: "", Path: "/", MaxAge: -1,

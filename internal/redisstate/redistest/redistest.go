@@ -113,7 +113,7 @@ func (s *Server) run() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.out = new(bytes.Buffer)
-	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd = exec.Command(s.bin, s.args...) // #nosec G204 -- test support: starts the redis-server found on PATH with arguments the test chose
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
@@ -340,6 +340,7 @@ func Cluster(t testing.TB) *ClusterGroup {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
+	// #nosec G204 -- test support: redis-cli from PATH with the test's own addresses
 	out, err := exec.CommandContext(ctx, cli, append(append([]string{"--cluster", "create"}, addrs...),
 		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
 	if err != nil {

@@ -84,7 +84,7 @@ func Backup(ctx context.Context, path, dest string, force bool) (err error) {
 }
 
 func syncFile(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.OpenFile(path, os.O_RDWR, 0) // #nosec G304 -- the backup file the operator named (btk backup FILE)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func syncDir(dir string) {
 	if runtime.GOOS == "windows" {
 		return // directories cannot be opened for syncing there
 	}
-	if d, err := os.Open(dir); err == nil {
+	if d, err := os.Open(dir); err == nil { // #nosec G304 -- the directory of the backup file the operator named
 		d.Sync()
 		d.Close()
 	}

@@ -30,6 +30,7 @@ func addUsage(ctx context.Context, t *sql.Tx, counts []btk.UsageCount, clients [
 			}
 			args = append(args, c.KeyID, c.WorkspaceID, hour, c.Accepted, c.RateLimited, c.Refused)
 		}
+		// #nosec G202 -- only placeholders are concatenated; every value is a bound argument
 		q := `INSERT INTO api_key_usage (api_key_id, workspace_id, hour, accepted, rate_limited, refused) VALUES ` +
 			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", len(chunk)), ", ") +
 			` ON CONFLICT (api_key_id, hour) DO UPDATE SET

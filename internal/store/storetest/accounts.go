@@ -123,7 +123,7 @@ func testPrefixTaken(t *testing.T, db btk.Store) {
 
 func testAccountRoundTripAndEmail(t *testing.T, db btk.Store) {
 	for _, admin := range []bool{false, true} {
-		a := &btk.Account{ID: uuid.NewString(), Email: uuid.NewString() + "@Example.com", PasswordHash: "$argon2id$v=19$h",
+		a := &btk.Account{ID: uuid.NewString(), Email: uuid.NewString() + "@Example.com", PasswordHash: "$argon2id$v=19$h", // #nosec G101 -- a placeholder hash in a test fixture, not a credential
 			PlatformAdmin: admin, CreatedAt: t0}
 		write(t, db, func(tx btk.Tx) error { return tx.CreateAccount(ctx, a) })
 		read(t, db, func(tx btk.Tx) error {

@@ -51,7 +51,7 @@ func newWorkspace(t testing.TB, db btk.Store) *btk.Workspace {
 
 func newAccount(t testing.TB, db btk.Store, email string) *btk.Account {
 	t.Helper()
-	a := &btk.Account{ID: uuid.NewString(), Email: email, PasswordHash: "$argon2id$x", CreatedAt: t0}
+	a := &btk.Account{ID: uuid.NewString(), Email: email, PasswordHash: "$argon2id$x", CreatedAt: t0} // #nosec G101 -- a placeholder hash in a test fixture, not a credential
 	write(t, db, func(tx btk.Tx) error { return tx.CreateAccount(context.Background(), a) })
 	return a
 }

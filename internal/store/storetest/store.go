@@ -143,7 +143,7 @@ func testConcurrentReadsAndWrites(t *testing.T, db btk.Store) {
 	for i := range 8 {
 		wg.Go(func() {
 			for j := range 10 {
-				k := key(ws, string(rune('a'+i))+string(rune('a'+j)))
+				k := key(ws, string(rune('a'+i))+string(rune('a'+j))) // #nosec G115 -- i and j are below 10: letters a to j
 				if err := db.Write(ctx, func(tx btk.Tx) error { return tx.CreateAPIKey(ctx, k) }); err != nil {
 					t.Error(err)
 				}

@@ -78,7 +78,7 @@ func testRecordUsageConcurrentOrders(t *testing.T, db btk.Store) {
 	var mu sync.Mutex
 	var failures []error
 	race(db, flushers, func(f int) {
-		rng := rand.New(rand.NewPCG(uint64(f), 15))
+		rng := rand.New(rand.NewPCG(uint64(f), 15)) // #nosec G115 G404 -- a test's reproducible pseudo-random schedule; f is a small non-negative index
 		for r := range rounds {
 			batch := make([]btk.KeyUsage, n)
 			for i, p := range rng.Perm(n) {
