@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -125,6 +126,29 @@ func (s *State) checkIdentity(ctx context.Context, c interface {
 	}
 	s.ids.met(ident)
 	return nil
+}
+
+// watchEvery is how often each instance reads every primary's identity
+// anyway: a connection opened before a server changed identity (a node
+// demoted and promoted again while btk kept its connection, a proxy that
+// switched servers under it) would not show it otherwise.
+const watchEvery = time.Second
+
+// watch reads the identities of the primaries every watchEvery until
+// Close. Errors are the key checks' to report.
+func (s *State) watch() {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), watchEvery)
+		s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error { return s.checkIdentity(ctx, c) })
+		cancel()
+	}
 }
 
 // probe is a script that writes nothing but is refused wherever a write

@@ -51,6 +51,9 @@ type State struct {
 
 	mu    sync.Mutex
 	usage map[string]ratelimit.State // day states and last uses not yet flushed
+
+	stop      chan struct{} // ends watch
+	closeOnce sync.Once
 }
 
 // Open connects to the Redis that url names — redis:// or rediss:// (one
@@ -61,7 +64,7 @@ func Open(url, prefix string) (*State, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, errors.New("--redis-prefix: must not contain { or } (btk's keys use a hash tag of their own)")
 	}
-	s := &State{prefix: prefix, ids: newIdentities(), seed: random(), usage: make(map[string]ratelimit.State)}
+	s := &State{prefix: prefix, ids: newIdentities(), seed: random(), usage: make(map[string]ratelimit.State), stop: make(chan struct{})}
 	rdb, kind, err := parse(url, s.onConnect)
 	if err != nil {
 		return nil, err
@@ -74,6 +77,7 @@ func Open(url, prefix string) (*State, error) {
 		rdb.Close()
 		return nil, err
 	}
+	go s.watch()
 	return s, nil
 }
 
@@ -100,7 +104,10 @@ func (s *State) Kind() Kind { return s.kind }
 func (s *State) UseClock(now func() time.Time) { s.now = now }
 
 // Close closes the connections.
-func (s *State) Close() error { return s.rdb.Close() }
+func (s *State) Close() error {
+	s.closeOnce.Do(func() { close(s.stop) })
+	return s.rdb.Close()
+}
 
 // Client is the underlying client (for tests and benchmarks).
 func (s *State) Client() redis.UniversalClient { return s.rdb }
