@@ -108,7 +108,7 @@ func (c *serveConfig) settings() []serveSetting {
 		{"proxy-addr", "also listen here as a reverse proxy to --upstream, checking X-Api-Key on every request", true, &c.ProxyAddr},
 		{"upstream", "the service the reverse proxy forwards accepted requests to, e.g. http://127.0.0.1:9000", true, &c.Upstream},
 		{"upstream-timeout", "how long the reverse proxy waits for the upstream's response headers before answering 504", true, &c.UpstreamTimeout},
-		{"redis", "redis:// URL of the state several instances share; needed to run more than one on PostgreSQL", true, &c.Redis},
+		{"redis", "redis://, redis+sentinel:// or redis+cluster:// URL of the state several instances share; needed to run more than one on PostgreSQL", true, &c.Redis},
 		{"redis-prefix", "prefix of btk's keys in Redis: instances that share state use the same", true, &c.RedisPrefix},
 		{"metrics-addr", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090; off when empty", true, &c.MetricsAddr},
 		{"tls-cert", "PEM certificate (chain) file: serve HTTPS and HTTP/2 on every listener; re-read on SIGHUP", true, &c.TLSCert},
