@@ -480,11 +480,10 @@ func (s *Service) ClaimDeliveries(ctx context.Context, claim string, lease time.
 	return out, err
 }
 
-// FinishDelivery records an attempt's outcome: delivered, or failed and
-// retried later with backoff until WebhookRetryWindow has passed since the
-// event. It changes nothing when the claim was lost (another instance took
-// the delivery after the lease ran out).
-func (s *Service) FinishDelivery(ctx context.Context, d *WebhookDelivery, claim string, statusCode int, errMsg string, jitter float64) error {
+// SettleDelivery sets an attempt's outcome on d: delivered (2xx), or
+// failed and retried later with backoff until WebhookRetryWindow has passed
+// since the event, then FAILED. RecordDeliveries stores it.
+func (s *Service) SettleDelivery(d *WebhookDelivery, statusCode int, errMsg string, jitter float64) {
 	now := s.now()
 	d.Attempts++
 	d.LastStatusCode, d.LastError = statusCode, truncate(errMsg, 256)
@@ -501,7 +500,26 @@ func (s *Service) FinishDelivery(ctx context.Context, d *WebhookDelivery, claim 
 			d.NextAttemptAt = d.CreatedAt.Add(WebhookRetryWindow)
 		}
 	}
-	return s.store.Write(ctx, func(tx Tx) error { return tx.FinishWebhookDelivery(ctx, d, claim) })
+}
+
+// RecordDeliveries stores settled deliveries in one transaction (each under
+// its own claim: one whose claim was lost, because another instance took it
+// after the lease ran out, is left as it is).
+func (s *Service) RecordDeliveries(ctx context.Context, ds []*WebhookDelivery) error {
+	return s.store.Write(ctx, func(tx Tx) error {
+		for _, d := range ds {
+			if err := tx.FinishWebhookDelivery(ctx, d, d.Claim); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// FinishDelivery settles and records one delivery.
+func (s *Service) FinishDelivery(ctx context.Context, d *WebhookDelivery, statusCode int, errMsg string, jitter float64) error {
+	s.SettleDelivery(d, statusCode, errMsg, jitter)
+	return s.RecordDeliveries(ctx, []*WebhookDelivery{d})
 }
 
 // OutboxStats reads the outbox figures.

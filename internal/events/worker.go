@@ -181,8 +181,15 @@ func (w *Worker) Run(ctx context.Context) {
 		slots    = make(chan struct{}, w.cfg.Workers)
 		lastStat time.Time
 		lastSwp  time.Time
+		settled  = make(chan settledDelivery, 2*w.cfg.Workers)
+		recorded = make(chan struct{})
 	)
-	defer wg.Wait()
+	go func() { defer close(recorded); w.record(settled) }()
+	defer func() {
+		wg.Wait()
+		close(settled)
+		<-recorded
+	}()
 	lease := 2*w.cfg.Timeout + 30*time.Second
 	poll := time.NewTicker(w.cfg.Poll)
 	defer poll.Stop()
@@ -214,7 +221,7 @@ func (w *Worker) Run(ctx context.Context) {
 				slots <- struct{}{}
 				wg.Go(func() {
 					defer func() { <-slots }()
-					w.deliver(d)
+					settled <- w.deliver(d)
 				})
 			}
 			if len(ds) == free {
@@ -237,33 +244,72 @@ func (w *Worker) Run(ctx context.Context) {
 	}
 }
 
-// deliver sends one delivery and records the outcome. It does not use the
-// Run context: a delivery under way at shutdown finishes (bounded by the
-// timeout) and is recorded.
-func (w *Worker) deliver(d *btk.WebhookDelivery) {
+// settledDelivery is a delivery whose attempt is over, with the result
+// for the metric (failed is decided by SettleDelivery).
+type settledDelivery struct {
+	d      *btk.WebhookDelivery
+	result string
+}
+
+// deliver sends one delivery and settles its outcome (record stores it).
+// It does not use the Run context: a delivery under way at shutdown
+// finishes (bounded by the timeout) and is recorded.
+func (w *Worker) deliver(d *btk.WebhookDelivery) settledDelivery {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout+5*time.Second)
 	defer cancel()
 	code, msg := w.post(ctx, d)
-	result := ResultDelivered
+	result := ResultRetry
 	switch {
 	case code >= 200 && code < 300:
+		result = ResultDelivered
 	case code < 0:
-		result = ResultError
-	default:
-		result = ResultRetry
+		code, result = 0, ResultError
 	}
-	if code < 0 {
-		code = 0
-	}
-	if err := w.svc.FinishDelivery(ctx, d, d.Claim, code, msg, rand.Float64()); err != nil { // #nosec G404 -- jitter of a retry delay, not a secret
-		w.log.Error("webhook outbox: recording a delivery failed", "delivery", d.ID, "err", err)
-		return
-	}
+	w.svc.SettleDelivery(d, code, msg, rand.Float64()) // #nosec G404 -- jitter of a retry delay, not a secret
 	if d.Status == btk.DeliveryFailed {
 		result = ResultFailed
-		w.log.Warn("webhook delivery given up after 24 hours", "webhook", d.WebhookID, "delivery", d.ID, "attempts", d.Attempts)
 	}
-	w.results.WithLabelValues(result).Inc()
+	return settledDelivery{d, result}
+}
+
+// record stores settled deliveries, as many at once as have come in while
+// the previous batch was written: one write transaction for a burst rather
+// than one per delivery. A batch that cannot be written is not lost: its
+// deliveries keep their lease, then are sent again.
+func (w *Worker) record(settled <-chan settledDelivery) {
+	const maxBatch = 64
+	for first := range settled {
+		batch := []settledDelivery{first}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case sd, ok := <-settled:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, sd)
+			default:
+				break drain
+			}
+		}
+		ds := make([]*btk.WebhookDelivery, len(batch))
+		for i, sd := range batch {
+			ds[i] = sd.d
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := w.svc.RecordDeliveries(ctx, ds)
+		cancel()
+		if err != nil {
+			w.log.Error("webhook outbox: recording deliveries failed; they are sent again when their lease runs out", "count", len(batch), "err", err)
+			continue
+		}
+		for _, sd := range batch {
+			w.results.WithLabelValues(sd.result).Inc()
+			if sd.result == ResultFailed {
+				w.log.Warn("webhook delivery given up after 24 hours", "webhook", sd.d.WebhookID, "delivery", sd.d.ID, "attempts", sd.d.Attempts)
+			}
+		}
+	}
 }
 
 // post signs and sends the delivery; it returns the receiver's status code
