@@ -162,6 +162,9 @@ type keysPage struct {
 	Form   createForm
 	// The workspace defaults a key without its own limits gets.
 	DefaultPerMinute, DefaultPerDay int
+	// Expiry is the expiry a key created now gets under the workspace's
+	// maximum lifetime (docs/access.md); nil without one.
+	Expiry *timeValue
 }
 
 type newKey struct {
@@ -182,6 +185,8 @@ type keyRow struct {
 	OwnLimits              bool
 	Expires, LastUsed      *timeValue
 	Created                timeValue
+	// Scopes and Networks are the key's restrictions (docs/access.md).
+	Scopes, Networks []string
 	// Spark is the key's last 7 days (nil when they could not be read).
 	Spark *sparkline
 }
@@ -211,6 +216,7 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, a *btk.Actor)
 		ShowAll: q.Get("status") == "all", First: q.Get("after") == "",
 	}
 	p.DefaultPerMinute, p.DefaultPerDay = h.svc.WorkspaceLimits(l.Workspace)
+	p.Expiry = optTime(btk.MaxExpiry(l.Workspace, h.svc.Now()), h.svc.Now())
 	keys, next, err := h.svc.ListKeys(r.Context(), a, p.ShowAll, btk.Page{First: keysPageSize, After: q.Get("after")})
 	if btk.ErrorCode(err) == btk.CodeForbidden {
 		p.Forbidden = true
@@ -230,6 +236,7 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, a *btk.Actor)
 			PerMinute: lim.PerMinute, PerDay: lim.PerDay,
 			OwnLimits: k.RateLimitPerMinute != nil || k.RateLimitPerDay != nil,
 			Expires:   optTime(k.ExpiresAt, now), LastUsed: optTime(k.LastUsedAt, now), Created: newTime(k.CreatedAt, now),
+			Scopes: k.Scopes, Networks: k.AllowedCIDRs,
 		}
 		if pts, err := h.svc.KeyUsage(r.Context(), a, k.ID, btk.UsageRange{Since: &weekAgo, Until: &now, Granularity: btk.GranularityDay}); err == nil {
 			sp := newSparkline(pts)
@@ -247,6 +254,11 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, a *btk.Actor
 	}
 	f := createForm{Name: r.PostForm.Get("name"), PerMinute: r.PostForm.Get("per_minute"), PerDay: r.PostForm.Get("per_day")}
 	in := btk.CreateKeyInput{Name: f.Name}
+	// The form has no expiry field (SPEC §4): under a maximum lifetime the
+	// key gets the longest expiry allowed, as the form says.
+	if ws, err := h.svc.Workspace(r.Context(), a); err == nil {
+		in.ExpiresAt = btk.MaxExpiry(ws, h.svc.Now())
+	}
 	var err error
 	if in.RateLimitPerMinute, err = optInt(f.PerMinute, "Requests per minute"); err == nil {
 		in.RateLimitPerDay, err = optInt(f.PerDay, "Requests per day")

@@ -1,0 +1,68 @@
+package web_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+// The dashboard shows a key's scopes, networks and expiry; its create form
+// keeps its three fields and, under a maximum lifetime, says the key will
+// expire on the date it sets, and sets it (docs/access.md).
+func TestDashboardLeastPrivilege(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	owner := e.owner()
+	res, err := e.svc.CreateKey(ctx, owner, btk.CreateKeyInput{Name: "narrow", Scopes: []string{"orders:read"}, AllowedCIDRs: []string{"192.0.2.0/24"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.login(ownerEmail, ownerPassword)
+	page := b.get("/keys")
+	for _, want := range []string{"orders:read", "192.0.2.0/24", "Restrictions"} {
+		if !strings.Contains(page.Body, want) {
+			t.Errorf("/keys does not show %q", want)
+		}
+	}
+	if strings.Contains(page.Body, `id="expiry-note"`) {
+		t.Error("an expiry note without a lifetime policy")
+	}
+	detail := b.get("/keys/" + res.Key.ID)
+	for _, want := range []string{"Networks", "192.0.2.0/24", "orders:read"} {
+		if !strings.Contains(detail.Body, want) {
+			t.Errorf("/keys/{id} does not show %q", want)
+		}
+	}
+
+	max := 30
+	if _, err := e.svc.SetWorkspaceKeyPolicy(ctx, owner, e.ws.ID, &max, nil); err != nil {
+		t.Fatal(err)
+	}
+	page = b.get("/keys")
+	want := e.svc.Now().Add(30 * 24 * time.Hour).UTC().Format("2006-01-02")
+	if !strings.Contains(page.Body, `id="expiry-note"`) || !strings.Contains(page.Body, want) {
+		t.Errorf("/keys under a 30-day policy does not say the key expires on %s", want)
+	}
+	if n := strings.Count(page.Body[strings.Index(page.Body, `<form method="post" action="/keys"`):], "<input"); n < 3 {
+		t.Errorf("create form has %d inputs", n)
+	}
+	created := b.post("/keys", url.Values{"name": {"under-policy"}})
+	if created.Status != http.StatusOK || newKey(created.Body) == "" {
+		t.Fatalf("create under a lifetime policy: %d", created.Status)
+	}
+	keys, _, err := e.svc.ListKeys(ctx, owner, false, btk.Page{First: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k.Name == "under-policy" && (k.ExpiresAt == nil || k.ExpiresAt.Sub(e.svc.Now()) > 30*24*time.Hour || k.ExpiresAt.Sub(e.svc.Now()) < 29*24*time.Hour) {
+			t.Errorf("dashboard key expires at %v", k.ExpiresAt)
+		}
+	}
+}
