@@ -14,8 +14,9 @@ import (
 
 // runRotateOverlap is `btk rotate KEY --overlap`: rotation without downtime
 // (docs/design.md#rotation-without-downtime). It issues a successor with the
-// old key's limits, scopes, expiry and canary mark under a name of its own,
-// and revokes nothing; the old key is revoked later with `btk revoke`.
+// old key's limits, scopes, networks, expiry and canary mark under a name of
+// its own, and revokes nothing; the old key is revoked later with
+// `btk revoke`.
 func runRotateOverlap(cmd *cobra.Command, opts *rotateOptions) error {
 	f := opts.f
 	for _, n := range []string{"password-stdin", "elevation-token"} {
@@ -61,6 +62,7 @@ func runRotateOverlap(cmd *cobra.Command, opts *rotateOptions) error {
 		RateLimitPerDay:    old.RateLimitPerDay,
 		ExpiresAt:          expiresAt,
 		Scopes:             old.Scopes,
+		AllowedCidrs:       old.AllowedCidrs,
 	}
 	if old.Canary { // as rotation does: a trap's successor is a trap
 		input.Canary = &old.Canary
