@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -178,6 +179,17 @@ func (s *Service) ReportLeaks(ctx context.Context, by Reporter, reports []LeakRe
 	err := s.store.Write(ctx, func(tx Tx) error {
 		revoked, workspaces = revoked[:0], map[string]bool{} // a retried transaction starts over
 		now := s.now()
+		// Find the keys first, then lock and revoke them in key-id order,
+		// the order of revoke-all and the usage flush: reports naming the
+		// same keys in other orders wait for each other instead of
+		// deadlocking, and each key is read again under its lock, so a key
+		// another report revoked meanwhile is seen revoked (not revoked
+		// twice, nor the whole report failed).
+		type found struct {
+			i  int
+			id string
+		}
+		var keys []found
 		for _, i := range candidates {
 			h := HashKey(reports[i].Token)
 			k, err := tx.APIKeyByHash(ctx, h[:])
@@ -190,6 +202,15 @@ func (s *Service) ReportLeaks(ctx context.Context, by Reporter, reports []LeakRe
 			}
 			labels[i].Label = LabelTruePositive
 			workspaces[k.WorkspaceID] = true
+			keys = append(keys, found{i, k.ID})
+		}
+		slices.SortStableFunc(keys, func(a, b found) int { return strings.Compare(a.id, b.id) })
+		for _, f := range keys {
+			i := f.i
+			k, err := tx.APIKey(ctx, f.id)
+			if err != nil {
+				return err
+			}
 			if k.RevokedAt != nil || k.Canary {
 				continue
 			}
