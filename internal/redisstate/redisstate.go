@@ -212,9 +212,15 @@ func (s *State) record(keyID string, dayState, at int64) {
 	s.mu.Unlock()
 }
 
-// waitTimeout bounds how long a change waits for the replicas (below the
-// read timeout of the connection).
-const waitTimeout = 300 * time.Millisecond
+// A change waits for the replicas' acknowledgement in rounds of WAIT, each
+// well under the connection's read timeout (Redis ends a WAIT on its
+// 100 ms timer tick, late on a busy machine), for waitRounds×waitTimeout
+// at most: a replica slowed by a busy machine is waited for rather than
+// turned into UNAVAILABLE at the first round.
+const (
+	waitTimeout = 200 * time.Millisecond
+	waitRounds  = 15
+)
 
 // Changed gives the workspace a new revision token: every instance's cached
 // records of its keys (and its limits) are read again before their next use.
@@ -240,25 +246,26 @@ func (s *State) Changed(ctx context.Context, workspaceID string) error {
 	if err != nil {
 		return err
 	}
-	// One connection: WAIT counts the acknowledgements of this
-	// connection's writes.
-	var wait *redis.Cmd
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, key, random(), 0)
-		if replicas > 0 {
-			wait = p.Do(ctx, "WAIT", replicas, waitTimeout.Milliseconds())
-		}
-		return nil
-	})
-	if err != nil {
+	// One connection for the write and every WAIT: WAIT counts the
+	// acknowledgements of this connection's writes.
+	conn := c.Conn()
+	defer conn.Close()
+	if err := conn.Set(ctx, key, random(), 0).Err(); err != nil {
 		return err
 	}
-	if wait != nil {
-		if n, err := wait.Int64(); err != nil || n < int64(replicas) {
-			return fmt.Errorf("redisstate: the change reached %d of %d replicas within %v", n, replicas, waitTimeout)
+	if replicas == 0 {
+		return nil
+	}
+	var acked int64
+	for range waitRounds {
+		if acked, err = conn.Do(ctx, "WAIT", replicas, waitTimeout.Milliseconds()).Int64(); err != nil {
+			return err
+		}
+		if acked >= int64(replicas) {
+			return nil
 		}
 	}
-	return nil
+	return fmt.Errorf("redisstate: the change reached %d of %d replicas within %v", acked, replicas, waitRounds*waitTimeout)
 }
 
 // connectedReplicas reads connected_slaves from INFO replication.
