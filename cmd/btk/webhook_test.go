@@ -197,3 +197,65 @@ func TestAuditVerifyNamesTamperedRow(t *testing.T) {
 		t.Errorf("deleted row before %s: exit %d\n%s", evs[2], code, out)
 	}
 }
+
+// btk webhook add|list|deliveries|rm against a real server.
+func TestWebhookCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts btk serve processes")
+	}
+	isolate(t)
+	rcv := newWebhookReceiver(t)
+	p := startServe(t, filepath.Join(t.TempDir(), "btk.db"), "--webhook-allow-private")
+	token := p.login()
+	btk := func(args ...string) (int, string, string) {
+		s, out, errOut := testStreams(pipe, "")
+		code := btkRun(s, append([]string{"--server", p.url, "--token", token}, args...)...)
+		return code, out.String(), errOut.String()
+	}
+	code, out, errOut := btk("webhook", "add", rcv.URL, "--event", "api_key.created", "-o", "json")
+	if code != 0 {
+		t.Fatalf("add: exit %d %s", code, errOut)
+	}
+	var added struct {
+		Webhook struct{ ID, URL string }
+		Secret  string
+	}
+	if err := json.Unmarshal([]byte(out), &added); err != nil || !strings.HasPrefix(added.Secret, "whsec_") || added.Webhook.URL != rcv.URL {
+		t.Fatalf("add -o json: %v\n%s", err, out)
+	}
+	rcv.mu.Lock()
+	rcv.secret = added.Secret
+	rcv.mu.Unlock()
+	if code, out, _ := btk("webhook", "add", rcv.URL, "-o", "plain"); code != 0 || !strings.HasPrefix(out, "whsec_") || strings.Count(out, "\n") != 1 {
+		t.Errorf("add -o plain: exit %d %q", code, out)
+	}
+	if code, _, errOut := btk("webhook", "add", "ftp://example.com"); code != 1 || !strings.Contains(errOut, "BAD_USER_INPUT") {
+		t.Errorf("add ftp: exit %d %s", code, errOut)
+	}
+	if code, out, _ := btk("webhook", "list", "-o", "json"); code != 0 || strings.Count(out, `"id"`) != 2 || strings.Contains(out, "whsec_") {
+		t.Errorf("list: exit %d %s", code, out)
+	}
+	p.createKey(token, "ci")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if d, _, _ := rcv.count(); d > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no delivery")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, out, _ := btk("webhook", "deliveries", added.Webhook.ID, "-o", "json"); code != 0 || !strings.Contains(out, `"api_key.created"`) {
+		t.Errorf("deliveries: exit %d %s", code, out)
+	}
+	if code, _, errOut := btk("webhook", "rm", added.Webhook.ID); code != 2 || !strings.Contains(errOut, "--yes") {
+		t.Errorf("rm without a terminal or --yes: exit %d %s", code, errOut)
+	}
+	if code, _, errOut := btk("webhook", "rm", added.Webhook.ID, "--yes"); code != 0 {
+		t.Errorf("rm: exit %d %s", code, errOut)
+	}
+	if code, _, _ := btk("webhook", "rm", added.Webhook.ID, "--yes"); code != 5 {
+		t.Errorf("rm twice: exit %d, want 5 (NOT_FOUND)", code)
+	}
+}
