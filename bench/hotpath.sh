@@ -38,6 +38,10 @@
 #   PORT [18080]  (btk; the proxy listener is PORT+1, the upstream PORT+10,
 #                  the bare proxy PORT+11)
 #   SERVER_GOGC  GOGC for the server only (default: Go's default, 100)
+#   SCOPED [1]  1: the keys of the runs hold a scope and btk serve runs with
+#               an --access-rules file of RULES [10] rules (docs/access.md);
+#               /v1/authorize is asked with X-Forwarded-Method / -Uri, so the
+#               authorize run pays for the rules. 0: unscoped keys, no rules.
 #   BTK_BIN      a btk binary to measure instead of building this checkout
 #
 # Each run also prints the server's CPU time per request (srv-us/req, from
@@ -59,6 +63,8 @@ COOLDOWN=${COOLDOWN:-32}
 PIN=${PIN:-0}
 PORT=${PORT:-18080}
 SERVER_GOGC=${SERVER_GOGC:-}
+SCOPED=${SCOPED:-1}
+RULES=${RULES:-10}
 BASE="http://127.0.0.1:${PORT}"
 PROXY="http://127.0.0.1:$((PORT + 1))"
 UPSTREAM="http://127.0.0.1:$((PORT + 10))"
@@ -146,10 +152,26 @@ upstream_pid=$!
 "${server_cpu[@]}" "$work/proxybench" -bare "127.0.0.1:$((PORT + 11))" -to "$UPSTREAM" >"$work/bare.log" 2>&1 &
 bare_pid=$!
 server_env=(BTK_BOOTSTRAP_EMAIL="$EMAIL" BTK_BOOTSTRAP_PASSWORD="$PASSWORD")
+rules_flag=()
+key_scopes=""
+if [[ "$SCOPED" == 1 ]]; then
+	# RULES rules in the shapes operators write; the benchmark's requests
+	# match the last two, so a scan would try every rule first.
+	{
+		echo "rules:"
+		for ((i = 0; i < RULES - 2; i++)); do
+			printf '  - path: /svc%d/items/*/**\n    methods: [GET]\n    scopes: [svc%d:read]\n' "$i" "$i"
+		done
+		printf '  - path: /orders/*/lines/**\n    scopes: [orders:read]\n'
+		printf '  - path: /\n    scopes: [orders:read]\n'
+	} >"$work/rules.yaml"
+	rules_flag=(--access-rules "$work/rules.yaml")
+	key_scopes=',scopes:["orders:read"]'
+fi
 [[ -n "$SERVER_GOGC" ]] && server_env+=(GOGC="$SERVER_GOGC")
 env "${server_env[@]}" "${server_cpu[@]}" "$work/btk" serve --addr "127.0.0.1:${PORT}" --db "$work/btk.db" \
 	--proxy-addr "127.0.0.1:$((PORT + 1))" --upstream "$UPSTREAM" \
-	--rate-per-minute 1000000 --rate-per-day 100000000 --log-level warn \
+	--rate-per-minute 1000000 --rate-per-day 100000000 --log-level warn "${rules_flag[@]}" \
 	>"$work/server.log" 2>&1 &
 server_pid=$!
 wait_ready "$UPSTREAM/" "$upstream_pid" "the upstream"
@@ -167,15 +189,15 @@ token=$(gql "" 'mutation($e:String!,$p:String!){login(email:$e,password:$p){acce
 	"$(jq -nc --arg e "$EMAIL" --arg p "$PASSWORD" '{e:$e,p:$p}')" | jq -er '.data.login.accessToken') ||
 	die "login failed"
 
-# make_keys PREFIX N FILE: N new keys, one plaintext a line, 100 per request
-# (aliases in one mutation document).
+# make_keys PREFIX N FILE: N new keys, one plaintext a line, 50 per request
+# (aliases in one mutation document: 50, within the parser's token limit).
 make_keys() {
 	local prefix=$1 n=$2 file=$3 i j doc
 	: >"$file"
-	for ((i = 0; i < n; i += 100)); do
+	for ((i = 0; i < n; i += 50)); do
 		doc="mutation{"
-		for ((j = i; j < n && j < i + 100; j++)); do
-			doc+="k$j:createApiKey(input:{name:\"$prefix-$j\"}){plaintextKey} "
+		for ((j = i; j < n && j < i + 50; j++)); do
+			doc+="k$j:createApiKey(input:{name:\"$prefix-$j\"$key_scopes}){plaintextKey} "
 		done
 		doc+="}"
 		gql "$token" "$doc" '{}' | jq -er '.data | to_entries[] | .value.plaintextKey' >>"$file" ||
@@ -196,7 +218,8 @@ make_keys pool "$POOL" "$work/pool.txt"
 body='{"query":"{tenantInfo{id name}}"}'
 check=$(curl -fsS "$BASE/graphql" -H 'Content-Type: application/json' -H "X-Api-Key: ${keys[0]}" --data-binary "$body")
 jq -e '.data.tenantInfo.id' <<<"$check" >/dev/null || die "probe failed: $check"
-hdrs=$(curl -fsS -D - -o /dev/null "$BASE/v1/authorize" -H "X-Api-Key: ${keys[0]}")
+hdrs=$(curl -fsS -D - -o /dev/null "$BASE/v1/authorize" -H "X-Api-Key: ${keys[0]}" \
+	-H "X-Forwarded-Method: GET" -H "X-Forwarded-Uri: /orders/42/lines/7")
 grep -qi '^x-tenant-id:' <<<"$hdrs" || die "authorize probe failed: $hdrs"
 [[ $(curl -fsS "$PROXY/" -H "X-Api-Key: ${keys[0]}") == ok ]] || die "proxy probe failed"
 [[ $(curl -fsS "$BARE/") == ok ]] || die "bare proxy probe failed"
@@ -220,6 +243,10 @@ function init(args)
     wrk.headers["Content-Type"] = "application/json"
   end
   wrk.headers["X-Api-Key"] = apikey
+  -- The original request, as a forward-auth gateway names it (read by
+  -- /v1/authorize's access rules; ignored elsewhere).
+  wrk.headers["X-Forwarded-Method"] = "GET"
+  wrk.headers["X-Forwarded-Uri"] = "/orders/42/lines/7"
 end
 EOF
 # pool.lua: the GraphQL query, each request with a key drawn at random from

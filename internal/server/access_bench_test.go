@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -60,4 +61,39 @@ func BenchmarkAuthorizeRules(b *testing.B) {
 		e.svc.SetAccessRules(mustRules(b, benchRules(n)))
 		run(fmt.Sprintf("authorize/scoped/rules=%d", n), "/v1/authorize", `"orders:read"`, fwd)
 	}
+}
+
+// BenchmarkAuthorizeWire is BenchmarkAuthorizeRules over loopback TCP
+// (net/http's server and a keep-alive client in one process), for
+// profiles of the whole server side of a request:
+//
+//	go test ./internal/server -run '^$' -bench 'BenchmarkAuthorizeWire/authorize' -benchtime 100000x \
+//	  -cpuprofile cpu.out && go tool pprof -top -focus 'http.\(\*conn\).serve' cpu.out
+func BenchmarkAuthorizeWire(b *testing.B) {
+	e := newEnv(b)
+	owner := e.admin()
+	e.svc.SetAccessRules(mustRules(b, benchRules(10)))
+	k := e.createKeyWith(owner, "wire", `scopes:["orders:read"],rateLimitPerMinute:1000000,rateLimitPerDay:100000000`)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	run := func(name, path string, header map[string]string) {
+		req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		b.Run(name, measure(func(b *testing.B) {
+			for b.Loop() {
+				res, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					b.Fatalf("HTTP %d", res.StatusCode)
+				}
+			}
+		}))
+	}
+	run("healthz", "/healthz", nil)
+	run("authorize", "/v1/authorize", map[string]string{"X-Api-Key": k.Plaintext, "X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/orders/42/lines/7"})
 }
