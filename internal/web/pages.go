@@ -254,7 +254,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, a *btk.Actor
 	}
 	f := createForm{Name: r.PostForm.Get("name"), PerMinute: r.PostForm.Get("per_minute"), PerDay: r.PostForm.Get("per_day")}
 	in := btk.CreateKeyInput{Name: f.Name}
-	// The form has no expiry field (SPEC §4): under a maximum lifetime the
+	// The form has no expiry field (docs/design.md#dashboard): under a maximum lifetime the
 	// key gets the longest expiry allowed, as the form says.
 	if ws, err := h.svc.Workspace(r.Context(), a); err == nil {
 		in.ExpiresAt = btk.MaxExpiry(ws, h.svc.Now())
