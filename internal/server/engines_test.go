@@ -56,6 +56,7 @@ func TestPostgres(t *testing.T) {
 		{"TestHealthEndpoints", TestHealthEndpoints},
 		{"TestLeakReportSigned", TestLeakReportSigned},
 		{"TestCanaryAnswersAsUnknownAndIsRecorded", TestCanaryAnswersAsUnknownAndIsRecorded},
+		{"TestWebhooksOverGraphQL", TestWebhooksOverGraphQL},
 		{"TestPostgresUnreachable", testPostgresUnreachable},
 	} {
 		t.Run(tc.name, tc.fn)
