@@ -345,6 +345,10 @@ func (db *DB) Close() error {
 	if db.instance != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		// Released before the connection closes: a backend ends after its
+		// client has gone, so without this an instance restarted at once
+		// could find its own lock still held.
+		db.instance.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
 		err := db.instance.Close(ctx)
 		db.instance = nil
 		if err != nil {
