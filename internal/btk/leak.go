@@ -36,12 +36,17 @@ const (
 	MaxLeakReports     = 1000    // entries in one report
 	MaxLeakReportBytes = 1 << 20 // body of one report
 	maxLeakTokenLen    = 1024
+	// MaxLeakReportsReading bounds the report bodies read at once (up to
+	// MaxLeakReportBytes each): a body can be verified only once it is
+	// whole, and the identifiers of GitHub's signing keys are public.
+	MaxLeakReportsReading = 16
 )
 
 // Refusals of POST /v1/leaks.
 var (
 	ErrLeakReportRefused   = &Error{Code: CodeUnauthenticated, Message: "a leak report must be signed by a listed key or sent by a platform admin"}
 	ErrTooManyLeakAttempts = &Error{Code: CodeRateLimited, Message: "too many unsigned leak reports from this address; try again later"}
+	ErrLeakReportsBusy     = &Error{Code: CodeUnavailable, Message: "too many leak reports are being received at once; retry shortly"}
 )
 
 // Label values of a leak report's answer (GitHub's false-positive feedback
@@ -351,6 +356,11 @@ func (k *LeakReportKeys) Len() int {
 		return 0
 	}
 	return len(k.byID)
+}
+
+// Has reports whether id names one of the keys.
+func (k *LeakReportKeys) Has(id string) bool {
+	return k != nil && id != "" && k.byID[strings.TrimSpace(id)] != nil
 }
 
 // Verify reports whether sig (base64 of an ASN.1 DER ECDSA signature) is the

@@ -63,12 +63,14 @@ type Gateway struct {
 	leakKeys *btk.LeakReportKeys
 	// upstreamTimeout bounds the wait for an upstream's response headers.
 	upstreamTimeout time.Duration
+	// leakReading holds a slot for each leak report body being read.
+	leakReading chan struct{}
 }
 
 // New returns the gateway of svc; proxies (nil: none) are the peers whose
 // X-Forwarded-For is believed.
 func New(svc *btk.Service, log *slog.Logger, proxies *TrustedProxies) *Gateway {
-	return &Gateway{svc: svc, log: log, proxies: proxies}
+	return &Gateway{svc: svc, log: log, proxies: proxies, leakReading: make(chan struct{}, btk.MaxLeakReportsReading)}
 }
 
 // ClientIP is the address of the client: the TCP peer, or what a trusted

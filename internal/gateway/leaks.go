@@ -29,10 +29,33 @@ func (h *Gateway) SetLeakReportKeys(keys *btk.LeakReportKeys) { h.leakKeys = key
 // unsigned or failed attempts 429. Every reported active key is revoked at
 // once; the answer labels each token by its hash. Nothing of a token is
 // ever logged.
+//
+// What a client can make it hold is bounded (docs/security.md): a request
+// that names no listed signing key is decided on its bearer token before
+// its body is read, and at most btk.MaxLeakReportsReading bodies are read
+// at once (503 Retry-After beyond): 1 MiB bodies sent slowly on thousands
+// of connections were held whole, 1 MiB each.
 func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if r.ContentLength > btk.MaxLeakReportBytes {
 		WriteError(w, http.StatusRequestEntityTooLarge, errLeakBodyTooLarge)
+		return
+	}
+	ip := h.ClientIP(r)
+	by := btk.Reporter{IP: ip, UserAgent: r.UserAgent()}
+	keyID, sig := r.Header.Get(headerLeakKeyID), r.Header.Get(headerLeakSignature)
+	mayBeSigned := sig != "" && h.leakKeys.Has(keyID)
+	if !mayBeSigned {
+		if by.Actor = h.leakAdmin(w, r, ip); by.Actor == nil {
+			return
+		}
+	}
+	select {
+	case h.leakReading <- struct{}{}:
+		defer func() { <-h.leakReading }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		Fail(w, btk.ErrLeakReportsBusy)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, btk.MaxLeakReportBytes))
@@ -45,38 +68,12 @@ func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 		Fail(w, btk.Errorf(btk.CodeBadUserInput, "could not read the request body"))
 		return
 	}
-	ip := h.ClientIP(r)
-	by := btk.Reporter{IP: ip, UserAgent: r.UserAgent()}
-	keyID := r.Header.Get(headerLeakKeyID)
-	if h.leakKeys.Verify(keyID, r.Header.Get(headerLeakSignature), body) {
-		by.KeyID = keyID
-	} else {
-		ok, err := h.svc.AllowLeakAttempt(ctx, ip)
-		if err != nil {
-			h.Refuse(w, r, err)
+	if mayBeSigned {
+		if h.leakKeys.Verify(keyID, sig, body) {
+			by.KeyID = keyID
+		} else if by.Actor = h.leakAdmin(w, r, ip); by.Actor == nil {
 			return
 		}
-		if !ok {
-			w.Header().Set("Retry-After", "60")
-			Fail(w, btk.ErrTooManyLeakAttempts)
-			return
-		}
-		token, isBearer := BearerToken(r.Header.Get("Authorization"))
-		if !isBearer {
-			Fail(w, btk.ErrLeakReportRefused)
-			return
-		}
-		a, err := h.svc.ResolveSession(ctx, token)
-		if err != nil && btk.ErrorCode(err) != btk.CodeUnauthenticated {
-			h.Refuse(w, r, err)
-			return
-		}
-		if err != nil || !a.PlatformAdmin {
-			Fail(w, btk.ErrLeakReportRefused)
-			return
-		}
-		a.IP, a.UserAgent = ip, r.UserAgent()
-		by.Actor = a
 	}
 	reports, err := btk.ParseLeakReports(body)
 	if err != nil {
@@ -90,4 +87,37 @@ func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(labels)
+}
+
+// leakAdmin decides a leak report that is not validly signed: the
+// address's budget of such attempts is charged, and only a platform
+// admin's bearer token is accepted. It returns nil when it has answered.
+func (h *Gateway) leakAdmin(w http.ResponseWriter, r *http.Request, ip string) *btk.Actor {
+	ctx := r.Context()
+	ok, err := h.svc.AllowLeakAttempt(ctx, ip)
+	if err != nil {
+		h.Refuse(w, r, err)
+		return nil
+	}
+	if !ok {
+		w.Header().Set("Retry-After", "60")
+		Fail(w, btk.ErrTooManyLeakAttempts)
+		return nil
+	}
+	token, isBearer := BearerToken(r.Header.Get("Authorization"))
+	if !isBearer {
+		Fail(w, btk.ErrLeakReportRefused)
+		return nil
+	}
+	a, err := h.svc.ResolveSession(ctx, token)
+	if err != nil && btk.ErrorCode(err) != btk.CodeUnauthenticated {
+		h.Refuse(w, r, err)
+		return nil
+	}
+	if err != nil || !a.PlatformAdmin {
+		Fail(w, btk.ErrLeakReportRefused)
+		return nil
+	}
+	a.IP, a.UserAgent = ip, r.UserAgent()
+	return a
 }

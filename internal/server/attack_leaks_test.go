@@ -1,12 +1,17 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,5 +183,104 @@ func TestLeakReportRacingAnotherReport(t *testing.T) {
 	e.must(owner, `{apiKeyAuditLog(action:REVOKED,first:500){nodes{apiKeyId}}}`, nil, &log)
 	if n := len(log.ApiKeyAuditLog.Nodes); n != 2 {
 		t.Fatalf("%d REVOKED entries, want 2 (one per key)", n)
+	}
+}
+
+// stalledReport opens a connection to srv, sends a leak report's headers
+// announcing a 1 MiB body and the first 64 KiB of it, and stops there.
+func stalledReport(t *testing.T, srv *httptest.Server, header map[string]string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var b strings.Builder
+	fmt.Fprintf(&b, "POST /v1/leaks HTTP/1.1\r\nHost: btk\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", btk.MaxLeakReportBytes)
+	for k, v := range header {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+	}
+	b.WriteString("\r\n[")
+	b.WriteString(strings.Repeat(" ", 64<<10))
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// answered reads the answer a stalled connection got without sending the
+// rest of its body, waiting at most wait; 0 when none came.
+func answered(c net.Conn, wait time.Duration) int {
+	c.SetReadDeadline(time.Now().Add(wait))
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// What leak reports can make the server hold is bounded: a report that
+// names no listed signing key is decided (401, 429) before its body is
+// read, and at most btk.MaxLeakReportsReading bodies of reports that may be
+// signed are read at once; the others are answered 503 at once. Before,
+// every connection's body was read whole first (1 MiB each, for as long as
+// the client took to send it: 10,000 slow connections held 10 GB).
+func TestLeakReportBodiesBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	signer := newLeakSigner(t)
+	srv := leakServer(e, signer)
+	const n = 40
+
+	var conns []net.Conn
+	for range n {
+		conns = append(conns, stalledReport(t, srv, nil))
+	}
+	for i, c := range conns {
+		if s := answered(c, 10*time.Second); s != http.StatusUnauthorized && s != http.StatusTooManyRequests {
+			t.Fatalf("unsigned report %d, body not sent: HTTP %d, want 401 or 429 before the body", i, s)
+		}
+	}
+
+	conns = conns[:0]
+	signed := map[string]string{"Github-Public-Key-Identifier": signer.id, "Github-Public-Key-Signature": signer.sign([]byte("[]"))}
+	for range n {
+		conns = append(conns, stalledReport(t, srv, signed))
+	}
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { statuses[i] = answered(c, 3*time.Second) })
+	}
+	wg.Wait()
+	busy := 0
+	for _, s := range statuses {
+		switch s {
+		case http.StatusServiceUnavailable:
+			busy++
+		case 0: // still being read
+		default:
+			t.Fatalf("a report whose body is not whole: HTTP %d", s)
+		}
+	}
+	if reading := n - busy; reading > btk.MaxLeakReportsReading {
+		t.Fatalf("%d report bodies read at once, want at most %d", reading, btk.MaxLeakReportsReading)
+	}
+	// Once those connections are gone, reports are read again.
+	for _, c := range conns {
+		c.Close()
+	}
+	body := reportBody(map[string]string{"token": "btk_not_a_key", "type": "btk_api_key", "url": "u", "source": "content"})
+	h := map[string]string{"Github-Public-Key-Identifier": signer.id, "Github-Public-Key-Signature": signer.sign(body)}
+	for attempt := 0; ; attempt++ {
+		r := postReport(t, srv.URL, body, h)
+		if r.Status == http.StatusOK {
+			break
+		}
+		if r.Status != http.StatusServiceUnavailable || attempt == 100 {
+			t.Fatalf("a report after the stalled ones left: HTTP %d %s", r.Status, r.Body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
