@@ -73,7 +73,7 @@ func BenchmarkCostliestRequestByCaller(b *testing.B) {
 		{"anonymous", "64-conflicting-aliases", cred{}, alternate(64, `workspaceBranding(publicKey:"x"){name}`, "__typename"), nil},
 		{"anonymous", "fragment-bomb-150-levels", cred{}, fragmentBomb(150), nil},
 		{"key", "64-conflicting-aliases", key, alternate(64, "tenantInfo{name}", "__typename"), nil},
-		{"key", "16-tenantInfo", key, aliases(16, "tenantInfo{id name plan rateLimitPerMinute rateLimitPerDay}"), nil},
+		{"key", "11-tenantInfo", key, aliases(11, "tenantInfo{id name prefix plan publicClientKey defaultRateLimitPerMinute defaultRateLimitPerDay createdAt}"), nil},
 		{"member", "elevate-wrong-password", member, `mutation{elevate(password:"not-the-password"){token}}`, minute},
 		{"member", "64-conflicting-aliases", member, alternate(64, "me{id}", "__typename"), nil},
 		{"member", "99-me-with-memberships", member, aliases(99, "me{id email memberships{workspaceId workspaceName role}}"), nil},
