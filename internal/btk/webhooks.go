@@ -199,14 +199,38 @@ type CreateWebhookResult struct {
 // PrivateAddr reports whether a receiver at addr must be refused unless
 // private receivers are allowed: loopback, private (RFC 1918, fc00::/7),
 // link-local, unspecified, multicast, CGNAT (100.64/10) and the IPv4-mapped
-// forms of them.
+// forms of them; and the IPv6 forms that reach an IPv4 address through a
+// translation or an embedding: NAT64's 64:ff9b::/96 and 6to4's 2002::/16
+// when the IPv4 address inside is private (on a host with NAT64,
+// [64:ff9b::a00:1] is 10.0.0.1), and every address of NAT64's local-use
+// 64:ff9b:1::/48, Teredo's 2001::/32 and the deprecated IPv4-compatible
+// ::/96.
 func PrivateAddr(addr netip.Addr) bool {
 	addr = addr.Unmap()
+	if addr.Is6() {
+		b := addr.As16()
+		switch {
+		case nat64Prefix.Contains(addr):
+			return PrivateAddr(netip.AddrFrom4([4]byte(b[12:16])))
+		case sixToFourPrefix.Contains(addr):
+			return PrivateAddr(netip.AddrFrom4([4]byte(b[2:6])))
+		case nat64LocalPrefix.Contains(addr), teredoPrefix.Contains(addr), ipv4CompatPrefix.Contains(addr):
+			return true
+		}
+	}
 	return !addr.IsValid() || addr.IsLoopback() || addr.IsPrivate() || addr.IsLinkLocalUnicast() ||
 		addr.IsLinkLocalMulticast() || addr.IsInterfaceLocalMulticast() || addr.IsMulticast() ||
 		addr.IsUnspecified() || netip.MustParsePrefix("100.64.0.0/10").Contains(addr) ||
 		netip.MustParsePrefix("0.0.0.0/8").Contains(addr) || addr == netip.MustParseAddr("255.255.255.255")
 }
+
+var (
+	nat64Prefix      = netip.MustParsePrefix("64:ff9b::/96")
+	nat64LocalPrefix = netip.MustParsePrefix("64:ff9b:1::/48")
+	sixToFourPrefix  = netip.MustParsePrefix("2002::/16")
+	teredoPrefix     = netip.MustParsePrefix("2001::/32")
+	ipv4CompatPrefix = netip.MustParsePrefix("::/96")
+)
 
 // Resolver looks host names up (net.DefaultResolver in production).
 type Resolver interface {

@@ -155,9 +155,11 @@ func NewClient(allowPrivate bool, timeout time.Duration) *http.Client {
 			DialContext:           dialer.DialContext,
 			TLSHandshakeTimeout:   timeout,
 			ResponseHeaderTimeout: timeout,
-			MaxIdleConnsPerHost:   2,
-			IdleConnTimeout:       90 * time.Second,
-			ForceAttemptHTTP2:     true,
+			// A receiver's header block: Go's default is 10 MB (per worker).
+			MaxResponseHeaderBytes: MaxResponseBody,
+			MaxIdleConnsPerHost:    2,
+			IdleConnTimeout:        90 * time.Second,
+			ForceAttemptHTTP2:      true,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}

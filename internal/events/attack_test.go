@@ -1,0 +1,77 @@
+package events_test
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/events"
+)
+
+// Addresses that reach a private IPv4 address through a translation
+// (NAT64's prefixes, 6to4) or an old embedding (IPv4-compatible) are
+// private too: on an IPv6-only host with NAT64, http://[64:ff9b::a00:1]/
+// is 10.0.0.1.
+func TestTranslatedPrivateAddressesRefused(t *testing.T) {
+	for _, a := range []string{"64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b::a00:1", "64:ff9b:1::c0a8:101",
+		"2002:7f00:1::1", "2002:a00:1::", "::7f00:1", "::a00:1", "::ffff:10.0.0.1"} {
+		if !btk.PrivateAddr(netip.MustParseAddr(a)) {
+			t.Errorf("%s is not private", a)
+		}
+	}
+	for _, a := range []string{"64:ff9b::5db8:d70e", "2002:5db8:d70e::1", "2606:4700::1111", "93.184.215.14"} {
+		if btk.PrivateAddr(netip.MustParseAddr(a)) {
+			t.Errorf("%s is private", a)
+		}
+	}
+	h := newHarness(t, newSQLite(t), btk.Config{})
+	for _, u := range []string{"http://[64:ff9b::7f00:1]/", "http://[64:ff9b::a9fe:a9fe]/latest", "http://[2002:a00:1::]/", "http://[::7f00:1]/"} {
+		if _, err := h.svc.CreateWebhook(ctx, h.owner, u, nil); btk.ErrorCode(err) != btk.CodeBadUserInput {
+			t.Errorf("%s: err %v, want BAD_USER_INPUT", u, err)
+		}
+	}
+}
+
+// A receiver's answer is read within bounds: its header block at most
+// 64 KiB (Go's default for a client is 10 MB, per worker).
+func TestReceiverHeadersBounded(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				req, err := http.ReadRequest(r)
+				if err != nil {
+					return
+				}
+				req.Body.Close()
+				w := bufio.NewWriter(c)
+				w.WriteString("HTTP/1.1 204 No Content\r\n")
+				for range 1024 { // 1 MiB of headers
+					w.WriteString("X-Pad: " + strings.Repeat("a", 1014) + "\r\n")
+				}
+				w.WriteString("\r\n")
+				w.Flush()
+			}()
+		}
+	}()
+	resp, err := events.NewClient(true, 5*time.Second).Post("http://"+l.Addr().String()+"/", "application/json", strings.NewReader("{}"))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("a 1 MiB header block was read whole (HTTP %d)", resp.StatusCode)
+	}
+}
