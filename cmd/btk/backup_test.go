@@ -45,10 +45,7 @@ func runProcess(t *testing.T, args ...string) (int, string) {
 // (integrity_check), holds every key whose create answered before it began,
 // has mode 0600, and btk serve starts on it and serves.
 func TestBackupUnderWriteLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts btk serve processes")
 	dir := t.TempDir()
 	db := filepath.Join(dir, "btk.db")
 	p := startServe(t, db)

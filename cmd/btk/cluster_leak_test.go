@@ -28,14 +28,9 @@ import (
 // instance's log holds the plaintext. A canary key is refused on both
 // exactly as an unknown key, and its uses are recorded once.
 func TestClusterLeakReport(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
-	rurl := redisURL(t)
+	parallelUnlessShort(t, "starts btk serve processes")
+	redisFlags := sharedRedis(t)
 	db := pgtest.URL(t)
-	prefix := randomPrefix()
-	t.Cleanup(func() { wipeRedis(rurl, prefix) })
 
 	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -47,7 +42,7 @@ func TestClusterLeakReport(t *testing.T) {
 	if err := os.WriteFile(keysFile, []byte(pemText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	procs := startCluster(t, 2, db, "--redis", rurl, "--redis-prefix", prefix, "--leak-report-keys", keysFile, "--log-level", "debug")
+	procs := startCluster(t, 2, db, append(redisFlags, "--leak-report-keys", keysFile, "--log-level", "debug")...)
 	a, b := procs[0], procs[1]
 	token := loginAt(t, a.url)
 	k := createKeyAt(t, a.url, token, "leaky", 0)

@@ -58,10 +58,7 @@ func (r *ownRedis) stop() {
 // /readyz fails; Redis back, empty: service resumes by itself, and a key
 // revoked before the outage stays refused on every instance.
 func TestClusterRedisDown(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve and redis-server processes")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts btk serve and redis-server processes")
 	redisURL(t) // the same requirement as the other cluster tests
 	db := pgtest.URL(t)
 	port := freePort(t)
@@ -146,10 +143,7 @@ func TestClusterRedisDown(t *testing.T) {
 // A --redis that does not answer stops btk serve at start, naming it
 // without its password.
 func TestServeRedisUnreachableAtStart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a btk serve process")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts a btk serve process")
 	p := launchServe(t, t.TempDir()+"/btk.db", "--redis", "redis://:hunter2-secret@127.0.0.1:1/0")
 	select {
 	case <-p.exited:

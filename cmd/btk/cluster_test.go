@@ -38,6 +38,17 @@ func redisURL(t *testing.T) string {
 	return u
 }
 
+// sharedRedis returns the --redis and --redis-prefix flags of a cluster on
+// BTK_TEST_REDIS under a key prefix of the test's own, deleted at its end, so
+// that tests running at once never see each other's state.
+func sharedRedis(t *testing.T) []string {
+	t.Helper()
+	rurl := redisURL(t)
+	prefix := randomPrefix()
+	t.Cleanup(func() { wipeRedis(rurl, prefix) })
+	return []string{"--redis", rurl, "--redis-prefix", prefix}
+}
+
 func randomPrefix() string {
 	b := make([]byte, 6)
 	rand.Read(b)
@@ -180,25 +191,16 @@ func (l *load) end() {
 }
 
 func TestCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
-	rurl := redisURL(t)
-	db := pgtest.URL(t)
-	prefix := randomPrefix()
-	t.Cleanup(func() { wipeRedis(rurl, prefix) })
-	clusterGuarantees(t, db, "--redis", rurl, "--redis-prefix", prefix)
+	parallelUnlessShort(t, "starts btk serve processes")
+	redisFlags := sharedRedis(t)
+	clusterGuarantees(t, pgtest.URL(t), redisFlags...)
 }
 
 // Every guarantee of one node, with the shared state on a primary followed
 // through Sentinel (a primary, a replica and three sentinels of the test's
 // own).
 func TestClusterOnSentinel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve, redis-server and redis-sentinel processes")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts btk serve, redis-server and redis-sentinel processes")
 	g := redistest.Sentinels(t)
 	bases, token := clusterGuarantees(t, pgtest.URL(t), "--redis", g.URL())
 	// Fail closed: no primary to be had.
@@ -211,10 +213,7 @@ func TestClusterOnSentinel(t *testing.T) {
 // Every guarantee of one node, with the shared state on a three-master
 // Redis Cluster of the test's own.
 func TestClusterOnRedisCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve and redis-server processes")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts btk serve and redis-server processes")
 	g := redistest.Cluster(t)
 	bases, token := clusterGuarantees(t, pgtest.URL(t), "--redis", g.URL())
 	// Fail closed: the shard of the workspace is down (the one whose

@@ -15,15 +15,9 @@ import (
 // stopped (SIGTERM) and one started again lose nothing that was answered
 // before the shutdown began.
 func TestClusterUsageCounts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
-	rurl := redisURL(t)
+	parallelUnlessShort(t, "starts btk serve processes")
+	flags := sharedRedis(t)
 	db := pgtest.URL(t)
-	prefix := randomPrefix()
-	t.Cleanup(func() { wipeRedis(rurl, prefix) })
-	flags := []string{"--redis", rurl, "--redis-prefix", prefix}
 	procs := startCluster(t, 2, db, flags...)
 	bases := []string{procs[0].url, procs[1].url}
 	token := loginAt(t, bases[0])

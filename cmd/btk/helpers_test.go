@@ -150,3 +150,14 @@ const (
 func keysPage(nodes ...string) string {
 	return `{"data":{"apiKeys":{"nodes":[` + strings.Join(nodes, ",") + `],"pageInfo":{"hasNextPage":false,"endCursor":null}}}}`
 }
+
+// parallelUnlessShort marks a test that starts processes or builds btk: -short
+// skips it (reason says what it would start), otherwise it runs alongside the
+// other such tests, which spend most of their time waiting on those processes.
+func parallelUnlessShort(t *testing.T, reason string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(reason)
+	}
+	t.Parallel()
+}

@@ -11,10 +11,7 @@ import (
 // go-redis's own messages included (a Redis that does not answer at start);
 // only the final error line is for people.
 func TestServeRedisMessagesAreJSON(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a btk serve process")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts a btk serve process")
 	p := launchServe(t, t.TempDir()+"/btk.db", "--log-format", "json", "--redis", "redis://127.0.0.1:1/0")
 	select {
 	case <-p.exited:

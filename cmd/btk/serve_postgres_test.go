@@ -14,10 +14,7 @@ import (
 // `btk serve` on the same database refuses to start and says to give --redis;
 // once the first has stopped, it starts.
 func TestServePostgresSecondInstanceRefuses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts btk serve processes")
 	db := pgtest.URL(t)
 	first := startServe(t, db)
 

@@ -19,10 +19,7 @@ import (
 // accepting at once, a proxied request in flight still completes, and the
 // process exits 0.
 func TestServeProxyGracefulShutdown(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a btk serve process")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts a btk serve process")
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

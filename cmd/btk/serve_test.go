@@ -259,10 +259,7 @@ func (p *serveProcess) probe(key string) (int, string) {
 // a revoke and a create that answered survive a SIGKILL right after, with
 // their audit rows.
 func TestServeKillAfterRevokeAndCreate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts btk serve processes")
 	db := filepath.Join(t.TempDir(), "btk.db")
 	p := startServe(t, db, "--log-level", "debug")
 	first := p
@@ -356,10 +353,7 @@ func TestServeKillAfterRevokeAndCreate(t *testing.T) {
 
 // docs/operating.md#running-the-server: on SIGTERM, btk serve drains, flushes last_used_at and exits 0.
 func TestServeGracefulShutdownFlushesLastUsed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts btk serve processes")
 	db := filepath.Join(t.TempDir(), "btk.db")
 	p := startServe(t, db)
 	token := p.login()
@@ -387,10 +381,7 @@ func TestServeGracefulShutdownFlushesLastUsed(t *testing.T) {
 
 // btk serve reads its settings from the config file too; a flag beats it.
 func TestServeConfigFile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts btk serve processes")
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "serve.yaml")
 	if err := os.WriteFile(cfg, []byte("log-format: json\nrate-per-minute: 1000\nrate-per-day: 5000\n"), 0o600); err != nil {

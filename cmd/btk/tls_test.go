@@ -199,10 +199,7 @@ func get(t *testing.T, client *http.Client, url string) (serial int64, proto int
 // the test; SIGHUP swaps to a new certificate while a connection made with
 // the old one keeps working; a bad pair on SIGHUP keeps the one in use.
 func TestServeTLSReloadOnSIGHUP(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts btk serve processes")
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	ca := newTestCA(t)

@@ -84,10 +84,7 @@ func TestVersionFallback(t *testing.T) {
 // The release build: version, commit and date come from the ldflags that
 // .goreleaser.yaml sets.
 func TestVersionLdflags(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds btk")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "builds btk")
 	bin := buildBtk(t, "-buildvcs=false", "-ldflags",
 		"-X main.version=v1.2.3 -X main.commit=0123456789abcdef -X main.date=2026-01-02T03:04:05Z")
 	v := decodeVersion(t, btkOutput(t, bin, "version", "-o", "json"))
@@ -126,10 +123,7 @@ func TestVersionFromBuildInfo(t *testing.T) {
 // Built in a git checkout without ldflags, btk version reads the build
 // info: the commit, its time, and the version Go derives from them.
 func TestVersionBuildInfo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds btk")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "builds btk")
 	git, err := exec.LookPath("git")
 	if err != nil {
 		t.Skip("git is not installed")

@@ -72,10 +72,7 @@ func (r *webhookReceiver) count() (distinct, total, bad int) {
 // docs/webhooks.md: events committed before a kill -9 of btk serve are all
 // delivered after it starts again: the outbox is in the database.
 func TestServeKillLosesNoWebhook(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
-	t.Parallel()
+	parallelUnlessShort(t, "starts btk serve processes")
 	db := filepath.Join(t.TempDir(), "btk.db")
 	rcv := newWebhookReceiver(t)
 	rcv.down = true // nothing is delivered before the kill
