@@ -100,22 +100,8 @@ func TestProxyCutsConnectionsWhenKeyInvalid(t *testing.T) {
 	owner := e.admin()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/socket" {
-			c, err := websocket.Accept(w, r, nil)
-			if err != nil {
-				return
-			}
-			defer c.CloseNow()
-			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-			defer cancel()
-			for {
-				typ, msg, err := c.Read(ctx)
-				if err != nil {
-					return
-				}
-				if err := c.Write(ctx, typ, msg); err != nil {
-					return
-				}
-			}
+			echoWebSocket(w, r, "", 30*time.Second)
+			return
 		}
 		// An endless event stream: a line every 20 ms.
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -138,32 +124,9 @@ func TestProxyCutsConnectionsWhenKeyInvalid(t *testing.T) {
 		k := e.createKey(owner, "ws-revoked")
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		ws := "ws" + strings.TrimPrefix(p.URL, "http") + "/socket"
-		c, _, err := websocket.Dial(ctx, ws, &websocket.DialOptions{HTTPHeader: http.Header{"X-Api-Key": {k.Plaintext}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.CloseNow()
-		if err := c.Write(ctx, websocket.MessageText, []byte("before")); err != nil {
-			t.Fatal(err)
-		}
-		if _, m, err := c.Read(ctx); err != nil || string(m) != "before" {
-			t.Fatalf("echo before the revoke: %q %v", m, err)
-		}
+		c := dialEchoing(t, ctx, p.URL, k.Plaintext, "before the revoke")
 		e.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
-		// Keep talking: within the bounded wait the tunnel is closed.
-		for {
-			if ctx.Err() != nil {
-				t.Fatal("the WebSocket still passes data 20 s after its key was revoked")
-			}
-			if err := c.Write(ctx, websocket.MessageText, []byte("after")); err != nil {
-				break
-			}
-			if _, _, err := c.Read(ctx); err != nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		untilTunnelCut(t, ctx, c, "the WebSocket still passes data 20 s after its key was revoked")
 	})
 
 	stream := func(t *testing.T, key string, invalidate func()) {
@@ -243,19 +206,7 @@ func TestProxyCutsConnectionsOnEveryInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-		defer cancel()
-		for {
-			typ, msg, err := c.Read(ctx)
-			if err != nil || c.Write(ctx, typ, msg) != nil {
-				return
-			}
-		}
+		echoWebSocket(w, r, "", 30*time.Second)
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
@@ -264,28 +215,63 @@ func TestProxyCutsConnectionsOnEveryInstance(t *testing.T) {
 
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	ws := "ws" + strings.TrimPrefix(pB.URL, "http") + "/socket"
-	c, _, err := websocket.Dial(wctx, ws, &websocket.DialOptions{HTTPHeader: http.Header{"X-Api-Key": {k.Plaintext}}})
+	c := dialEchoing(t, wctx, pB.URL, k.Plaintext, "through instance B")
+	a.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
+	untilTunnelCut(t, wctx, c, "instance B's WebSocket still passes data 20 s after the key was revoked on instance A")
+}
+
+// echoWebSocket is an upstream's WebSocket end: it sends every message back
+// with prefix before it, for at most limit, so a test sees what the proxy
+// passes both ways.
+func echoWebSocket(w http.ResponseWriter, r *http.Request, prefix string, limit time.Duration) {
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	ctx, cancel := context.WithTimeout(r.Context(), limit)
+	defer cancel()
+	for {
+		typ, msg, err := c.Read(ctx)
+		if err != nil || c.Write(ctx, typ, append([]byte(prefix), msg...)) != nil {
+			return
+		}
+	}
+}
+
+// dialEchoing opens a WebSocket to the /socket of an echoWebSocket upstream
+// through proxy with key, and checks one message comes back (when names the
+// moment in the failure); the connection is closed at the test's end.
+func dialEchoing(t *testing.T, ctx context.Context, proxy, key, when string) *websocket.Conn {
+	t.Helper()
+	ws := "ws" + strings.TrimPrefix(proxy, "http") + "/socket"
+	c, _, err := websocket.Dial(ctx, ws, &websocket.DialOptions{HTTPHeader: http.Header{"X-Api-Key": {key}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.CloseNow()
-	if err := c.Write(wctx, websocket.MessageText, []byte("before")); err != nil {
+	t.Cleanup(func() { c.CloseNow() })
+	if err := c.Write(ctx, websocket.MessageText, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
-	if _, m, err := c.Read(wctx); err != nil || string(m) != "before" {
-		t.Fatalf("echo through instance B: %q %v", m, err)
+	if _, m, err := c.Read(ctx); err != nil || string(m) != "before" {
+		t.Fatalf("echo %s: %q %v", when, m, err)
 	}
-	a.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
+	return c
+}
+
+// untilTunnelCut keeps talking on c until the proxy closes the tunnel; if
+// ctx ends first, the test fails with stillOpen.
+func untilTunnelCut(t *testing.T, ctx context.Context, c *websocket.Conn, stillOpen string) {
+	t.Helper()
 	for {
-		if wctx.Err() != nil {
-			t.Fatal("instance B's WebSocket still passes data 20 s after the key was revoked on instance A")
+		if ctx.Err() != nil {
+			t.Fatal(stillOpen)
 		}
-		if c.Write(wctx, websocket.MessageText, []byte("after")) != nil {
-			break
+		if c.Write(ctx, websocket.MessageText, []byte("after")) != nil {
+			return
 		}
-		if _, _, err := c.Read(wctx); err != nil {
-			break
+		if _, _, err := c.Read(ctx); err != nil {
+			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

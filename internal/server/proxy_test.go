@@ -287,22 +287,7 @@ func TestProxyWebSocket(t *testing.T) {
 	tenant := make(chan string, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant <- r.Header.Get("X-Tenant-Id")
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-		defer cancel()
-		for {
-			typ, msg, err := c.Read(ctx)
-			if err != nil {
-				return
-			}
-			if err := c.Write(ctx, typ, append([]byte("echo: "), msg...)); err != nil {
-				return
-			}
-		}
+		echoWebSocket(w, r, "echo: ", 10*time.Second)
 	}))
 	defer up.Close()
 	p := e.proxyFor(up.URL)
