@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
@@ -30,11 +32,21 @@ func (p *printer) accountStateFields(a client.AccountState) []field {
 }
 
 func newAccountDisableCmd(f *factory) *cobra.Command {
+	return newAccountStateCmd(f, "disable", "Disable an account", longDisable,
+		func(ctx context.Context, c *client.Client, id, email string) (client.AccountState, error) {
+			resp, err := client.DisableAccount(ctx, c, id, email)
+			return resp.DisableAccount, err
+		})
+}
+
+// newAccountStateCmd is 'btk account disable' or 'enable' (verb): both name
+// an account by EMAIL|ID, change its state with set, and print the result.
+func newAccountStateCmd(f *factory, verb, short, long string, set func(ctx context.Context, c *client.Client, id, email string) (client.AccountState, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:     "disable EMAIL|ID",
-		Short:   "Disable an account",
-		Long:    longDisable,
-		Example: "  btk account disable mallory@example.com",
+		Use:     verb + " EMAIL|ID",
+		Short:   short,
+		Long:    long,
+		Example: "  btk account " + verb + " mallory@example.com",
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, c, err := f.connect(cmd)
@@ -42,11 +54,10 @@ func newAccountDisableCmd(f *factory) *cobra.Command {
 				return err
 			}
 			id, email := accountRef(args[0])
-			resp, err := client.DisableAccount(cmd.Context(), c, id, email)
+			a, err := set(cmd.Context(), c, id, email)
 			if err != nil {
 				return err
 			}
-			a := resp.DisableAccount
 			return p.Object(a, p.accountStateFields(a))
 		},
 	}

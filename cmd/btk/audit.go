@@ -128,16 +128,24 @@ func runAudit(cmd *cobra.Command, opts *auditOptions) error {
 	if err != nil {
 		return err
 	}
+	return printLog(f, p, entries, more, opts.limit, "No audit entries match", "entries", p.auditTable)
+}
+
+// printLog prints one page of a log (audit, events): JSON, the notice none
+// when nothing matched, else table; and, when the server had more than
+// limit, limitNote.
+func printLog[T any](f *factory, p *printer, items []T, more bool, limit int, none, what string, table func([]T)) error {
+	var err error
 	switch {
 	case p.format == formatJSON:
-		err = p.JSON(entries)
-	case len(entries) == 0:
-		p.Notice("No audit entries match")
+		err = p.JSON(items)
+	case len(items) == 0:
+		p.Notice("%s", none)
 	default:
-		p.auditTable(entries)
+		table(items)
 	}
 	if more {
-		limitNote(f, opts.limit, "entries")
+		limitNote(f, limit, what)
 	}
 	return err
 }

@@ -87,16 +87,5 @@ func runEvents(cmd *cobra.Command, opts *eventsOptions) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case p.format == formatJSON:
-		err = p.JSON(events)
-	case len(events) == 0:
-		p.Notice("No events match")
-	default:
-		p.eventTable(events)
-	}
-	if more {
-		limitNote(f, opts.limit, "events")
-	}
-	return err
+	return printLog(f, p, events, more, opts.limit, "No events match", "events", p.eventTable)
 }

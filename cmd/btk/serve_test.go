@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -72,7 +71,8 @@ type serveProcess struct {
 	url    string
 	out    *lockedBuffer
 	exited chan struct{}
-	err    error // set when exited is closed
+	err    error        // set when exited is closed
+	client *http.Client // reaches url: testHTTP, or one trusting the test's CA
 }
 
 // startServe starts `btk serve` on db, with extra flags, and waits until
@@ -87,14 +87,15 @@ func startServe(t *testing.T, db string, flags ...string) *serveProcess {
 // launchServe starts `btk serve` without waiting for it to be ready.
 func launchServe(t *testing.T, db string, flags ...string) *serveProcess {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	return launchServeWith(t, "http", testHTTP, db, flags...)
+}
 
-	p := &serveProcess{t: t, url: "http://" + addr, out: &lockedBuffer{}, exited: make(chan struct{})}
+// launchServeWith is launchServe for a server reached at scheme://addr
+// through client (https, when flags give it a certificate).
+func launchServeWith(t *testing.T, scheme string, client *http.Client, db string, flags ...string) *serveProcess {
+	t.Helper()
+	addr := freeAddr(t)
+	p := &serveProcess{t: t, url: scheme + "://" + addr, client: client, out: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], append([]string{"-test.run=^TestServeProcess$", "--", "serve", "--addr", addr, "--db", db}, flags...)...)
 	home := t.TempDir()
 	// A clean environment: no BTK_* setting of the developer's leaks in.
@@ -137,7 +138,7 @@ func (p *serveProcess) waitReady() {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if res, err := testHTTP.Get(p.url + "/readyz"); err == nil {
+		if res, err := p.client.Get(p.url + "/readyz"); err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
 				return

@@ -15,7 +15,6 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -124,54 +123,9 @@ func freeAddr(t *testing.T) string {
 // https://…/readyz answers through client.
 func startServeHTTPS(t *testing.T, client *http.Client, db string, flags ...string) *serveProcess {
 	t.Helper()
-	addr := freeAddr(t)
-	p := &serveProcess{t: t, url: "https://" + addr, out: &lockedBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], append([]string{"-test.run=^TestServeProcess$", "--", "serve", "--addr", addr, "--db", db}, flags...)...)
-	home := t.TempDir()
-	p.cmd.Env = []string{
-		procEnv + "=1",
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + home,
-		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"),
-		"TMPDIR=" + os.TempDir(),
-		"GOCOVERDIR=" + os.Getenv("GOCOVERDIR"),
-		"BTK_BOOTSTRAP_EMAIL=" + procAdminEmail,
-		"BTK_BOOTSTRAP_PASSWORD=" + procAdminPassword,
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	deadline := time.After(procWait)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if res, err := client.Get(p.url + "/readyz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("btk serve exited before it was ready: %v\n%s", p.err, p.out.String())
-		case <-deadline:
-			t.Fatalf("btk serve not ready after %v:\n%s", procWait, p.out.String())
-		case <-tick.C:
-		}
-	}
+	p := launchServeWith(t, "https", client, db, flags...)
+	p.waitReady()
+	return p
 }
 
 // get fetches url and returns the serial number of the server certificate,
