@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,22 +22,7 @@ import (
 // binary, as for serve) and returns its exit code and output.
 func runProcess(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), procWait)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"-test.run=^TestServeProcess$", "--"}, args...)...)
-	home := t.TempDir()
-	cmd.Env = []string{procEnv + "=1", "PATH=" + os.Getenv("PATH"), "HOME=" + home,
-		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"), "TMPDIR=" + os.TempDir(), "GOCOVERDIR=" + os.Getenv("GOCOVERDIR")}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), out.String()
-	}
-	if err != nil {
-		t.Fatalf("btk %v: %v", args, err)
-	}
-	return 0, out.String()
+	return runProcessEnv(t, nil, "", args...)
 }
 
 // docs/operating.md#backup-and-restore: a backup taken while btk serve runs and writes is consistent

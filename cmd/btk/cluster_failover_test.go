@@ -107,22 +107,7 @@ func TestClusterSentinelFailover(t *testing.T) {
 				t.Fatalf("a key revoked before the failover, on %s after it: %+v %v", b, a, err)
 			}
 		}
-		// Ready again by itself: its connections redial at their own pace
-		// (bounded wait).
-		for {
-			res, err := clusterClient.Get(b + "/readyz")
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz of %s after the failover: %d", b, res.StatusCode)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		readyAgain(t, b, deadline)
 	}
 	// A revoke after the failover holds too.
 	late := createKeyAt(t, bases[1], token, "late", 0)

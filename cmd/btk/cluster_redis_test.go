@@ -80,22 +80,7 @@ func TestClusterRedisDown(t *testing.T) {
 	mustCall(t, bases[1], token, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": gone.ID}, nil)
 
 	r.stop()
-	for i := range 20 {
-		a, err := call(bases[i%2], "", good.Plaintext, probeQuery, nil)
-		if err != nil || a.status != http.StatusServiceUnavailable || a.code != "UNAVAILABLE" {
-			t.Fatalf("request %d with Redis down: %+v %v", i, a, err)
-		}
-	}
-	for _, b := range bases {
-		res, err := clusterClient.Get(b + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("/readyz with Redis down: %d", res.StatusCode)
-		}
-	}
+	failsClosedOver(t, bases, good, 20)
 	// A session (database only) still works, and a revoke is answered
 	// UNAVAILABLE rather than as done without telling the other instance.
 	mustCall(t, bases[0], token, `{me{email}}`, nil, nil)
@@ -121,22 +106,7 @@ func TestClusterRedisDown(t *testing.T) {
 				t.Fatalf("a key revoked before or during the outage, on %s after Redis came back empty: %+v %v", b, a, err)
 			}
 		}
-		// Ready again by itself (its connections redial at their own pace:
-		// bounded wait).
-		for {
-			res, err := clusterClient.Get(b + "/readyz")
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz after recovery: %d", res.StatusCode)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		readyAgain(t, b, deadline)
 	}
 }
 

@@ -236,11 +236,17 @@ func TestClusterOnRedisCluster(t *testing.T) {
 	failsClosed(t, bases, k)
 }
 
-// failsClosed checks that every instance refuses k with 503 UNAVAILABLE and
-// fails /readyz.
+// failsClosed checks that every instance refuses k with 503 UNAVAILABLE (two
+// requests each) and fails /readyz.
 func failsClosed(t *testing.T, bases []string, k procKey) {
 	t.Helper()
-	for i := range 2 * len(bases) {
+	failsClosedOver(t, bases, k, 2*len(bases))
+}
+
+// failsClosedOver is failsClosed with n requests spread over the instances.
+func failsClosedOver(t *testing.T, bases []string, k procKey, n int) {
+	t.Helper()
+	for i := range n {
 		a, err := call(bases[i%len(bases)], "", k.Plaintext, probeQuery, nil)
 		if err != nil || a.status != http.StatusServiceUnavailable || a.code != "UNAVAILABLE" {
 			t.Fatalf("request %d with the shared state down: %+v %v", i, a, err)
@@ -510,6 +516,27 @@ func warnings(procs []*serveProcess) string {
 		out = out[len(out)-10:]
 	}
 	return strings.Join(out, "\n")
+}
+
+// readyAgain waits, until deadline, for base's /readyz to answer 200 by
+// itself after the shared state came back: its connections redial at their
+// own pace, so the wait is bounded but not immediate.
+func readyAgain(t *testing.T, base string, deadline time.Time) {
+	t.Helper()
+	for {
+		res, err := clusterClient.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz of %s after recovery: %d", base, res.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // wipeRedis deletes the keys under prefix.

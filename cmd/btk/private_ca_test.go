@@ -17,9 +17,7 @@ func runProcessEnv(t *testing.T, env []string, stdin string, args ...string) (in
 	ctx, cancel := context.WithTimeout(context.Background(), procWait)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"-test.run=^TestServeProcess$", "--"}, args...)...)
-	home := t.TempDir()
-	cmd.Env = append([]string{procEnv + "=1", "PATH=" + os.Getenv("PATH"), "HOME=" + home,
-		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"), "TMPDIR=" + os.TempDir(), "GOCOVERDIR=" + os.Getenv("GOCOVERDIR")}, env...)
+	cmd.Env = append(procEnviron(t.TempDir()), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

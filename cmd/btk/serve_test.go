@@ -97,18 +97,9 @@ func launchServeWith(t *testing.T, scheme string, client *http.Client, db string
 	addr := freeAddr(t)
 	p := &serveProcess{t: t, url: scheme + "://" + addr, client: client, out: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], append([]string{"-test.run=^TestServeProcess$", "--", "serve", "--addr", addr, "--db", db}, flags...)...)
-	home := t.TempDir()
-	// A clean environment: no BTK_* setting of the developer's leaks in.
-	p.cmd.Env = []string{
-		procEnv + "=1",
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + home,
-		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"),
-		"TMPDIR=" + os.TempDir(),
-		"GOCOVERDIR=" + os.Getenv("GOCOVERDIR"),
-		"BTK_BOOTSTRAP_EMAIL=" + procAdminEmail,
-		"BTK_BOOTSTRAP_PASSWORD=" + procAdminPassword,
-	}
+	p.cmd.Env = append(procEnviron(t.TempDir()),
+		"BTK_BOOTSTRAP_EMAIL="+procAdminEmail,
+		"BTK_BOOTSTRAP_PASSWORD="+procAdminPassword)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.WaitDelay = procWait // Wait returns even if the output pipe stays open
 	if err := p.cmd.Start(); err != nil {
@@ -128,6 +119,20 @@ func launchServeWith(t *testing.T, scheme string, client *http.Client, db string
 	})
 
 	return p
+}
+
+// procEnviron is the whole environment of a btk process a test starts, with
+// home as its HOME: a clean one, so that no BTK_* setting of the developer's
+// leaks in.
+func procEnviron(home string) []string {
+	return []string{
+		procEnv + "=1",
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + home,
+		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"),
+		"TMPDIR=" + os.TempDir(),
+		"GOCOVERDIR=" + os.Getenv("GOCOVERDIR"),
+	}
 }
 
 // waitReady polls /readyz, bounded; it stops at once if the process dies.
