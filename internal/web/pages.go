@@ -267,14 +267,9 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, a *btk.Actor
 	if err == nil {
 		res, err = h.svc.CreateKey(r.Context(), a, in)
 	}
-	status := http.StatusOK
-	if err != nil {
-		status = statusOf(err)
-		if status == http.StatusInternalServerError || btk.ErrorCode(err) == btk.CodeForbidden {
-			h.fail(w, r, nil, err)
-			return
-		}
-		f.Error = sentence(btk.ErrorMessage(err))
+	status, ok := h.formAnswer(w, r, err, &f.Error)
+	if !ok {
+		return
 	}
 	// The page is read after the change so the list includes the new key.
 	p, ok := h.keysPage(w, r, a)
@@ -287,6 +282,24 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, a *btk.Actor
 		p.Form = f
 	}
 	h.render(w, r, "keys", status, p)
+}
+
+// formAnswer is the status of the page that answers a create form after the
+// service answered err (200 on success). A refusal the user can fix is
+// written to *formError, for the form to show again with what was typed; a
+// failure, or an action the role does not allow, gets the error page
+// instead, and ok is false (the answer is written).
+func (h *Handler) formAnswer(w http.ResponseWriter, r *http.Request, err error, formError *string) (status int, ok bool) {
+	if err == nil {
+		return http.StatusOK, true
+	}
+	status = statusOf(err)
+	if status == http.StatusInternalServerError || btk.ErrorCode(err) == btk.CodeForbidden {
+		h.fail(w, r, nil, err)
+		return status, false
+	}
+	*formError = sentence(btk.ErrorMessage(err))
+	return status, true
 }
 
 type keyPage struct {

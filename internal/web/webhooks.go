@@ -111,14 +111,9 @@ func (h *Handler) createWebhook(w http.ResponseWriter, r *http.Request, a *btk.A
 	f := webhookForm{URL: strings.TrimSpace(r.PostForm.Get("url")), Events: r.PostForm.Get("events")}
 	events := strings.FieldsFunc(f.Events, func(c rune) bool { return c == ',' || c == ' ' || c == '\n' || c == '\r' || c == '\t' })
 	res, err := h.svc.CreateWebhook(r.Context(), a, f.URL, events)
-	status := http.StatusOK
-	if err != nil {
-		status = statusOf(err)
-		if status == http.StatusInternalServerError || btk.ErrorCode(err) == btk.CodeForbidden {
-			h.fail(w, r, nil, err)
-			return
-		}
-		f.Error = sentence(btk.ErrorMessage(err))
+	status, ok := h.formAnswer(w, r, err, &f.Error)
+	if !ok {
+		return
 	}
 	p, ok := h.webhooksPage(w, r, a)
 	if !ok {
