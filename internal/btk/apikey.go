@@ -49,8 +49,14 @@ func HashKey(plaintext string) [sha256.Size]byte {
 // WellFormedKey reports whether s has the exact shape of a btk_ key. It reads
 // fixed positions (the random part may itself contain '_'), so a malformed
 // key is refused before any hashing or database work.
-func WellFormedKey(s string) bool {
-	if len(s) != KeyLen || s[:len(KeyPrefix)] != KeyPrefix || s[DisplayPrefixLen] != '_' {
+func WellFormedKey(s string) bool { return wellFormedKey(s) }
+
+// WellFormedKeyBytes is WellFormedKey of bytes, without a conversion (the
+// key scanner's strict match, docs/leaks.md).
+func WellFormedKeyBytes(s []byte) bool { return wellFormedKey(s) }
+
+func wellFormedKey[T string | []byte](s T) bool {
+	if len(s) != KeyLen || string(s[:len(KeyPrefix)]) != KeyPrefix || s[DisplayPrefixLen] != '_' {
 		return false
 	}
 	for i := len(KeyPrefix); i < DisplayPrefixLen; i++ {
@@ -85,23 +91,4 @@ func b64Value(c byte) int {
 		return 63
 	}
 	return -1
-}
-
-// WellFormedKeyBytes is WellFormedKey of bytes, without a conversion (the
-// key scanner's strict match, docs/leaks.md).
-func WellFormedKeyBytes(s []byte) bool {
-	if len(s) != KeyLen || string(s[:len(KeyPrefix)]) != KeyPrefix || s[DisplayPrefixLen] != '_' {
-		return false
-	}
-	for i := len(KeyPrefix); i < DisplayPrefixLen; i++ {
-		if !isLowerHex(s[i]) {
-			return false
-		}
-	}
-	for i := randomStart; i < KeyLen; i++ {
-		if b64Value(s[i]) < 0 {
-			return false
-		}
-	}
-	return b64Value(s[KeyLen-1])&3 == 0
 }

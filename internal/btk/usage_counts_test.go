@@ -26,11 +26,7 @@ func sumCounts(cs []UsageCount, keyID string) (acc, lim, ref int64) {
 func TestUsageCounts(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 59, 50, 0, time.UTC)
 	now := t0
-	st := &usageStore{}
-	s, err := NewService(context.Background(), st, []byte(strings.Repeat("s", 32)), Config{Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := usageService(t, &now)
 	ctx := context.Background()
 	a := &APIKey{ID: "a", WorkspaceID: "w"}
 	b := &APIKey{ID: "b", WorkspaceID: "w"}

@@ -39,17 +39,25 @@ func (s *usageStore) PruneUsage(_ context.Context, before time.Time) (int64, err
 	return 0, nil
 }
 
+// usageService is a Service on a usageStore of its own whose clock reads
+// *now, so that a test moves time by setting now.
+func usageService(t *testing.T, now *time.Time) (*Service, *usageStore) {
+	t.Helper()
+	st := &usageStore{}
+	s, err := NewService(context.Background(), st, []byte(strings.Repeat("s", 32)), Config{Now: func() time.Time { return *now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st
+}
+
 // FlushUsage writes each used key's latest accepted request, keeps what a
 // failed write did not store for the next flush, still writes the last use of
 // a key forgotten (revoked) since, and writes nothing for refusals.
 func TestFlushUsage(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	now := t0
-	st := &usageStore{}
-	s, err := NewService(context.Background(), st, []byte(strings.Repeat("s", 32)), Config{Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := usageService(t, &now)
 	ctx := context.Background()
 	lim := ratelimit.Limits{PerMinute: 2, PerDay: 100}
 	allow := func(key string, at time.Duration) bool {
@@ -101,11 +109,7 @@ func TestFlushUsage(t *testing.T) {
 func TestFlushDueUsage(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	now := t0
-	st := &usageStore{}
-	s, err := NewService(context.Background(), st, []byte(strings.Repeat("s", 32)), Config{Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := usageService(t, &now)
 	ctx := context.Background()
 	lim := ratelimit.Limits{PerMinute: 1000, PerDay: 100000}
 	const keys = 1000
