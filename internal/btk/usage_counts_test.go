@@ -3,6 +3,7 @@ package btk
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +157,32 @@ func BenchmarkUsageCount(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// The client strings a usage entry keeps until its flush are cut to
+// MaxClientString when counted, not when taken: 2,000 keys used with a
+// 60 KB User-Agent each pinned 120 MB for up to UsageWriteInterval.
+func TestUsageCounterHoldsOnlyCutClientStrings(t *testing.T) {
+	c := newUsageCounter()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	const keys, uaLen = 2000, 60 << 10
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range keys {
+		ua := strings.Repeat(string(rune('a'+i%26)), uaLen) // a header value of its own
+		c.add(&APIKey{ID: fmt.Sprint("k", i), WorkspaceID: "w"}, UseAccepted, now,
+			Client{Addr: func() string { return "192.0.2.7" }, UserAgent: ua})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapInuse) - int64(before.HeapInuse)
+	if limit := int64(keys * (MaxClientString + 1024)); held > limit {
+		t.Fatalf("the counter holds %d bytes for %d keys, want at most %d: it keeps the whole user agents", held, keys, limit)
+	}
+	_, clients := c.take(now.UnixNano(), UsageWriteInterval, true)
+	if len(clients) != keys || len(clients[0].UserAgent) != MaxClientString {
+		t.Fatalf("%d clients, user agent of %d bytes", len(clients), len(clients[0].UserAgent))
 	}
 }
