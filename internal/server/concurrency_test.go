@@ -58,15 +58,7 @@ func TestConcurrentCreateSameName(t *testing.T) {
 // hammering tests send, so the frozen test clock never makes it 429.
 func createUnlimitedKey(e *env, owner cred, name string) newKey {
 	e.t.Helper()
-	var out struct {
-		CreateApiKey struct {
-			PlaintextKey string
-			ApiKey       struct{ ID string }
-		}
-	}
-	e.must(owner, `mutation($n:String!){createApiKey(input:{name:$n,rateLimitPerMinute:1000000,rateLimitPerDay:100000000}){plaintextKey apiKey{id}}}`,
-		map[string]any{"n": name}, &out)
-	return newKey{ID: out.CreateApiKey.ApiKey.ID, Plaintext: out.CreateApiKey.PlaintextKey}
+	return e.createKeyWith(owner, name, "rateLimitPerMinute:1000000,rateLimitPerDay:100000000")
 }
 
 // hammerResult is one probe sent while a change was under way.

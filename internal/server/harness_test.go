@@ -267,14 +267,7 @@ type newKey struct {
 
 func (e *env) createKey(c cred, name string) newKey {
 	e.t.Helper()
-	var out struct {
-		CreateApiKey struct {
-			PlaintextKey string
-			ApiKey       struct{ ID string }
-		}
-	}
-	e.must(c, `mutation($n:String!){createApiKey(input:{name:$n}){plaintextKey apiKey{id}}}`, map[string]any{"n": name}, &out)
-	return newKey{ID: out.CreateApiKey.ApiKey.ID, Plaintext: out.CreateApiKey.PlaintextKey}
+	return e.createKeyWith(c, name, "")
 }
 
 // probe is the workspace-identity probe of docs/design.md#graphql.

@@ -76,21 +76,14 @@ func TestLastUsedAt(t *testing.T) {
 	sameTime("after a 401", e.lastUsedAt(owner, k.ID), t1)
 
 	// 429: a call over the key's limit is not recorded.
-	var out struct {
-		CreateApiKey struct {
-			PlaintextKey string
-			ApiKey       struct{ ID string }
-		}
-	}
-	e.must(owner, `mutation{createApiKey(input:{name:"tight",rateLimitPerMinute:1,rateLimitPerDay:10}){plaintextKey apiKey{id}}}`, nil, &out)
-	tight := out.CreateApiKey
+	tight := e.createKeyWith(owner, "tight", "rateLimitPerMinute:1,rateLimitPerDay:10")
 	t2 := e.clock.Now()
-	r := e.do(cred{Key: tight.PlaintextKey}, probe, nil)
+	r := e.do(cred{Key: tight.Plaintext}, probe, nil)
 	if r.Status != http.StatusOK || r.Header.Get("RateLimit-Limit") != "1" || r.Header.Get("RateLimit-Remaining") != "0" {
 		t.Fatalf("first call: HTTP %d, RateLimit-Limit %q, RateLimit-Remaining %q", r.Status, r.Header.Get("RateLimit-Limit"), r.Header.Get("RateLimit-Remaining"))
 	}
 	e.clock.Advance(time.Second)
-	r = e.do(cred{Key: tight.PlaintextKey}, probe, nil)
+	r = e.do(cred{Key: tight.Plaintext}, probe, nil)
 	if r.Status != http.StatusTooManyRequests || r.Code() != "RATE_LIMITED" || r.Errors[0].Message != "rate limit exceeded" {
 		t.Fatalf("second call within the minute: HTTP %d %+v", r.Status, r.Errors)
 	}
@@ -98,7 +91,7 @@ func TestLastUsedAt(t *testing.T) {
 		t.Fatalf("Retry-After %q, want 1-60 seconds", r.Header.Get("Retry-After"))
 	}
 	e.flush()
-	sameTime("after a 429", e.lastUsedAt(owner, tight.ApiKey.ID), t2)
+	sameTime("after a 429", e.lastUsedAt(owner, tight.ID), t2)
 }
 
 // usagePoint is an UsagePoint as the API answers it.
@@ -133,13 +126,7 @@ func TestKeyUsageCounts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	owner := e.admin()
-	var lim struct {
-		CreateApiKey struct {
-			PlaintextKey string
-			ApiKey       struct{ ID string }
-		}
-	}
-	e.must(owner, `mutation{createApiKey(input:{name:"limited",rateLimitPerMinute:2}){plaintextKey apiKey{id}}}`, nil, &lim)
+	lim := e.createKeyWith(owner, "limited", "rateLimitPerMinute:2")
 	k := e.createKey(owner, "used")
 	ua := strings.Repeat("agent/", 100) // 600 bytes
 	for range 5 {
@@ -152,7 +139,7 @@ func TestKeyUsageCounts(t *testing.T) {
 		if i >= 2 {
 			want = http.StatusTooManyRequests
 		}
-		if s := e.probeStatus(lim.CreateApiKey.PlaintextKey); s != want {
+		if s := e.probeStatus(lim.Plaintext); s != want {
 			t.Fatalf("limited call %d: HTTP %d", i, s)
 		}
 	}
@@ -171,7 +158,7 @@ func TestKeyUsageCounts(t *testing.T) {
 	if ip == nil || *ip != "127.0.0.1" || gotUA == nil || len(*gotUA) != 256 || !strings.HasPrefix(ua, *gotUA) {
 		t.Fatalf("last client %v %v", ip, gotUA)
 	}
-	if p, _, _ := e.keyUsage(owner, lim.CreateApiKey.ApiKey.ID, "DAY"); len(p) != 8 || p[7].Accepted != 2 || p[7].RateLimited != 3 {
+	if p, _, _ := e.keyUsage(owner, lim.ID, "DAY"); len(p) != 8 || p[7].Accepted != 2 || p[7].RateLimited != 3 {
 		t.Fatalf("limited key by day: %+v", p)
 	}
 
@@ -226,7 +213,7 @@ func TestKeyUsageCounts(t *testing.T) {
 		t.Fatalf("10 series of 89 days of hours in one operation: %+v", r.Errors)
 	}
 	// A key alone cannot read usage; another workspace's key is not found.
-	if r := e.do(cred{Key: lim.CreateApiKey.PlaintextKey}, `{workspaceUsage{granularity}}`, nil); r.Code() == "" {
+	if r := e.do(cred{Key: lim.Plaintext}, `{workspaceUsage{granularity}}`, nil); r.Code() == "" {
 		t.Fatal("an API key read the workspace's usage")
 	}
 }
@@ -237,24 +224,16 @@ func TestRestrictedAndCanaryUsesCountRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	owner := e.admin()
-	var out struct {
-		CreateApiKey struct {
-			PlaintextKey string
-			ApiKey       struct{ ID string }
-		}
-	}
-	e.must(owner, `mutation{createApiKey(input:{name:"office-only",allowedCidrs:["10.0.0.0/8"]}){plaintextKey apiKey{id}}}`, nil, &out)
-	netKey := out.CreateApiKey
-	e.must(owner, `mutation{createApiKey(input:{name:"trap",canary:true}){plaintextKey apiKey{id}}}`, nil, &out)
-	canary := out.CreateApiKey
-	if s := e.probeStatus(netKey.PlaintextKey); s != http.StatusForbidden {
+	netKey := e.createKeyWith(owner, "office-only", `allowedCidrs:["10.0.0.0/8"]`)
+	canary := e.createKeyWith(owner, "trap", "canary:true")
+	if s := e.probeStatus(netKey.Plaintext); s != http.StatusForbidden {
 		t.Fatalf("key used from outside its network: HTTP %d", s)
 	}
-	if s := e.probeStatus(canary.PlaintextKey); s != http.StatusUnauthorized {
+	if s := e.probeStatus(canary.Plaintext); s != http.StatusUnauthorized {
 		t.Fatalf("canary: HTTP %d", s)
 	}
 	e.flush()
-	for name, id := range map[string]string{"restricted": netKey.ApiKey.ID, "canary": canary.ApiKey.ID} {
+	for name, id := range map[string]string{"restricted": netKey.ID, "canary": canary.ID} {
 		pts, _, _ := e.keyUsage(owner, id, "HOUR")
 		if last := pts[len(pts)-1]; last.Refused != 1 || last.Accepted != 0 || last.RateLimited != 0 {
 			t.Errorf("%s key: %+v, want one refused use", name, last)
