@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/btk-project/btk/internal/btk"
@@ -30,7 +29,6 @@ func BenchmarkHotPathMetrics(b *testing.B) {
 	bdb := seedBenchDB(b, b.TempDir(), 1_000)
 	keys := bdb.active
 	ord := order(len(keys), 1)
-	mask := len(ord) - 1
 	for _, on := range []bool{false, true} {
 		name := "metrics=off"
 		if on {
@@ -64,45 +62,9 @@ func BenchmarkHotPathMetrics(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.Run("middleware", measure(func(b *testing.B) {
-				p := newProbeRequest()
-				i := 0
-				for b.Loop() {
-					rec := httptest.NewRecorder()
-					h.ServeHTTP(rec, p.reset(keys[ord[i&mask]]))
-					if rec.Code != http.StatusOK {
-						b.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
-					}
-					i++
-				}
-			}))
-			b.Run("middleware/parallel", measure(func(b *testing.B) {
-				var seed atomic.Uint64
-				b.RunParallel(func(pb *testing.PB) {
-					o := order(len(keys), seed.Add(1)+1)
-					p := newProbeRequest()
-					i := 0
-					for pb.Next() {
-						rec := httptest.NewRecorder()
-						h.ServeHTTP(rec, p.reset(keys[o[i&mask]]))
-						if rec.Code != http.StatusOK {
-							b.Errorf("HTTP %d: %s", rec.Code, rec.Body)
-							return
-						}
-						i++
-					}
-				})
-			}))
-			b.Run("healthz", measure(func(b *testing.B) {
-				req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
-				for b.Loop() {
-					rec := httptest.NewRecorder()
-					h.ServeHTTP(rec, req)
-					if rec.Code != http.StatusOK {
-						b.Fatalf("HTTP %d", rec.Code)
-					}
-				}
-			}))
+			b.Run("middleware", measure(probeSerially(h, keys, ord)))
+			b.Run("middleware/parallel", measure(probeInParallel(h, keys)))
+			b.Run("healthz", measure(healthzLoop(h)))
 		})
 	}
 }
