@@ -1,7 +1,6 @@
 package server
 
 import (
-	"container/list"
 	"net"
 	"net/http"
 	"sync"
@@ -18,17 +17,16 @@ import (
 type ConnGuard struct {
 	mu    sync.Mutex
 	open  int
-	evict int // above this many, close the oldest idle connection
-	hard  int // at this many, refuse new connections
-	idle  *list.List
-	where map[net.Conn]*list.Element // idle connections (as ConnState sees them)
+	evict int      // above this many, close the oldest idle connection
+	hard  int      // at this many, refuse new connections
+	idle  idleList // idle connections, oldest first
 }
 
 // NewConnGuard returns a guard for at most limit connections, closing idle
 // ones from three quarters of it on.
 func NewConnGuard(limit int) *ConnGuard {
 	limit = max(limit, 4)
-	return &ConnGuard{evict: limit * 3 / 4, hard: limit, idle: list.New(), where: map[net.Conn]*list.Element{}}
+	return &ConnGuard{evict: limit * 3 / 4, hard: limit}
 }
 
 // DescriptorConnLimit is the connection limit the descriptor limit allows:
@@ -70,16 +68,73 @@ func (g *ConnGuard) Track(srv *http.Server) {
 	}
 }
 
+// state runs twice per request on a keep-alive connection (active, then
+// idle again): it allocates nothing and looks nothing up, the idle list
+// being threaded through the connections themselves.
 func (g *ConnGuard) state(c net.Conn, s http.ConnState) {
+	gc := guarded(c)
+	if gc == nil {
+		return // not accepted through this guard's listener
+	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if e, ok := g.where[c]; ok {
-		g.idle.Remove(e)
-		delete(g.where, c)
-	}
+	g.idle.remove(gc)
 	if s == http.StateIdle {
-		g.where[c] = g.idle.PushBack(c)
+		gc.outer = c
+		g.idle.push(gc)
 	}
+	g.mu.Unlock()
+}
+
+// guarded finds the guardedConn under c: c itself, or what a TLS
+// connection wraps.
+func guarded(c net.Conn) *guardedConn {
+	for range 4 {
+		switch v := c.(type) {
+		case *guardedConn:
+			return v
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// idleList is a doubly linked list of idle connections through their own
+// prev and next fields (guarded by ConnGuard.mu).
+type idleList struct {
+	head, tail *guardedConn
+	n          int
+}
+
+func (l *idleList) push(c *guardedConn) {
+	c.prev, c.next, c.linked = l.tail, nil, true
+	if l.tail != nil {
+		l.tail.next = c
+	} else {
+		l.head = c
+	}
+	l.tail = c
+	l.n++
+}
+
+func (l *idleList) remove(c *guardedConn) {
+	if !c.linked {
+		return
+	}
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		l.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		l.tail = c.prev
+	}
+	c.prev, c.next, c.linked = nil, nil, false
+	l.n--
 }
 
 type guardedListener struct {
@@ -96,10 +151,10 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 		g := l.g
 		var victims []net.Conn
 		g.mu.Lock()
-		for g.open >= g.evict && g.idle.Len() > 0 {
-			v := g.idle.Remove(g.idle.Front()).(net.Conn)
-			delete(g.where, v)
-			victims = append(victims, v)
+		for g.open >= g.evict && g.idle.n > 0 {
+			v := g.idle.head
+			g.idle.remove(v)
+			victims = append(victims, v.outer)
 		}
 		refuse := g.open >= g.hard && len(victims) == 0
 		if !refuse {
@@ -123,12 +178,21 @@ type guardedConn struct {
 	net.Conn
 	g    *ConnGuard
 	once sync.Once
+
+	// Guarded by g.mu: the place in g's idle list, and the connection as
+	// net/http reported it idle (a *tls.Conn over this one, over TLS),
+	// which is what an eviction closes.
+	prev, next *guardedConn
+	linked     bool
+	outer      net.Conn
 }
 
 func (c *guardedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.g.mu.Lock()
+		c.g.idle.remove(c)
+		c.outer = nil
 		c.g.open--
 		c.g.mu.Unlock()
 	})
