@@ -56,8 +56,8 @@ type serveConfig struct {
 	sessionKeys     []btk.SigningKey
 	// UsageRetention is how long hourly usage counts are kept (docs/usage.md).
 	UsageRetention time.Duration
-	// GCPercent is the Go garbage collector's target (as GOGC); 0 leaves
-	// Go's default, or the GOGC variable, alone.
+	// GCPercent is the Go garbage collector's target (as GOGC); 0 means
+	// DefaultGCPercent, or the GOGC variable when that is set.
 	GCPercent int
 	// WebhookAllowPrivate lets webhooks reach loopback, private and
 	// link-local receivers (docs/webhooks.md).
@@ -118,7 +118,7 @@ func (c *serveConfig) settings() []serveSetting {
 		{"usage-retention", "how long each key's hourly usage counts are kept, e.g. 30d or 2160h", true, &c.UsageRetention},
 		{"webhook-allow-private", "let webhooks deliver to loopback, private and link-local addresses (refused by default)", true, &c.WebhookAllowPrivate},
 		{"access-rules", "YAML access rules: the scopes a key needs per path and method at /v1/authorize and the proxy; re-read on SIGHUP (docs/access.md)", true, &c.AccessRules},
-		{"gc-percent", "", false, &c.GCPercent}, // as GOGC; 0 leaves Go's default
+		{"gc-percent", "", false, &c.GCPercent}, // as GOGC; 0: DefaultGCPercent, or GOGC when set
 		{"session-keys", "", false, &c.SessionKeys},
 		{"session-keys-file", "", false, &c.SessionKeysFile},
 	}
@@ -389,7 +389,7 @@ func (c *serveConfig) Validate() error {
 		return usageErrorf("--usage-retention: want at least 1h (for example 90d), got %v", c.UsageRetention)
 	}
 	if c.GCPercent < -1 {
-		return usageErrorf("gc-percent (BTK_GC_PERCENT): want -1 (off), 0 (Go's default) or a positive percentage, got %d", c.GCPercent)
+		return usageErrorf("gc-percent (BTK_GC_PERCENT): want -1 (off), 0 (btk's default, 400, or GOGC) or a positive percentage, got %d", c.GCPercent)
 	}
 	return nil
 }
