@@ -47,8 +47,10 @@ func (s *Service) ListKeys(ctx context.Context, a *Actor, includeRevoked bool, p
 	var keys []*APIKey
 	var next string
 	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		keys, next, err = tx.APIKeys(ctx, KeyFilter{WorkspaceID: a.WorkspaceID, IncludeRevoked: includeRevoked, Page: p})
-		return err
+		if keys, next, err = tx.APIKeys(ctx, KeyFilter{WorkspaceID: a.WorkspaceID, IncludeRevoked: includeRevoked, Page: p}); err != nil {
+			return err
+		}
+		return applyPolicy(ctx, tx, a.WorkspaceID, keys...)
 	})
 	return keys, next, err
 }
@@ -60,13 +62,26 @@ func (s *Service) Key(ctx context.Context, a *Actor, id string) (*APIKey, error)
 	}
 	var k *APIKey
 	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		k, err = ownKey(ctx, tx, a, id)
-		return err
+		if k, err = ownKey(ctx, tx, a, id); err != nil {
+			return err
+		}
+		return applyPolicy(ctx, tx, a.WorkspaceID, k)
 	})
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}
 	return k, err
+}
+
+// applyPolicy reads the workspace's key policy and sets it on keys
+// (withPolicy).
+func applyPolicy(ctx context.Context, tx Tx, workspaceID string, keys ...*APIKey) error {
+	w, err := tx.Workspace(ctx, workspaceID)
+	if err != nil {
+		return err
+	}
+	withPolicy(w, keys...)
+	return nil
 }
 
 // ownKey reads a key of the actor's workspace; any other key is NOT_FOUND.

@@ -82,8 +82,11 @@ func (s *Service) KeyByHash(ctx context.Context, a *Actor, hexHash string) (*API
 		if !a.PlatformAdmin && k.WorkspaceID != a.WorkspaceID {
 			return ErrNotFound
 		}
-		w, err = tx.Workspace(ctx, k.WorkspaceID)
-		return err
+		if w, err = tx.Workspace(ctx, k.WorkspaceID); err != nil {
+			return err
+		}
+		withPolicy(w, k)
+		return nil
 	})
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil, nil

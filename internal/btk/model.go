@@ -131,17 +131,25 @@ type APIKey struct {
 	// (docs/leaks.md).
 	Canary bool
 
+	// PolicyExpiresAt is when the workspace's maximum key lifetime ends the
+	// key (CreatedAt + maxLifetimeDays), set on the keys the service hands
+	// out; nil when the workspace has no maximum. Such a key is refused at
+	// use as expired (docs/access.md), so its status says EXPIRED too.
+	PolicyExpiresAt *time.Time
+
 	// restrictions is what the key check needs of AllowedCIDRs and Scopes,
 	// parsed once when the record is read for authentication.
 	restrictions *restrictions
 }
 
-// Status derives the key's state at now: an active key past its expiry is EXPIRED.
+// Status derives the key's state at now: an active key past its expiry,
+// or past its workspace's maximum lifetime, is EXPIRED.
 func (k *APIKey) Status(now time.Time) KeyStatus {
 	switch {
 	case k.RevokedAt != nil:
 		return KeyRevoked
-	case k.ExpiresAt != nil && !now.Before(*k.ExpiresAt):
+	case k.ExpiresAt != nil && !now.Before(*k.ExpiresAt),
+		k.PolicyExpiresAt != nil && !now.Before(*k.PolicyExpiresAt):
 		return KeyExpired
 	}
 	return KeyActive

@@ -90,6 +90,20 @@ func (k *APIKey) ScopesHeader() string {
 	return strings.Join(k.Scopes, " ")
 }
 
+// withPolicy sets PolicyExpiresAt on keys of w from its maximum lifetime,
+// so that what the service hands out says EXPIRED where the key check
+// refuses (policyExpired).
+func withPolicy(w *Workspace, keys ...*APIKey) {
+	d := w.KeyPolicy.MaxLifetimeDays
+	for _, k := range keys {
+		if d == nil || k == nil {
+			continue
+		}
+		t := k.CreatedAt.Add(time.Duration(*d) * 24 * time.Hour)
+		k.PolicyExpiresAt = &t
+	}
+}
+
 // policyExpired reports a key older than its workspace's maximum lifetime.
 func policyExpired(k *APIKey, w *Workspace, now time.Time) bool {
 	d := w.KeyPolicy.MaxLifetimeDays

@@ -409,10 +409,22 @@ func TestWorkspaceKeyPolicy(t *testing.T) {
 	wantRefused(t, "authorize, old key", p.authorize(old.Plaintext, "", ""), 401, "UNAUTHENTICATED", expired)
 	wantRefused(t, "proxy, old key", p.proxied(old.Plaintext, "GET", "/"), 401, "UNAUTHENTICATED", expired)
 	wantRefused(t, "graphql, expired by expiresAt", p.graphql(fresh.Plaintext), 401, "UNAUTHENTICATED", expired)
-	// Off again: the old key works at once.
+	// What the owner sees says so: the key the check refuses is EXPIRED.
 	owner = e.admin() // the session of a month ago has ended
+	status := func() string {
+		var got struct{ APIKey struct{ Status string } }
+		e.must(owner, `query($id:ID!){apiKey(id:$id){status}}`, map[string]any{"id": old.ID}, &got)
+		return got.APIKey.Status
+	}
+	if s := status(); s != "EXPIRED" {
+		t.Errorf("a key past the maximum lifetime shows %s, want EXPIRED", s)
+	}
+	// Off again: the old key works at once, and is ACTIVE.
 	set(nil, nil).decode(t, &pol)
 	wantAccepted(t, "old key, policy off", p.authorize(old.Plaintext, "", ""))
+	if s := status(); s != "ACTIVE" {
+		t.Errorf("with the policy off the key shows %s, want ACTIVE", s)
+	}
 
 	var evs struct {
 		AuditEvents struct{ Nodes []struct{ Action string } }
