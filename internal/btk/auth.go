@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/btk-project/btk/internal/ratelimit"
@@ -392,9 +393,12 @@ func (s *Service) Elevate(ctx context.Context, a *Actor, password string) (strin
 // (docs/security.md): on one node the check reads the key cache, which
 // every change empties at once; with several instances it reads the
 // database, the source of truth every instance shares.
+//
+// With several instances the interval and the age of a shared answer
+// (keyRecheckShared) add up to a second.
 func (s *Service) KeyWatchInterval() time.Duration {
 	if s.clustered {
-		return time.Second
+		return time.Second - keyRecheckShared
 	}
 	return 500 * time.Millisecond
 }
@@ -412,16 +416,86 @@ func (s *Service) KeyStillValid(ctx context.Context, plaintext string) (bool, er
 			return k.Status(s.now()) == KeyActive, nil
 		}
 	}
-	var k *APIKey
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		k, err = tx.APIKeyByHash(ctx, hash[:])
-		return err
+	return s.rechecks.check(ctx, hash, func() (bool, error) {
+		var k *APIKey
+		err := s.store.Read(ctx, func(tx Tx) (err error) {
+			k, err = tx.APIKeyByHash(ctx, hash[:])
+			return err
+		})
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return k.Status(s.now()) == KeyActive, nil
 	})
-	if errors.Is(err, ErrNotFound) {
-		return false, nil
+}
+
+// keyRecheckShared is how long the database's answer to KeyStillValid is
+// shared by the connections of the same key.
+const keyRecheckShared = 250 * time.Millisecond
+
+// maxKeyRechecks bounds the keys whose answers are kept.
+const maxKeyRechecks = 100_000
+
+// keyRechecks shares the database reads of KeyStillValid between the
+// proxied connections of one key (docs/security.md): each connection
+// rechecks its key every KeyWatchInterval, so 5,000 streams opened with one
+// key were 5,000 database reads a second; now a key costs at most one read
+// per keyRecheckShared, whatever its number of connections, and reads of
+// the same key under way at once are one read.
+type keyRechecks struct {
+	mu  sync.Mutex
+	m   map[[sha256.Size]byte]*keyRecheck
+	now func() time.Time // the wall clock (tests set it)
+}
+
+type keyRecheck struct {
+	valid bool
+	at    time.Time     // when the read began
+	done  chan struct{} // closed when the read has answered
+	err   error
+}
+
+func (r *keyRechecks) check(ctx context.Context, hash [sha256.Size]byte, read func() (bool, error)) (bool, error) {
+	now := r.clock()
+	r.mu.Lock()
+	c := r.m[hash]
+	if c != nil {
+		select {
+		case <-c.done:
+			if c.err == nil && now.Sub(c.at) < keyRecheckShared {
+				r.mu.Unlock()
+				return c.valid, nil
+			}
+		default: // a read under way: its answer is as fresh as a new one
+			r.mu.Unlock()
+			select {
+			case <-c.done:
+				if c.err == nil {
+					return c.valid, nil
+				}
+				return false, c.err
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+		}
 	}
-	if err != nil {
-		return false, err
+	if r.m == nil || len(r.m) >= maxKeyRechecks {
+		r.m = make(map[[sha256.Size]byte]*keyRecheck)
 	}
-	return k.Status(s.now()) == KeyActive, nil
+	c = &keyRecheck{at: now, done: make(chan struct{})}
+	r.m[hash] = c
+	r.mu.Unlock()
+	c.valid, c.err = read()
+	close(c.done)
+	return c.valid, c.err
+}
+
+func (r *keyRechecks) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
 }

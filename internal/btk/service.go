@@ -63,6 +63,9 @@ type Service struct {
 	// clustered: other instances change the database too, so only what the
 	// gate vouches for (a key and its workspace) is served from the cache.
 	clustered bool
+	// rechecks shares KeyStillValid's database reads between the proxied
+	// connections of a key (auth.go).
+	rechecks keyRechecks
 	// passwords throttles and bounds password checks (login, elevate).
 	passwords *passwordGate
 	// usage is what FlushDueUsage has collected and not written yet.
