@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -44,15 +42,9 @@ func redisURL(t *testing.T) string {
 func sharedRedis(t *testing.T) []string {
 	t.Helper()
 	rurl := redisURL(t)
-	prefix := randomPrefix()
+	prefix := redistest.Prefix()
 	t.Cleanup(func() { wipeRedis(rurl, prefix) })
 	return []string{"--redis", rurl, "--redis-prefix", prefix}
-}
-
-func randomPrefix() string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	return "btktest:" + hex.EncodeToString(b) + ":"
 }
 
 // startCluster starts n instances at once on db and waits for all.
@@ -444,7 +436,7 @@ func clusterGuarantees(t *testing.T, db string, flags ...string) (live []string,
 		// An account's attempts from one address: five a minute, counted
 		// once for all instances (docs/security.md#password-throttles).
 		login := `mutation($e:String!,$p:String!){login(email:$e,password:$p){accessToken}}`
-		vars := map[string]any{"e": "nobody-" + randomPrefix()[8:20] + "@example.com", "p": "wrong password"}
+		vars := map[string]any{"e": "nobody-" + redistest.Prefix()[8:20] + "@example.com", "p": "wrong password"}
 		for i := range 5 {
 			if a, err := call(bases[i%3], "", "", login, vars); err != nil || a.code == "RATE_LIMITED" || a.code == "" {
 				t.Fatalf("attempt %d: %+v %v", i+1, a, err)

@@ -2,11 +2,11 @@ package redisstate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/btk-project/btk/internal/redisstate/redistest"
 )
 
 // testURL returns BTK_TEST_REDIS or skips.
@@ -23,9 +23,7 @@ func testURL(t testing.TB) string {
 // the end: tests share the machine's Redis.
 func testPrefix(t testing.TB, url string) string {
 	t.Helper()
-	b := make([]byte, 6)
-	rand.Read(b)
-	prefix := "btktest:" + hex.EncodeToString(b) + ":"
+	prefix := redistest.Prefix()
 	t.Cleanup(func() {
 		s, err := Open(url, prefix)
 		if err != nil {

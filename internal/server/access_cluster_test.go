@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +12,7 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
-	"github.com/btk-project/btk/internal/redisstate"
+	"github.com/btk-project/btk/internal/redisstate/redistest"
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
@@ -34,10 +32,7 @@ func startInstance(t *testing.T, dbURL, prefix string, clk *clock) *instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := redisstate.Open(os.Getenv("BTK_TEST_REDIS"), prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := redisStateAt(t, prefix)
 	st.UseClock(clk.Now)
 	svc, err := btk.NewService(ctx, db, nil, btk.Config{Now: clk.Now, KeyGate: st, Throttle: st.Throttle()})
 	if err != nil {
@@ -50,10 +45,6 @@ func startInstance(t *testing.T, dbURL, prefix string, clk *clock) *instance {
 	srv.Client().Timeout = time.Minute
 	t.Cleanup(func() {
 		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		st.Wipe(ctx)
-		st.Close()
 		db.Close()
 	})
 	return &instance{svc: svc, srv: srv}
@@ -69,9 +60,7 @@ func TestAccessAcrossInstances(t *testing.T) {
 	}
 	t.Parallel()
 	dbURL := pgtest.URL(t)
-	b := make([]byte, 6)
-	rand.Read(b)
-	prefix := "btktest:" + hex.EncodeToString(b) + ":"
+	prefix := redistest.Prefix()
 	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
 	a := startInstance(t, dbURL, prefix, clk)
 	bi := startInstance(t, dbURL, prefix, clk)

@@ -3,8 +3,6 @@ package server_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,7 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/btk-project/btk/internal/btk"
-	"github.com/btk-project/btk/internal/redisstate"
+	"github.com/btk-project/btk/internal/redisstate/redistest"
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
@@ -173,20 +171,9 @@ func TestProxyCutsConnectionsOnEveryInstance(t *testing.T) {
 	if os.Getenv(pgtest.Env) == "" || os.Getenv("BTK_TEST_REDIS") == "" {
 		t.Skip(pgtest.Env + " and BTK_TEST_REDIS are needed: skipping the two-instance proxy test")
 	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	prefix := "btktest:" + hex.EncodeToString(b) + ":"
+	prefix := redistest.Prefix()
 	shared := func(cfg *btk.Config) {
-		st, err := redisstate.Open(os.Getenv("BTK_TEST_REDIS"), prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			st.Wipe(ctx)
-			st.Close()
-		})
+		st := redisStateAt(t, prefix)
 		cfg.KeyGate, cfg.Throttle = st, st.Throttle()
 	}
 	a := newEnvOn(t, pgtest.URL(t), nil, shared)

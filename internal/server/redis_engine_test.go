@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"strings"
 	"testing"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/redisstate"
+	"github.com/btk-project/btk/internal/redisstate/redistest"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
@@ -23,25 +22,32 @@ func onRedis(t testing.TB) bool { return strings.HasPrefix(t.Name(), "TestPostgr
 // clock (the tests move time).
 func useRedis(t testing.TB, cfg *btk.Config, now func() time.Time) {
 	t.Helper()
-	b := make([]byte, 6)
-	rand.Read(b)
-	st, err := redisstate.Open(os.Getenv("BTK_TEST_REDIS"), "btktest:"+hex.EncodeToString(b)+":")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := redisStateAt(t, redistest.Prefix())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := st.Ping(ctx); err != nil {
 		t.Fatalf("BTK_TEST_REDIS: %v", err)
 	}
 	st.UseClock(now)
+	cfg.KeyGate, cfg.Throttle = st, st.Throttle()
+}
+
+// redisStateAt opens the shared state of BTK_TEST_REDIS under prefix (one
+// per simulated instance; instances of one cluster share the prefix), and at
+// the test's end deletes its keys and closes it.
+func redisStateAt(t testing.TB, prefix string) *redisstate.State {
+	t.Helper()
+	st, err := redisstate.Open(os.Getenv("BTK_TEST_REDIS"), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		st.Wipe(ctx)
 		st.Close()
 	})
-	cfg.KeyGate, cfg.Throttle = st, st.Throttle()
+	return st
 }
 
 // TestPostgresRedis runs the server's HTTP tests of what Redis holds

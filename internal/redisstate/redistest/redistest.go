@@ -9,6 +9,8 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +25,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
+
+// Prefix returns a Redis key prefix of one test's own (btktest:<12 hex>:):
+// tests share the machine's Redis (BTK_TEST_REDIS), and each keeps to its
+// prefix and deletes it at its end.
+func Prefix() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return "btktest:" + hex.EncodeToString(b) + ":"
+}
 
 // wait bounds every wait of this package.
 const wait = 30 * time.Second
