@@ -87,28 +87,7 @@ func (tp *TrustedProxies) ClientIP(r *http.Request) string {
 	if err != nil || !tp.trusts(peer) {
 		return host
 	}
-	client := peer.Unmap()
-	values := r.Header.Values("X-Forwarded-For")
-	for i := len(values) - 1; i >= 0; i-- { // several header lines are one list, in order
-		v := values[i]
-		for v != "" {
-			var entry string
-			if j := strings.LastIndexByte(v, ','); j >= 0 {
-				entry, v = v[j+1:], v[:j]
-			} else {
-				entry, v = v, ""
-			}
-			a, ok := forwardedAddr(strings.TrimSpace(entry))
-			if !ok {
-				return client.String()
-			}
-			client = a
-			if !tp.trusts(a) {
-				return client.String()
-			}
-		}
-	}
-	return client.String() // every hop trusted: the left-most one
+	return tp.forwardedClient(r, peer.Unmap()).String()
 }
 
 // ClientAddr is ClientIP as an address, for the key check's network rule
@@ -126,9 +105,17 @@ func (tp *TrustedProxies) ClientAddr(r *http.Request) netip.Addr {
 	if tp == nil || len(tp.prefixes) == 0 || !tp.trusts(peer) {
 		return peer
 	}
+	return tp.forwardedClient(r, peer)
+}
+
+// forwardedClient walks X-Forwarded-For from the right, starting at the
+// trusted peer: the client is the first hop not trusted, or the last one
+// that parsed when an entry does not, or the left-most when every hop is
+// trusted. It allocates nothing.
+func (tp *TrustedProxies) forwardedClient(r *http.Request, peer netip.Addr) netip.Addr {
 	client := peer
 	values := r.Header.Values("X-Forwarded-For")
-	for i := len(values) - 1; i >= 0; i-- {
+	for i := len(values) - 1; i >= 0; i-- { // several header lines are one list, in order
 		v := values[i]
 		for v != "" {
 			var entry string
