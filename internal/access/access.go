@@ -357,9 +357,14 @@ func validMethod(m string) bool {
 	return true
 }
 
+// MaxScopeLen is the longest scope, in bytes.
+const MaxScopeLen = 64
+
 // ValidScope reports whether s is a scope's spelling: [a-z0-9:._-]{1,64}.
+// Keys' scopes and access rules' scopes are checked by this one function,
+// so that a rule can name every scope a key can hold.
 func ValidScope(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
+	if len(s) == 0 || len(s) > MaxScopeLen {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/btk-project/btk/internal/access"
 )
 
 // Input limits (docs/design.md#api-keys).
@@ -16,7 +18,7 @@ const (
 	MaxPerMinute    = 1_000_000
 	MaxPerDay       = 100_000_000
 	MaxScopes       = 32
-	MaxScopeLen     = 64
+	MaxScopeLen     = access.MaxScopeLen
 	maxWorkspaceLen = 100
 	maxEmailLen     = 254
 	maxPasswordLen  = 1024
@@ -116,7 +118,7 @@ func checkScopes(scopes []string) ([]string, error) {
 	out := make([]string, 0, len(scopes))
 	seen := make(map[string]bool, len(scopes))
 	for _, s := range scopes {
-		if !validScope(s) {
+		if !access.ValidScope(s) {
 			return nil, badInput("scope %q must match [a-z0-9:._-]{1,%d}", s, MaxScopeLen)
 		}
 		if !seen[s] {
@@ -125,19 +127,6 @@ func checkScopes(scopes []string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func validScope(s string) bool {
-	if len(s) == 0 || len(s) > MaxScopeLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte(":._-", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 func cleanEmail(email string) (string, error) {

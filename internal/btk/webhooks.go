@@ -428,12 +428,18 @@ func (s *Service) webhookKey() []byte {
 	return m.Sum(nil)
 }
 
-func (s *Service) sealWebhookSecret(id, secret string) (string, error) {
+// webhookAEAD seals and opens webhooks' signing secrets (AES-GCM under
+// webhookKey).
+func (s *Service) webhookAEAD() (cipher.AEAD, error) {
 	block, err := aes.NewCipher(s.webhookKey())
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	gcm, err := cipher.NewGCM(block)
+	return cipher.NewGCM(block)
+}
+
+func (s *Service) sealWebhookSecret(id, secret string) (string, error) {
+	gcm, err := s.webhookAEAD()
 	if err != nil {
 		return "", err
 	}
@@ -456,11 +462,7 @@ func (s *Service) OpenWebhookSecret(webhookID, sealed string) (string, error) {
 	if err != nil {
 		return "", ErrWebhookSecret
 	}
-	block, err := aes.NewCipher(s.webhookKey())
-	if err != nil {
-		return "", err
-	}
-	gcm, err := cipher.NewGCM(block)
+	gcm, err := s.webhookAEAD()
 	if err != nil {
 		return "", err
 	}
