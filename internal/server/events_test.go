@@ -1,23 +1,14 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/btk-project/btk/internal/btk"
-	"github.com/btk-project/btk/internal/server"
-	"github.com/btk-project/btk/internal/store"
-	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
 // failingStore is the real SQLite store whose AddAuditEvent fails while
@@ -45,36 +36,12 @@ func (s failingStore) Write(ctx context.Context, fn func(btk.Tx) error) error {
 	return s.Store.Write(ctx, func(tx btk.Tx) error { return fn(failingTx{tx, s.fail}) })
 }
 
-// newEventsEnv is newEnv on a failingStore.
+// newEventsEnv is newEnv on a failingStore, and the switch that makes it
+// fail.
 func newEventsEnv(t *testing.T) (*env, *atomic.Bool) {
 	t.Helper()
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "btk.db")
-	if onPostgres(t) {
-		path = pgtest.URL(t)
-	}
-	db, err := store.Open(ctx, path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fail := &atomic.Bool{}
-	st := failingStore{db, fail}
-	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
-	svc, err := btk.NewService(ctx, st, nil, btk.Config{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	boot, err := svc.Bootstrap(ctx, adminEmail, adminPassword)
-	if err != nil || !boot.Created {
-		t.Fatalf("bootstrap: %v %+v", err, boot)
-	}
-	e := &env{t: t, svc: svc, db: db, dbPath: path, clock: clk, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}, adminWS: boot.Workspace.ID}
-	log := slog.New(slog.NewTextHandler(lockedWriter{e.logMu, e.logs}, nil))
-	e.srv = httptest.NewServer(server.New(svc, st, log))
-	t.Cleanup(func() {
-		e.srv.Close()
-		db.Close()
-	})
+	e := newWrappedEnv(t, func(db btk.Store) btk.Store { return failingStore{db, fail} })
 	return e, fail
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/btk-project/btk/internal/server"
 	"github.com/coder/websocket"
 )
 
@@ -56,14 +54,7 @@ func (rec *recorder) count() int {
 // listener) in front of upstream and returns its URL.
 func (e *env) proxyFor(upstream string) *httptest.Server {
 	e.t.Helper()
-	u, err := url.Parse(upstream)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(lockedWriter{e.logMu, e.logs}, nil))
-	p := httptest.NewServer(server.New(e.svc, e.db, log).Proxy(u))
-	e.t.Cleanup(p.Close)
-	return p
+	return e.proxyWith(upstream)
 }
 
 // docs/gateway.md#btks-reverse-proxy: what reaches the upstream, and what does not.
