@@ -547,14 +547,9 @@ func wipeRedis(url, prefix string) {
 	}
 }
 
-// freePort returns a TCP port free at the moment.
+// freePort returns a TCP port of 127.0.0.1 free at the moment.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	_, port, _ := net.SplitHostPort(freeAddr(t))
 	return port
 }

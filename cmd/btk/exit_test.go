@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 
@@ -146,12 +145,7 @@ func TestExitCodesCoverTheDomain(t *testing.T) {
 // issue 22.8: login finds the server down before asking for anything.
 func TestLoginUnreachableBeforePassword(t *testing.T) {
 	isolate(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t) // nothing listens there
 	s, _, errOut := testStreams(fakeTerminal, "owner@example.com\nhunter2-password\n")
 	if code := btkRun(s, "login", "--server", "http://"+addr); code != exitUnreachable {
 		t.Errorf("exit %d, want %d: %s", code, exitUnreachable, errOut)

@@ -34,12 +34,7 @@ func TestServeProxyGracefulShutdown(t *testing.T) {
 	}))
 	defer up.Close()
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxyAddr := ln.Addr().String()
-	ln.Close()
+	proxyAddr := freeAddr(t)
 	p := startServe(t, filepath.Join(t.TempDir(), "btk.db"), "--proxy-addr", proxyAddr, "--upstream", up.URL)
 	k := p.createKey(p.login(), "proxied")
 	client := &http.Client{Timeout: procWait}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
@@ -20,19 +22,10 @@ the server is configured otherwise). Platform admin or the workspace's owner.`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: positional(f.completeWorkspaces),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			id, err := client.ResolveWorkspaceID(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			resp, err := client.SetWorkspaceRateLimits(cmd.Context(), c, id, perMinute, perDay)
-			if err != nil {
-				return err
-			}
-			return p.Object(resp.SetWorkspaceRateLimits, p.tenantFields(resp.SetWorkspaceRateLimits))
+			return changeWorkspace(cmd, f, args[0], func(ctx context.Context, c *client.Client, id string) (client.Tenant, error) {
+				resp, err := client.SetWorkspaceRateLimits(ctx, c, id, perMinute, perDay)
+				return resp.SetWorkspaceRateLimits, err
+			})
 		},
 	}
 	cmd.Flags().Var(intFlag{&perMinute}, "per-minute", "requests per minute (left out: the server default)")

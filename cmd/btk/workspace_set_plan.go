@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
@@ -21,19 +23,29 @@ rotated; keys already issued keep working and can still be revoked.`,
 			if err != nil {
 				return err
 			}
-			p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			id, err := client.ResolveWorkspaceID(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			resp, err := client.SetWorkspacePlan(cmd.Context(), c, id, plan)
-			if err != nil {
-				return err
-			}
-			return p.Object(resp.SetWorkspacePlan, p.tenantFields(resp.SetWorkspacePlan))
+			return changeWorkspace(cmd, f, args[0], func(ctx context.Context, c *client.Client, id string) (client.Tenant, error) {
+				resp, err := client.SetWorkspacePlan(ctx, c, id, plan)
+				return resp.SetWorkspacePlan, err
+			})
 		},
 	}
+}
+
+// changeWorkspace connects, resolves the workspace ref names (a name or an
+// id), applies change to it and prints the workspace as it is after: the
+// shape of the workspace set-* commands.
+func changeWorkspace(cmd *cobra.Command, f *factory, ref string, change func(ctx context.Context, c *client.Client, id string) (client.Tenant, error)) error {
+	p, c, err := f.connect(cmd)
+	if err != nil {
+		return err
+	}
+	id, err := client.ResolveWorkspaceID(cmd.Context(), c, ref)
+	if err != nil {
+		return err
+	}
+	ws, err := change(cmd.Context(), c, id)
+	if err != nil {
+		return err
+	}
+	return p.Object(ws, p.tenantFields(ws))
 }
