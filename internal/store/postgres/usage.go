@@ -75,11 +75,7 @@ func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
 }
 
 func (t *tx) UsageSeries(ctx context.Context, f btk.UsageFilter) ([]btk.UsageCount, error) {
-	since, err := sqlshared.UnixNano(f.Since)
-	if err != nil {
-		return nil, err
-	}
-	until, err := sqlshared.UnixNano(f.Until)
+	since, until, err := sqlshared.UsageRange(f)
 	if err != nil {
 		return nil, err
 	}
@@ -109,11 +105,7 @@ func (t *tx) UsageSeries(ctx context.Context, f btk.UsageFilter) ([]btk.UsageCou
 }
 
 func (t *tx) TopKeys(ctx context.Context, f btk.UsageFilter, n int) ([]btk.UsageCount, error) {
-	since, err := sqlshared.UnixNano(f.Since)
-	if err != nil {
-		return nil, err
-	}
-	until, err := sqlshared.UnixNano(f.Until)
+	since, until, err := sqlshared.UsageRange(f)
 	if err != nil {
 		return nil, err
 	}

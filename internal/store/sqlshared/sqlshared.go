@@ -63,5 +63,15 @@ func UnixNano(t time.Time) (int64, error) {
 	return t.UnixNano(), nil
 }
 
+// UsageRange is the stored form of a usage filter's [Since, Until), the
+// hours both engines' usage queries read.
+func UsageRange(f btk.UsageFilter) (since, until int64, err error) {
+	if since, err = UnixNano(f.Since); err != nil {
+		return 0, 0, err
+	}
+	until, err = UnixNano(f.Until)
+	return since, until, err
+}
+
 // FromNano is the time of a stored value, in UTC.
 func FromNano(n int64) time.Time { return time.Unix(0, n).UTC() }
