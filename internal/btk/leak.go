@@ -504,7 +504,10 @@ func (s *Service) RecordCanaryUse(ctx context.Context, err error, ip, userAgent,
 
 	a := &Actor{Email: canaryActor, IP: clientString(ip), UserAgent: clientString(userAgent)}
 	won := false
-	ctx = context.WithoutCancel(ctx) // the client hanging up does not stop the record
+	// The client hanging up does not stop the record; a database that does
+	// not answer does, in time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), canaryRecordTimeout)
+	defer cancel()
 	err = s.store.Write(ctx, func(tx Tx) (err error) {
 		if won, err = tx.ClaimCanaryMark(ctx, k.ID, now, now.Add(-canaryWindow)); err != nil || !won {
 			return err
@@ -519,6 +522,16 @@ func (s *Service) RecordCanaryUse(ctx context.Context, err error, ip, userAgent,
 		}
 		s.canaries.mu.Unlock()
 	}
+}
+
+// canaryRecordTimeout bounds the write of a canary use.
+const canaryRecordTimeout = 10 * time.Second
+
+// IsCanaryUse reports a refusal that was a canary key's (RecordCanaryUse
+// records it).
+func IsCanaryUse(err error) bool {
+	var c *CanaryUse
+	return errors.As(err, &c)
 }
 
 // clientAddr is the address of cl, or the context's (WithClientIP).

@@ -6,6 +6,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -128,9 +129,14 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry) (Crede
 	}
 	if err != nil {
 		h.Refuse(w, r, err)
-		// A canary key was answered as an unknown key; its use is recorded
-		// after the answer is written (docs/leaks.md).
-		h.svc.RecordCanaryUse(r.Context(), err, h.ClientIP(r), r.UserAgent(), r.URL.Path)
+		if btk.IsCanaryUse(err) {
+			// A canary key was answered as an unknown key; its use is
+			// recorded apart from the request, so that neither a slow
+			// database nor the once-a-minute write delays the answer and
+			// tells the caller it held a trap (docs/leaks.md).
+			ip, ua, path := h.ClientIP(r), r.UserAgent(), r.URL.Path
+			go h.svc.RecordCanaryUse(context.WithoutCancel(r.Context()), err, ip, ua, path)
+		}
 		return Refused, nil
 	}
 	return Key, a

@@ -1,0 +1,82 @@
+package server_test
+
+import (
+	"context"
+	"database/sql"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+)
+
+// A canary's 401 never waits for the database: with the SQLite writer held
+// by another connection (so the once-a-minute record cannot be written), the
+// answer still arrives at once, and the use is recorded once the database
+// is free again. A caller cannot tell a trap by a slower answer.
+func TestCanaryAnswerDoesNotWaitForTheRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner := e.admin()
+	var out struct {
+		CreateApiKey struct {
+			PlaintextKey string
+			ApiKey       struct{ ID string }
+		}
+	}
+	e.must(owner, `mutation{createApiKey(input:{name:"trap",canary:true}){plaintextKey apiKey{id}}}`, nil, &out)
+
+	raw, err := sql.Open("sqlite", "file:"+(&url.URL{Path: e.dbPath}).EscapedPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	ctx := context.Background()
+	conn, err := raw.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	locked := true
+	unlock := func() {
+		if locked {
+			conn.ExecContext(ctx, "ROLLBACK")
+			locked = false
+		}
+	}
+	defer unlock()
+
+	// The store waits up to its busy timeout (5 s) for the writer; the
+	// answer must come well before that, while the lock is still held.
+	client := &http.Client{Timeout: 3 * time.Second}
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/v1/authorize", nil)
+	req.Header.Set("X-Api-Key", out.CreateApiKey.PlaintextKey)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("the canary's answer waited for the database: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("canary: %d, want 401", resp.StatusCode)
+	}
+	unlock()
+
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var got struct {
+			AuditEvents struct{ Nodes []struct{ TargetID string } }
+		}
+		e.must(owner, `query($a:String){auditEvents(action:$a){nodes{targetId}}}`, map[string]any{"a": btk.EventCanaryUsed}, &got)
+		if n := got.AuditEvents.Nodes; len(n) == 1 && n[0].TargetID == out.CreateApiKey.ApiKey.ID {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the canary use was not recorded once the database was free: %+v", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
