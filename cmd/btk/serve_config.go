@@ -115,7 +115,7 @@ func (c *serveConfig) settings() []serveSetting {
 		{"tls-key", "PEM private key file of --tls-cert", true, &c.TLSKey},
 		{"trusted-proxies", "comma-separated CIDR ranges whose X-Forwarded-For is believed", true, &c.TrustedProxies},
 		{"leak-report-keys", "PEM file of the ECDSA P-256 public keys whose signed leak reports POST /v1/leaks accepts (GitHub's secret scanning keys)", true, &c.LeakReportKeys},
-		{"usage-retention", "how long each key's hourly usage counts are kept, e.g. 30d or 2160h", true, &c.UsageRetention},
+		{"usage-retention", "how long each key's hourly usage counts and finished webhook deliveries are kept, e.g. 30d or 2160h", true, &c.UsageRetention},
 		{"webhook-allow-private", "let webhooks deliver to loopback, private and link-local addresses (refused by default)", true, &c.WebhookAllowPrivate},
 		{"access-rules", "YAML access rules: the scopes a key needs per path and method at /v1/authorize and the proxy; re-read on SIGHUP (docs/access.md)", true, &c.AccessRules},
 		{"gc-percent", "", false, &c.GCPercent}, // as GOGC; 0: DefaultGCPercent, or GOGC when set

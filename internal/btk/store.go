@@ -25,6 +25,10 @@ type Store interface {
 	// PruneUsage deletes the usage rows of the hours that start before
 	// before, and returns how many it deleted.
 	PruneUsage(ctx context.Context, before time.Time) (int64, error)
+	// PruneDeliveries deletes the finished webhook deliveries (DELIVERED or
+	// FAILED) created before before, and returns how many it deleted;
+	// pending ones stay whatever their age.
+	PruneDeliveries(ctx context.Context, before time.Time) (int64, error)
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 	Close() error

@@ -120,6 +120,10 @@ func (s *Service) flushUsage(ctx context.Context, all bool) error {
 		if _, err := s.store.PruneUsage(ctx, nowT.Add(-s.cfg.UsageRetention)); err != nil {
 			return fmt.Errorf("usage retention: %w", err)
 		}
+		// The webhook delivery log has the same retention (docs/webhooks.md).
+		if _, err := s.store.PruneDeliveries(ctx, nowT.Add(-s.cfg.UsageRetention)); err != nil {
+			return fmt.Errorf("webhook delivery retention: %w", err)
+		}
 	}
 	// Keys written longer ago than the interval are due at once anyway.
 	if now-u.lastSweep >= int64(UsageWriteInterval) {

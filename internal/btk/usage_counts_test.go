@@ -100,6 +100,9 @@ func TestUsageCounts(t *testing.T) {
 	if len(st.pruned) == 0 || !st.pruned[0].Equal(t0.Add(-DefaultUsageRetention)) {
 		t.Fatalf("retention ran with %v", st.pruned)
 	}
+	if len(st.prunedD) != len(st.pruned) || !st.prunedD[0].Equal(t0.Add(-DefaultUsageRetention)) {
+		t.Fatalf("delivery retention ran with %v (usage %v)", st.prunedD, st.pruned)
+	}
 }
 
 // The ranges of a series: whole periods, bounded, zeros filled in.

@@ -20,6 +20,12 @@ type usageStore struct {
 	counts  []UsageCount
 	clients []KeyClient
 	pruned  []time.Time
+	prunedD []time.Time
+}
+
+func (s *usageStore) PruneDeliveries(_ context.Context, before time.Time) (int64, error) {
+	s.prunedD = append(s.prunedD, before)
+	return 0, nil
 }
 
 func (s *usageStore) RecordUsage(_ context.Context, u []KeyUsage, c []UsageCount, cl []KeyClient) error {

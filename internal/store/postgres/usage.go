@@ -74,6 +74,21 @@ func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
 	return tag.RowsAffected(), nil
 }
 
+// PruneDeliveries deletes the finished webhook deliveries created before
+// before (docs/webhooks.md); several instances doing it at once delete each
+// row once.
+func (db *DB) PruneDeliveries(ctx context.Context, before time.Time) (int64, error) {
+	b, err := sqlshared.UnixNano(before)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := db.pool.Exec(ctx, `DELETE FROM webhook_deliveries WHERE status <> 'PENDING' AND created_at < $1`, b)
+	if err != nil {
+		return 0, mapErr("prune deliveries", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 func (t *tx) UsageSeries(ctx context.Context, f btk.UsageFilter) ([]btk.UsageCount, error) {
 	since, until, err := sqlshared.UsageRange(f)
 	if err != nil {

@@ -70,6 +70,21 @@ func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
 	return n, mapErr("prune usage", err)
 }
 
+// PruneDeliveries deletes the finished webhook deliveries created before
+// before (docs/webhooks.md).
+func (db *DB) PruneDeliveries(ctx context.Context, before time.Time) (int64, error) {
+	b, err := sqlshared.UnixNano(before)
+	if err != nil {
+		return 0, err
+	}
+	res, err := db.w.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE status <> 'PENDING' AND created_at < ?`, b)
+	if err != nil {
+		return 0, mapErr("prune deliveries", err)
+	}
+	n, err := res.RowsAffected()
+	return n, mapErr("prune deliveries", err)
+}
+
 func (t *tx) UsageSeries(ctx context.Context, f btk.UsageFilter) ([]btk.UsageCount, error) {
 	since, until, err := sqlshared.UsageRange(f)
 	if err != nil {

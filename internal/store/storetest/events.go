@@ -443,3 +443,54 @@ func Tamper(t *testing.T, open Opener, exec func(t *testing.T, db btk.Store, que
 		}
 	})
 }
+
+// Retention deletes the finished deliveries (delivered or failed) created
+// before the cut, never a pending one however old; twice (two instances)
+// deletes nothing more.
+func testPruneDeliveries(t *testing.T, db btk.Store) {
+	ws := newWorkspace(t, db)
+	newWebhook(t, db, ws)
+	for i := range 4 {
+		addEvent(t, db, ws.ID, "api_key.created", t0.Add(time.Duration(i)*time.Hour))
+	}
+	var claimed []*btk.WebhookDelivery
+	write(t, db, func(tx btk.Tx) (err error) {
+		claimed, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(5*time.Hour), time.Minute, "c", 10)
+		return err
+	})
+	if len(claimed) != 4 {
+		t.Fatalf("claimed %d, want 4", len(claimed))
+	}
+	// Oldest first: hour 0 delivered, hour 1 failed, hour 2 pending (old but
+	// unfinished), hour 3 delivered but after the cut.
+	now := t0.Add(5 * time.Hour)
+	claimed[0].Status, claimed[0].DeliveredAt = btk.DeliveryDelivered, &now
+	claimed[1].Status = btk.DeliveryFailed
+	claimed[2].Status = btk.DeliveryPending
+	claimed[3].Status, claimed[3].DeliveredAt = btk.DeliveryDelivered, &now
+	write(t, db, func(tx btk.Tx) error {
+		for _, d := range claimed {
+			if err := tx.FinishWebhookDelivery(ctx, d, "c"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	cut := t0.Add(3 * time.Hour)
+	if n, err := db.PruneDeliveries(ctx, cut); err != nil || n != 2 {
+		t.Fatalf("pruned %d, %v; want 2", n, err)
+	}
+	if n, err := db.PruneDeliveries(ctx, cut); err != nil || n != 0 {
+		t.Fatalf("pruned again %d, %v", n, err)
+	}
+	read(t, db, func(tx btk.Tx) error {
+		ds, _, err := tx.WebhookDeliveries(ctx, btk.DeliveryFilter{WebhookID: claimed[0].WebhookID, Page: btk.Page{First: 10}})
+		if err != nil {
+			return err
+		}
+		if len(ds) != 2 || ds[0].ID != claimed[3].ID || ds[1].ID != claimed[2].ID {
+			t.Fatalf("left %d deliveries, want the pending one and the recent one", len(ds))
+		}
+		return nil
+	})
+}

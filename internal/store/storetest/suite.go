@@ -43,6 +43,7 @@ var tests = []struct {
 	{"UsageSeriesAndTopKeys", testUsageSeriesAndTopKeys},
 	{"KeyClientLatestWins", testKeyClientLatestWins},
 	{"PruneUsage", testPruneUsage},
+	{"PruneDeliveries", testPruneDeliveries},
 	{"AuditRoundTrip", testAuditRoundTrip},
 	{"AuditFilters", testAuditFilters},
 	{"AuditPaging", testAuditPaging},
