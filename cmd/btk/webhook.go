@@ -159,52 +159,11 @@ func newWebhookDeliveriesCmd(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ds := []client.WebhookDelivery{}
-			var after *string
-			more := false
-			for {
-				resp, err := client.WebhookDeliveries(cmd.Context(), c, args[0], min(limit+1-len(ds), 500), after)
-				if err != nil {
-					return err
-				}
-				conn := resp.WebhookDeliveries
-				ds = append(ds, conn.Nodes...)
-				if len(ds) > limit {
-					ds, more = ds[:limit], true
-					break
-				}
-				if !conn.PageInfo.HasNextPage || conn.PageInfo.EndCursor == nil {
-					break
-				}
-				after = conn.PageInfo.EndCursor
+			ds, more, err := client.DeliveryLog(cmd.Context(), c, args[0], limit)
+			if err != nil {
+				return err
 			}
-			switch {
-			case p.format == formatJSON:
-				err = p.JSON(ds)
-			case len(ds) == 0:
-				p.Notice("No deliveries yet")
-			default:
-				rows := make([][]string, len(ds))
-				for i, d := range ds {
-					code := "-"
-					if d.LastStatusCode != nil {
-						code = strconv.Itoa(*d.LastStatusCode)
-					}
-					note := ""
-					if d.LastError != nil {
-						note = *d.LastError
-					}
-					if d.NextAttemptAt != nil {
-						note = strings.TrimSpace(note + " (next " + p.Time(d.NextAttemptAt, "") + ")")
-					}
-					rows[i] = []string{p.Time(&d.CreatedAt, ""), d.EventType, string(d.Status), strconv.Itoa(d.Attempts), code, d.EventId, note}
-				}
-				p.Table([]string{"TIME", "EVENT", "STATUS", "ATTEMPTS", "HTTP", "WEBHOOK-ID", "NOTE"}, rows)
-			}
-			if more {
-				limitNote(f, limit, "deliveries")
-			}
-			return err
+			return printLog(f, p, ds, more, limit, "No deliveries yet", "deliveries", p.deliveryTable)
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many deliveries")
@@ -284,4 +243,24 @@ whether the chain still extends it.`,
 	cmd.Flags().BoolVar(&serverWide, "server-wide", false, "verify the chain of the events that belong to no workspace (platform admins)")
 	cmd.RegisterFlagCompletionFunc("workspace", f.completeWorkspaces)
 	return cmd
+}
+
+// deliveryTable is the table of 'btk webhook deliveries'.
+func (p *printer) deliveryTable(ds []client.WebhookDelivery) {
+	rows := make([][]string, len(ds))
+	for i, d := range ds {
+		code := "-"
+		if d.LastStatusCode != nil {
+			code = strconv.Itoa(*d.LastStatusCode)
+		}
+		note := ""
+		if d.LastError != nil {
+			note = *d.LastError
+		}
+		if d.NextAttemptAt != nil {
+			note = strings.TrimSpace(note + " (next " + p.Time(d.NextAttemptAt, "") + ")")
+		}
+		rows[i] = []string{p.Time(&d.CreatedAt, ""), d.EventType, string(d.Status), strconv.Itoa(d.Attempts), code, d.EventId, note}
+	}
+	p.Table([]string{"TIME", "EVENT", "STATUS", "ATTEMPTS", "HTTP", "WEBHOOK-ID", "NOTE"}, rows)
 }

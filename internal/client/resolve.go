@@ -86,47 +86,58 @@ type AuditFilter struct {
 // AuditLog returns up to limit entries of the key audit log, newest first,
 // following pages; more reports whether entries beyond the limit exist.
 func AuditLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) (entries []AuditEntry, more bool, err error) {
-	entries = []AuditEntry{}
-	var after *string
-	for {
-		// One more than the limit, to tell whether the limit cut the list.
-		resp, err := ApiKeyAuditLog(ctx, c, f.WorkspaceID, f.ApiKeyID, f.Action, f.Since, f.Until, f.ActorEmail,
-			min(limit+1-len(entries), pageSize), after)
+	return firstN(limit, func(first int, after *string) ([]AuditEntry, PageInfo, error) {
+		resp, err := ApiKeyAuditLog(ctx, c, f.WorkspaceID, f.ApiKeyID, f.Action, f.Since, f.Until, f.ActorEmail, first, after)
 		if err != nil {
-			return nil, false, err
+			return nil, PageInfo{}, err
 		}
-		log := resp.ApiKeyAuditLog
-		entries = append(entries, log.Nodes...)
-		if len(entries) > limit {
-			return entries[:limit], true, nil
-		}
-		if !log.PageInfo.HasNextPage || log.PageInfo.EndCursor == nil {
-			return entries, false, nil
-		}
-		after = log.PageInfo.EndCursor
-	}
+		return resp.ApiKeyAuditLog.Nodes, resp.ApiKeyAuditLog.PageInfo, nil
+	})
 }
 
 // EventLog returns up to limit audit events, newest first, following pages;
 // more reports whether events beyond the limit exist.
 func EventLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) (events []AuditEvent, more bool, err error) {
-	events = []AuditEvent{}
+	return firstN(limit, func(first int, after *string) ([]AuditEvent, PageInfo, error) {
+		resp, err := AuditEvents(ctx, c, f.WorkspaceID, f.ServerWide, f.EventAction, f.ActorEmail, f.Since, f.Until, first, after)
+		if err != nil {
+			return nil, PageInfo{}, err
+		}
+		return resp.AuditEvents.Nodes, resp.AuditEvents.PageInfo, nil
+	})
+}
+
+// DeliveryLog returns up to limit deliveries of a webhook, newest first,
+// following pages; more reports whether deliveries beyond the limit exist.
+func DeliveryLog(ctx context.Context, c graphql.Client, webhookID string, limit int) (deliveries []WebhookDelivery, more bool, err error) {
+	return firstN(limit, func(first int, after *string) ([]WebhookDelivery, PageInfo, error) {
+		resp, err := WebhookDeliveries(ctx, c, webhookID, first, after)
+		if err != nil {
+			return nil, PageInfo{}, err
+		}
+		return resp.WebhookDeliveries.Nodes, resp.WebhookDeliveries.PageInfo, nil
+	})
+}
+
+// firstN follows the pages page returns until it has limit nodes or none
+// are left; more reports whether nodes beyond the limit exist. It asks for
+// one more than the limit, to tell whether the limit cut the list.
+func firstN[T any](limit int, page func(first int, after *string) ([]T, PageInfo, error)) (nodes []T, more bool, err error) {
+	nodes = []T{}
 	var after *string
 	for {
-		resp, err := AuditEvents(ctx, c, f.WorkspaceID, f.ServerWide, f.EventAction, f.ActorEmail, f.Since, f.Until,
-			min(limit+1-len(events), pageSize), after)
+		got, info, err := page(min(limit+1-len(nodes), pageSize), after)
 		if err != nil {
 			return nil, false, err
 		}
-		log := resp.AuditEvents
-		events = append(events, log.Nodes...)
-		if len(events) > limit {
-			return events[:limit], true, nil
+		nodes = append(nodes, got...)
+		if len(nodes) > limit {
+			return nodes[:limit], true, nil
 		}
-		if !log.PageInfo.HasNextPage || log.PageInfo.EndCursor == nil {
-			return events, false, nil
+		if !info.HasNextPage || info.EndCursor == nil {
+			return nodes, false, nil
 		}
-		after = log.PageInfo.EndCursor
+		after = info.EndCursor
 	}
 }
 
