@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
@@ -111,7 +112,13 @@ func TestClusterLeakReport(t *testing.T) {
 			t.Errorf("%s: canary %+v %v; unknown %+v %v", p.url, ca, cerr, un, uerr)
 		}
 	}
-	mustCall(t, b.url, token, `{auditEvents(action:"api_key.canary_used"){nodes{action}}}`, nil, &events)
+	// A use is recorded apart from its request: wait (bounded) for it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mustCall(t, b.url, token, `{auditEvents(action:"api_key.canary_used"){nodes{action}}}`, nil, &events)
+		if len(events.AuditEvents.Nodes) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if n := len(events.AuditEvents.Nodes); n != 1 {
 		t.Errorf("%d api_key.canary_used events for uses at two instances within a minute; want 1", n)
 	}

@@ -267,7 +267,18 @@ func TestCanaryAnswersAsUnknownAndIsRecorded(t *testing.T) {
 			Nodes []struct{ Metadata, TargetId, ActorEmail string }
 		}
 	}
-	e.must(owner, `{auditEvents(action:"api_key.canary_used"){nodes{metadata targetId actorEmail}}}`, nil, &events)
+	// A use is recorded apart from its request: wait (bounded) for want
+	// events.
+	recorded := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			e.must(owner, `{auditEvents(action:"api_key.canary_used"){nodes{metadata targetId actorEmail}}}`, nil, &events)
+			if len(events.AuditEvents.Nodes) >= want || time.Now().After(deadline) {
+				return
+			}
+		}
+	}
+	recorded(1)
 	n := events.AuditEvents.Nodes
 	if len(n) != 1 || n[0].TargetId != out.CreateApiKey.ApiKey.ID {
 		t.Fatalf("canary events after three uses within a minute: %+v; want one", n)
@@ -279,7 +290,7 @@ func TestCanaryAnswersAsUnknownAndIsRecorded(t *testing.T) {
 	}
 	e.clock.Advance(61 * time.Second)
 	send(t, http.DefaultClient, http.MethodGet, proxy.URL+"/orders/8", map[string]string{"X-Api-Key": canary}, nil)
-	e.must(owner, `{auditEvents(action:"api_key.canary_used"){nodes{metadata targetId actorEmail}}}`, nil, &events)
+	recorded(2)
 	if n := events.AuditEvents.Nodes; len(n) != 2 || !strings.Contains(n[0].Metadata, `"count":3`) || !strings.Contains(n[0].Metadata, `"path":"/orders/8"`) {
 		t.Errorf("after a minute: %+v; want a second event counting 3 uses", n)
 	}
