@@ -157,8 +157,10 @@ type Tx interface {
 	// ClaimWebhookDeliveries leases up to limit pending deliveries due at now
 	// whose lease (if any) has run out, to claim until now+lease, skipping
 	// rows other instances are claiming (FOR UPDATE SKIP LOCKED). claim is a
-	// token unique to this call.
-	ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int) ([]*WebhookDelivery, error)
+	// token unique to this call. Oldest first, but within caps: a webhook or
+	// a workspace that already has that many deliveries leased (in flight)
+	// gets no more (docs/webhooks.md#delivery).
+	ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int, caps DeliveryCaps) ([]*WebhookDelivery, error)
 	// FinishWebhookDelivery stores an attempt's outcome (status, attempts,
 	// next attempt, last status and error, delivered at) and clears the
 	// lease, if the delivery is still held under claim.

@@ -492,12 +492,31 @@ func SignWebhook(secret, id string, timestamp int64, body []byte) (string, error
 
 // Delivery work (internal/events runs it).
 
+// DeliveryCaps bound the deliveries in flight (leased) that one claim
+// round may bring a webhook or a workspace to; 0 is no cap.
+type DeliveryCaps struct {
+	PerWebhook, PerWorkspace int
+}
+
+// MaxInFlightPerWebhook is how many deliveries of one webhook are in
+// flight at once: a hanging receiver holds at most that many workers.
+const MaxInFlightPerWebhook = 2
+
+// DefaultDeliveryCaps are the caps of a pool of workers: 2 per webhook and a
+// quarter of the workers (at least 2) per workspace, so that one owner's
+// hanging receivers and flood of events never hold every worker and other
+// workspaces' deliveries are claimed in the next round (docs/webhooks.md).
+func DefaultDeliveryCaps(workers int) DeliveryCaps {
+	return DeliveryCaps{PerWebhook: MaxInFlightPerWebhook, PerWorkspace: max(MaxInFlightPerWebhook, workers/4)}
+}
+
 // ClaimDeliveries takes up to limit due deliveries for this instance for
-// lease (no other instance takes them meanwhile) under the claim token.
-func (s *Service) ClaimDeliveries(ctx context.Context, claim string, lease time.Duration, limit int) ([]*WebhookDelivery, error) {
+// lease (no other instance takes them meanwhile) under the claim token,
+// within caps.
+func (s *Service) ClaimDeliveries(ctx context.Context, claim string, lease time.Duration, limit int, caps DeliveryCaps) ([]*WebhookDelivery, error) {
 	var out []*WebhookDelivery
 	err := s.store.Write(ctx, func(tx Tx) (err error) {
-		out, err = tx.ClaimWebhookDeliveries(ctx, s.now(), lease, claim, limit)
+		out, err = tx.ClaimWebhookDeliveries(ctx, s.now(), lease, claim, limit, caps)
 		return err
 	})
 	for _, d := range out {

@@ -215,7 +215,7 @@ func (w *Worker) Run(ctx context.Context) {
 		}
 		// Claim as many as there are free workers.
 		if free := w.cfg.Workers - len(slots); free > 0 && ctx.Err() == nil {
-			ds, err := w.svc.ClaimDeliveries(ctx, uuid.NewString(), lease, free)
+			ds, err := w.svc.ClaimDeliveries(ctx, uuid.NewString(), lease, free, btk.DefaultDeliveryCaps(w.cfg.Workers))
 			if err != nil && ctx.Err() == nil {
 				w.log.Error("webhook outbox: claim failed", "err", err)
 			}

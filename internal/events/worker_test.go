@@ -380,8 +380,8 @@ func TestReceiverDownThenBack(t *testing.T) {
 	}
 }
 
-// A receiver that hangs occupies at most Workers deliveries at once, and
-// nothing else waits for it.
+// A receiver that hangs occupies at most 2 workers at once (the cap per
+// webhook, btk.MaxInFlightPerWebhook), and nothing else waits for it.
 func TestHangingReceiverIsBounded(t *testing.T) {
 	h := newHarness(t, newSQLite(t), btk.Config{WebhookAllowPrivate: true})
 	rcv := newReceiver(t)
@@ -396,10 +396,10 @@ func TestHangingReceiverIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the workers to be busy", func() bool { return rcv.open.Load() == 3 })
+	waitFor(t, "the workers to be busy", func() bool { return rcv.open.Load() == btk.MaxInFlightPerWebhook })
 	time.Sleep(100 * time.Millisecond)
-	if n := rcv.most.Load(); n > 3 {
-		t.Errorf("%d requests at once, want at most 3 (the pool)", n)
+	if n := rcv.most.Load(); n > btk.MaxInFlightPerWebhook {
+		t.Errorf("%d requests at once, want at most %d (the cap per webhook)", n, btk.MaxInFlightPerWebhook)
 	}
 }
 

@@ -303,16 +303,18 @@ func (t *tx) WebhookDeliveries(ctx context.Context, f btk.DeliveryFilter) ([]*bt
 	return list(ctx, t, "webhook deliveries", deliveryCursor, f.Page, q, []any{f.WebhookID}, scanDelivery)
 }
 
-func (t *tx) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int) ([]*btk.WebhookDelivery, error) {
+func (t *tx) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int, caps btk.DeliveryCaps) ([]*btk.WebhookDelivery, error) {
 	n, err := sqlshared.UnixNano(now)
 	if err != nil {
 		return nil, err
 	}
 	until := n + int64(lease)
+	// The candidates are chosen within the caps (window functions cannot be
+	// locked), then locked, skipping the rows another instance is claiming.
 	if _, err := t.exec(ctx, "claim deliveries", false, `UPDATE webhook_deliveries SET lease_until = $1, claim = $2
-		WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE status = 'PENDING' AND next_attempt_at <= $3
-			AND (lease_until IS NULL OR lease_until <= $4) ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED)`,
-		until, claim, n, n, limit); err != nil {
+		WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE seq IN (`+sqlshared.ClaimDue("$3", "$4", "$5", "$6")+`)
+			AND status = 'PENDING' AND (lease_until IS NULL OR lease_until <= $3) FOR UPDATE SKIP LOCKED)`,
+		until, claim, n, capOf(caps.PerWebhook), capOf(caps.PerWorkspace), limit); err != nil {
 		return nil, err
 	}
 	rows, err := t.tx.Query(ctx, selectDelivery+` WHERE d.claim = $1 AND d.lease_until = $2 AND d.status = 'PENDING' ORDER BY d.next_attempt_at`, claim, until)
@@ -389,4 +391,12 @@ func (t *tx) MarkExpiryNotice(ctx context.Context, keyID string, days int) (bool
 	n, err := t.exec(ctx, "expiry notice", false, `UPDATE api_keys SET expiry_notice_days = $1
 		WHERE id = $2 AND (expiry_notice_days IS NULL OR expiry_notice_days > $3)`, days, keyID, days)
 	return n == 1, err
+}
+
+// capOf is a claim cap for the query: 0 (no cap) is any number.
+func capOf(n int) int64 {
+	if n <= 0 {
+		return 1 << 62
+	}
+	return int64(n)
 }

@@ -285,16 +285,15 @@ func (t *tx) WebhookDeliveries(ctx context.Context, f btk.DeliveryFilter) ([]*bt
 	return list(ctx, t, "webhook deliveries", deliveryCursor, f.Page, q, []any{f.WebhookID}, scanDelivery)
 }
 
-func (t *tx) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int) ([]*btk.WebhookDelivery, error) {
+func (t *tx) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int, caps btk.DeliveryCaps) ([]*btk.WebhookDelivery, error) {
 	n, err := sqlshared.UnixNano(now)
 	if err != nil {
 		return nil, err
 	}
 	until := n + int64(lease)
 	if _, err := t.exec(ctx, "claim deliveries", false, `UPDATE webhook_deliveries SET lease_until = ?, claim = ?
-		WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE status = 'PENDING' AND next_attempt_at <= ?
-			AND (lease_until IS NULL OR lease_until <= ?) ORDER BY next_attempt_at LIMIT ?)`,
-		until, claim, n, n, limit); err != nil {
+		WHERE seq IN (`+sqlshared.ClaimDue("?3", "?4", "?5", "?6")+`)`,
+		until, claim, n, capOf(caps.PerWebhook), capOf(caps.PerWorkspace), limit); err != nil {
 		return nil, err
 	}
 	rows, err := t.tx.QueryContext(ctx, selectDelivery+` WHERE d.claim = ? AND d.lease_until = ? AND d.status = 'PENDING' ORDER BY d.next_attempt_at`, claim, until)
@@ -374,4 +373,12 @@ func (t *tx) MarkExpiryNotice(ctx context.Context, keyID string, days int) (bool
 	n, err := t.exec(ctx, "expiry notice", false, `UPDATE api_keys SET expiry_notice_days = ?
 		WHERE id = ? AND (expiry_notice_days IS NULL OR expiry_notice_days > ?)`, days, keyID, days)
 	return n == 1, err
+}
+
+// capOf is a claim cap for the query: 0 (no cap) is any number.
+func capOf(n int) int64 {
+	if n <= 0 {
+		return 1 << 62
+	}
+	return int64(n)
 }

@@ -75,3 +75,29 @@ func UsageRange(f btk.UsageFilter) (since, until int64, err error) {
 
 // FromNano is the time of a stored value, in UTC.
 func FromNano(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// ClaimDue is the query (both engines) of the webhook deliveries a claim
+// round may take (docs/webhooks.md#delivery): the pending ones due at now
+// whose lease (if any) has run out, oldest first, but none of a webhook
+// that would then have more than perHook leased, nor of a workspace that
+// would have more than perWorkspace. The arguments are the engine's
+// placeholders (now is an int64 of unix nanoseconds).
+func ClaimDue(now, perHook, perWorkspace, limit string) string {
+	return `WITH leased AS (
+			SELECT webhook_id, workspace_id FROM webhook_deliveries
+			WHERE status = 'PENDING' AND lease_until > ` + now + `),
+		hook_leased AS (SELECT webhook_id, count(*) AS n FROM leased GROUP BY webhook_id),
+		ws_leased AS (SELECT workspace_id, count(*) AS n FROM leased GROUP BY workspace_id),
+		due AS (
+			SELECT d.seq, d.workspace_id, d.next_attempt_at,
+				row_number() OVER (PARTITION BY d.webhook_id ORDER BY d.next_attempt_at, d.seq) + coalesce(h.n, 0) AS hook_n
+			FROM webhook_deliveries d LEFT JOIN hook_leased h ON h.webhook_id = d.webhook_id
+			WHERE d.status = 'PENDING' AND d.next_attempt_at <= ` + now + `
+				AND (d.lease_until IS NULL OR d.lease_until <= ` + now + `)),
+		fair AS (
+			SELECT u.seq, u.next_attempt_at,
+				row_number() OVER (PARTITION BY u.workspace_id ORDER BY u.next_attempt_at, u.seq) + coalesce(w.n, 0) AS ws_n
+			FROM due u LEFT JOIN ws_leased w ON w.workspace_id = u.workspace_id
+			WHERE u.hook_n <= ` + perHook + `)
+		SELECT seq FROM fair WHERE ws_n <= ` + perWorkspace + ` ORDER BY next_attempt_at, seq LIMIT ` + limit
+}

@@ -172,7 +172,7 @@ func testWebhookOutbox(t *testing.T, db btk.Store) {
 	// Claims: due ones only, each once while leased.
 	var claimed []*btk.WebhookDelivery
 	write(t, db, func(tx btk.Tx) (err error) {
-		claimed, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(time.Minute), time.Minute, "c1", 10)
+		claimed, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(time.Minute), time.Minute, "c1", 10, btk.DeliveryCaps{})
 		return err
 	})
 	if len(claimed) != 3 {
@@ -189,7 +189,7 @@ func testWebhookOutbox(t *testing.T, db btk.Store) {
 	}
 	var again []*btk.WebhookDelivery
 	write(t, db, func(tx btk.Tx) (err error) {
-		again, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(90*time.Second), time.Minute, "c2", 10)
+		again, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(90*time.Second), time.Minute, "c2", 10, btk.DeliveryCaps{})
 		return err
 	})
 	if len(again) != 0 {
@@ -213,7 +213,7 @@ func testWebhookOutbox(t *testing.T, db btk.Store) {
 		return tx.FinishWebhookDelivery(ctx, &stale, "not-mine")
 	})
 	write(t, db, func(tx btk.Tx) (err error) {
-		again, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(3*time.Minute), time.Minute, "c3", 10)
+		again, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(3*time.Minute), time.Minute, "c3", 10, btk.DeliveryCaps{})
 		return err
 	})
 	if len(again) != 1 || again[0].ID != claimed[2].ID {
@@ -279,7 +279,7 @@ func testWebhookClaimsConcurrent(t *testing.T, db btk.Store) {
 			for range 100 {
 				var ds []*btk.WebhookDelivery
 				err := db.Write(ctx, func(tx btk.Tx) (err error) {
-					ds, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(time.Minute), time.Hour, uuid.NewString()+fmt.Sprint(c), 7)
+					ds, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(time.Minute), time.Hour, uuid.NewString()+fmt.Sprint(c), 7, btk.DeliveryCaps{})
 					return err
 				})
 				if err != nil {
@@ -455,7 +455,7 @@ func testPruneDeliveries(t *testing.T, db btk.Store) {
 	}
 	var claimed []*btk.WebhookDelivery
 	write(t, db, func(tx btk.Tx) (err error) {
-		claimed, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(5*time.Hour), time.Minute, "c", 10)
+		claimed, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(5*time.Hour), time.Minute, "c", 10, btk.DeliveryCaps{})
 		return err
 	})
 	if len(claimed) != 4 {
@@ -493,4 +493,55 @@ func testPruneDeliveries(t *testing.T, db btk.Store) {
 		}
 		return nil
 	})
+}
+
+// Fair claims: a workspace whose receivers hang (deliveries leased, never
+// finished) and that keeps adding events holds at most the caps, and
+// another workspace's newer event is claimed in the next round.
+func testWebhookClaimsFair(t *testing.T, db btk.Store) {
+	busy, quiet := newWorkspace(t, db), newWorkspace(t, db)
+	hooks := map[string]bool{}
+	for range 10 {
+		hooks[newWebhook(t, db, busy).ID] = true
+	}
+	qh := newWebhook(t, db, quiet)
+	for i := range 20 {
+		addEvent(t, db, busy.ID, "api_key.created", t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	caps := btk.DeliveryCaps{PerWebhook: 2, PerWorkspace: 2}
+	claim := func(name string, at time.Time) []*btk.WebhookDelivery {
+		var ds []*btk.WebhookDelivery
+		write(t, db, func(tx btk.Tx) (err error) {
+			ds, err = tx.ClaimWebhookDeliveries(ctx, at, time.Hour, name, 8, caps)
+			return err
+		})
+		return ds
+	}
+	first := claim("r1", t0.Add(time.Second))
+	if len(first) != 2 {
+		t.Fatalf("first round claimed %d of 200 deliveries of one workspace, want 2 (its cap)", len(first))
+	}
+	// More events of the busy workspace, then one of the quiet one, newest.
+	for i := range 20 {
+		addEvent(t, db, busy.ID, "api_key.created", t0.Add(time.Second+time.Duration(i)*time.Millisecond))
+	}
+	addEvent(t, db, quiet.ID, "api_key.created", t0.Add(2*time.Second))
+	second := claim("r2", t0.Add(3*time.Second))
+	if len(second) != 1 || second[0].WebhookID != qh.ID {
+		t.Fatalf("second round claimed %d deliveries, want only the quiet workspace's one", len(second))
+	}
+	// Per webhook: without a workspace cap, each webhook gets at most 2.
+	caps = btk.DeliveryCaps{PerWebhook: 2}
+	perHook := map[string]int{}
+	for _, d := range append(first, claim("r3", t0.Add(3*time.Second))...) {
+		perHook[d.WebhookID]++
+	}
+	for id, n := range perHook {
+		if !hooks[id] || n > 2 {
+			t.Errorf("webhook %s has %d in flight, want at most 2 of the busy workspace's", id, n)
+		}
+	}
+	if len(perHook) < 4 {
+		t.Errorf("only %d webhooks served", len(perHook))
+	}
 }

@@ -44,6 +44,7 @@ var tests = []struct {
 	{"KeyClientLatestWins", testKeyClientLatestWins},
 	{"PruneUsage", testPruneUsage},
 	{"PruneDeliveries", testPruneDeliveries},
+	{"WebhookClaimsFair", testWebhookClaimsFair},
 	{"AuditRoundTrip", testAuditRoundTrip},
 	{"AuditFilters", testAuditFilters},
 	{"AuditPaging", testAuditPaging},
