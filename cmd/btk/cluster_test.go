@@ -152,10 +152,13 @@ type load struct {
 	sent    atomic.Int64
 	unusual atomic.Int64
 	last    atomic.Value // string: the last unusual answer
+
+	mu       sync.Mutex
+	inflight map[string]int // requests under way, by instance
 }
 
 func startLoad(bases func() []string, key *atomic.Value, workers int) *load {
-	l := &load{stop: make(chan struct{})}
+	l := &load{stop: make(chan struct{}), inflight: map[string]int{}}
 	for w := range workers {
 		l.wg.Go(func() {
 			for i := w; ; i++ {
@@ -164,8 +167,17 @@ func startLoad(bases func() []string, key *atomic.Value, workers int) *load {
 					return
 				default:
 				}
+				// Picked and counted under one lock: once a base is
+				// dropped from bases, drained sees every request to it.
+				l.mu.Lock()
 				bs := bases()
-				a, err := call(bs[i%len(bs)], "", key.Load().(string), probeQuery, nil)
+				base := bs[i%len(bs)]
+				l.inflight[base]++
+				l.mu.Unlock()
+				a, err := call(base, "", key.Load().(string), probeQuery, nil)
+				l.mu.Lock()
+				l.inflight[base]--
+				l.mu.Unlock()
 				l.sent.Add(1)
 				if err != nil || (a.status != 200 && a.status != 401 && a.status != 429) {
 					l.unusual.Add(1)
@@ -175,6 +187,23 @@ func startLoad(bases func() []string, key *atomic.Value, workers int) *load {
 		})
 	}
 	return l
+}
+
+// drained waits (bounded) until no request to base is under way, once the
+// load no longer picks base.
+func (l *load) drained(t *testing.T, base string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		l.mu.Lock()
+		n := l.inflight[base]
+		l.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests to %s still under way after 10 s", n, base)
+		}
+	}
 }
 
 func (l *load) end() {
@@ -459,7 +488,7 @@ func clusterGuarantees(t *testing.T, db string, flags ...string) (live []string,
 		mu.Lock()
 		live = live[:2] // the load stops using the third before it dies
 		mu.Unlock()
-		time.Sleep(50 * time.Millisecond)
+		l.drained(t, bases[2])
 		procs[2].kill()
 		// The others keep answering: the load goes on (bounded wait).
 		before := l.sent.Load()
