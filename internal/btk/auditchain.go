@@ -167,6 +167,15 @@ func (v *chainVerifier) finish(head AuditHead) {
 // chainPageSize is how many rows VerifyAuditChain reads per transaction.
 const chainPageSize = 1000
 
+// MaxChainVerifications bounds the verifications of audit chains running at
+// once on an instance: each reads a whole chain, and owners may ask for it
+// as often as they like (docs/webhooks.md#the-audit-chain).
+const MaxChainVerifications = 2
+
+// ErrVerificationsBusy refuses a verification while MaxChainVerifications
+// are running.
+var ErrVerificationsBusy = &Error{Code: CodeUnavailable, Message: "too many audit chain verifications are running; try again shortly"}
+
 // VerifyAuditChain recomputes the chain of workspaceID ("" and serverWide
 // for the rows of no workspace) and reports the first row that does not
 // match. Owner tier for its own workspace; a platform admin for any
@@ -176,6 +185,11 @@ func (s *Service) VerifyAuditChain(ctx context.Context, a *Actor, workspaceID st
 	if err != nil {
 		return nil, err
 	}
+	if s.verifying.Add(1) > MaxChainVerifications {
+		s.verifying.Add(-1)
+		return nil, ErrVerificationsBusy
+	}
+	defer s.verifying.Add(-1)
 	v := newChainVerifier()
 	res := &ChainVerification{Chain: chain}
 	var after int64

@@ -54,12 +54,15 @@ const (
 // validates its input, and commits its change together with its audit rows.
 // Resolvers and commands stay thin around it.
 type Service struct {
-	store  Store
-	tokens *Tokens
-	now    Clock
-	cfg    Config
-	cache  *keyCache
-	gate   KeyGate // rate limits and revocation; also collects last_used_at (FlushUsage)
+	// verifying counts the audit chain verifications running
+	// (MaxChainVerifications).
+	verifying atomic.Int32
+	store     Store
+	tokens    *Tokens
+	now       Clock
+	cfg       Config
+	cache     *keyCache
+	gate      KeyGate // rate limits and revocation; also collects last_used_at (FlushUsage)
 	// clustered: other instances change the database too, so only what the
 	// gate vouches for (a key and its workspace) is served from the cache.
 	clustered bool
