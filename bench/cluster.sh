@@ -35,6 +35,7 @@
 #
 # Knobs: ROUNDS [3] DURATION [10] CONNECTIONS [32] THREADS [2]
 #        WORKSPACES [12] PORT [27190] (btk on PORT..PORT+2, Redis from PORT+3)
+#        BTK_BIN [built from the tree] (a btk binary to measure instead)
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -74,8 +75,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "# building btk" >&2
-(cd "$repo" && go build -o "$work/btk" ./cmd/btk)
+if [[ -n "${BTK_BIN:-}" ]]; then # measure another build (before/after comparisons)
+	cp "$BTK_BIN" "$work/btk"
+else
+	echo "# building btk" >&2
+	(cd "$repo" && go build -o "$work/btk" ./cmd/btk)
+fi
 
 # Redis: one server on PORT+3, a cluster on PORT+4..PORT+6 (bus ports +10000).
 redis_port() { echo $((PORT + 3 + $1)); }

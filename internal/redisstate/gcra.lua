@@ -18,11 +18,14 @@
 -- Cost (docs/clusters.md#what-a-key-check-costs): one MGET, one TIME, one
 -- SET; the token's SET only when it is missing.
 --
--- Returns {'S', token} when the seen token is not the current one (nothing
--- counted), else {'A' or 'R', minute d, minute frac, day d, day frac, day
--- state s, day state ns}: the windows' states relative to now after the
--- decision, from which the caller builds the Decision (ratelimit.Decide)
--- with the limiter's own arithmetic.
+-- Returns one string: 'S' .. token when the seen token is not the current
+-- one (nothing counted), else 'A' or 'R' followed by six little-endian
+-- doubles (struct.pack: minute d, minute frac, day d, day frac, day state
+-- s, day state ns, every one a whole number under 2^53): the windows'
+-- states relative to now after the decision, from which the caller builds
+-- the Decision (ratelimit.Decide) with the limiter's own arithmetic. One
+-- bulk string rather than an array of seven: the client parses one reply,
+-- not seven (docs/clusters.md#what-a-key-check-costs).
 local NS = 1000000000
 local MP = 60 * NS
 local DP = 86400 * NS
@@ -44,7 +47,7 @@ if #KEYS == 2 then
     redis.call('SET', KEYS[1], token)
   end
   if token ~= ARGV[1] then
-    return {'S', token}
+    return 'S' .. token
   end
 else
   st = redis.call('GET', KEYS[1])
@@ -130,4 +133,4 @@ redis.call('SET', KEYS[#KEYS], struct.pack('<dddddddd', ms, mn, mf, lm, ds, dn, 
 if df > 0 then
   dn = dn + 1
 end
-return {verdict, md, mf, dd, df, ds, dn}
+return verdict .. struct.pack('<dddddd', md, mf, dd, df, ds, dn)

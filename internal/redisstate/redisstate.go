@@ -14,9 +14,11 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +34,21 @@ var gcraSource string
 
 var gcra = redis.NewScript(gcraSource)
 
+// The script's constant arguments, boxed once: a key check builds its
+// command without converting them again (docs/clusters.md#what-a-key-check-costs).
+var (
+	evalshaArg any = "evalsha"
+	evalArg    any = "eval"
+	gcraSHA    any = gcra.Hash()
+	gcraSrc    any = gcraSource
+	emptyArg   any = ""
+)
+
+// processor runs a command: the client, or its automatic pipeline.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
 // State is the shared state on one Redis deployment (a server, a primary
 // followed through Sentinel, or a Redis Cluster). It is safe for concurrent
 // use.
@@ -39,13 +56,14 @@ type State struct {
 	rdb redis.UniversalClient
 	// checks runs the key-check script: rdb, or an automatic pipeline on
 	// it (usePipeline).
-	checks redis.Scripter
+	checks processor
 	kind   Kind
 	prefix string
 	ids    *identities
 	// seed is this instance's random value, from which the script makes a
-	// missing revision token (with the server's time).
-	seed string
+	// missing revision token (with the server's time); seedArg is it boxed.
+	seed    string
+	seedArg any
 	// now, when set, replaces the Redis server's clock (tests).
 	now func() time.Time
 
@@ -65,6 +83,7 @@ func Open(url, prefix string) (*State, error) {
 		return nil, errors.New("--redis-prefix: must not contain { or } (btk's keys use a hash tag of their own)")
 	}
 	s := &State{prefix: prefix, ids: newIdentities(), seed: random(), usage: make(map[string]ratelimit.State), stop: make(chan struct{})}
+	s.seedArg = s.seed
 	rdb, kind, err := parse(url, s.onConnect)
 	if err != nil {
 		return nil, err
@@ -134,37 +153,53 @@ func (s *State) rlKey(wsPrefix, keyID string) string {
 // Redis server's clock (one clock for every instance).
 func (s *State) nowArgs() (any, any) {
 	if s.now == nil {
-		return "", ""
+		return emptyArg, emptyArg
 	}
 	t := s.now().UnixNano()
 	return t / 1e9, t % 1e9
 }
 
-// run evaluates the script and parses its answer.
-func (s *State) run(ctx context.Context, keys []string, args ...any) (verdict string, vals [6]int64, token string, err error) {
-	res, err := gcra.Run(ctx, s.checks, keys, args...).Slice()
+// run evaluates the script on keys (one or two) with the seven arguments
+// after the token seen, in one command built once: EVALSHA, and EVAL when
+// the server does not know the script yet. It parses the script's one
+// string answer (gcra.lua).
+func (s *State) run(ctx context.Context, key1, key2 string, seen any, lm, ld, dayS, dayN int64, nowS, nowN, seed any) (verdict byte, vals [6]int64, token string, err error) {
+	args := make([]any, 0, 13)
+	args = append(args, evalshaArg, gcraSHA, 1, key1)
+	if key2 != "" {
+		args[2] = 2
+		args = append(args, key2)
+	}
+	args = append(args, seen, lm, ld, dayS, dayN, nowS, nowN, seed)
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	err = s.checks.Process(ctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		args[0], args[1] = evalArg, gcraSrc
+		cmd = redis.NewCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		err = s.checks.Process(ctx, cmd)
+	}
 	if err != nil {
-		return "", vals, "", err
+		return 0, vals, "", err
 	}
-	if len(res) == 0 {
-		return "", vals, "", errors.New("redisstate: empty script answer")
+	res, err := cmd.Text()
+	if err != nil {
+		return 0, vals, "", err
 	}
-	verdict, _ = res[0].(string)
-	switch {
-	case verdict == "S" && len(res) == 2:
-		token, _ = res[1].(string)
-		return verdict, vals, token, nil
-	case (verdict == "A" || verdict == "R") && len(res) == 7:
+	if res == "" {
+		return 0, vals, "", errors.New("redisstate: empty script answer")
+	}
+	switch verdict = res[0]; {
+	case verdict == 'S':
+		return verdict, vals, res[1:], nil
+	case (verdict == 'A' || verdict == 'R') && len(res) == 1+8*len(vals):
 		for i := range vals {
-			n, ok := res[i+1].(int64)
-			if !ok {
-				return "", vals, "", fmt.Errorf("redisstate: bad script answer %v", res)
-			}
-			vals[i] = n
+			vals[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(res[1+8*i : 9+8*i]))))
 		}
 		return verdict, vals, "", nil
 	}
-	return "", vals, "", fmt.Errorf("redisstate: bad script answer %v", res)
+	return 0, vals, "", fmt.Errorf("redisstate: bad script answer %q", res)
 }
 
 // Allow checks the revision the cached record was read under and, when it
@@ -175,12 +210,12 @@ func (s *State) Allow(ctx context.Context, c btk.KeyCheck) (btk.KeyVerdict, erro
 	// A record read under an earlier epoch (before this instance met a new
 	// server identity) is stale whatever its token: "" matches no token.
 	epoch := s.ids.current()
-	seen := c.Seen.Token
-	if c.Seen.Epoch != epoch {
-		seen = ""
+	seen := emptyArg
+	if c.Seen.Epoch == epoch && c.Seen.Token != "" {
+		seen = c.Seen.Token
 	}
-	keys := []string{s.revKey(c.WorkspacePrefix), s.rlKey(c.WorkspacePrefix, c.KeyID)}
-	verdict, v, token, err := s.run(ctx, keys, seen, lm, ld, c.DayState/1e9, c.DayState%1e9, nowS, nowN, s.seed)
+	revKey, rlKey := s.checkKeys(c.WorkspacePrefix, c.KeyID)
+	verdict, v, token, err := s.run(ctx, revKey, rlKey, seen, lm, ld, c.DayState/1e9, c.DayState%1e9, nowS, nowN, s.seedArg)
 	if err != nil {
 		return btk.KeyVerdict{}, err
 	}
@@ -190,15 +225,34 @@ func (s *State) Allow(ctx context.Context, c btk.KeyCheck) (btk.KeyVerdict, erro
 		// failover is the price).
 		return btk.KeyVerdict{Stale: true, Current: btk.Revision{Epoch: after}}, nil
 	}
-	if verdict == "S" {
+	if verdict == 'S' {
 		return btk.KeyVerdict{Stale: true, Current: btk.Revision{Epoch: epoch, Token: token}}, nil
 	}
 	lim := ratelimit.Limits{PerMinute: int(lm), PerDay: int(ld)}
-	d := ratelimit.Decide(lim, verdict == "A", ratelimit.Relative{D: v[0], Frac: v[1]}, ratelimit.Relative{D: v[2], Frac: v[3]})
+	d := ratelimit.Decide(lim, verdict == 'A', ratelimit.Relative{D: v[0], Frac: v[1]}, ratelimit.Relative{D: v[2], Frac: v[3]})
 	if d.Allowed {
 		s.record(c.KeyID, v[4]*1e9+v[5], c.Now.UnixNano())
 	}
 	return btk.KeyVerdict{Decision: d}, nil
+}
+
+// checkKeys returns revKey and rlKey of a key check, built in one
+// allocation.
+func (s *State) checkKeys(wsPrefix, keyID string) (string, string) {
+	var b strings.Builder
+	b.Grow(2*(len(s.prefix)+len(wsPrefix)) + len(keyID) + 10)
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	b.WriteString(wsPrefix)
+	b.WriteString("}:rev")
+	n := b.Len()
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	b.WriteString(wsPrefix)
+	b.WriteString("}:rl:")
+	b.WriteString(keyID)
+	k := b.String()
+	return k[:n], k[n:]
 }
 
 // record keeps an accepted request's day state and time for FlushUsage.
@@ -328,8 +382,8 @@ type throttle struct{ s *State }
 func (t throttle) Allow(ctx context.Context, key string, lim ratelimit.Limits, _ time.Time) (bool, error) {
 	lm, ld := lim.Clamp()
 	nowS, nowN := t.s.nowArgs()
-	verdict, _, _, err := t.s.run(ctx, []string{t.key(key)}, "", lm, ld, 0, 0, nowS, nowN, "")
-	return verdict == "A", err
+	verdict, _, _, err := t.s.run(ctx, t.key(key), "", emptyArg, lm, ld, 0, 0, nowS, nowN, emptyArg)
+	return verdict == 'A', err
 }
 
 // Forget drops the count under key.
