@@ -145,9 +145,6 @@ func random() string {
 // share one hash slot, so the script may use them together on Redis Cluster,
 // and workspaces spread over the shards.
 func (s *State) revKey(wsPrefix string) string { return s.prefix + "{" + wsPrefix + "}:rev" }
-func (s *State) rlKey(wsPrefix, keyID string) string {
-	return s.prefix + "{" + wsPrefix + "}:rl:" + keyID
-}
 
 // nowArgs returns the two time arguments of the script: empty for the
 // Redis server's clock (one clock for every instance).
