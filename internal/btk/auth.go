@@ -60,11 +60,7 @@ func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req
 		if k == nil || w == nil {
 			var ip string
 			if k == nil { // a key this node does not know
-				if cl.Addr != nil {
-					ip = cl.Addr()
-				} else {
-					ip = clientIPFrom(ctx)
-				}
+				ip = cl.addr(ctx)
 				if err := s.unknown.before(hash, ip, s.now()); err != nil {
 					return nil, none, err
 				}
@@ -82,7 +78,7 @@ func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req
 		now := s.now()
 		if k.Canary { // a trap: answered as an unknown key (docs/leaks.md)
 			s.counter.add(k, UseRefused, now, cl)
-			return nil, none, s.canaryRefusal(k, clientAddr(ctx, cl), now)
+			return nil, none, s.canaryRefusal(k, cl.addr(ctx), now)
 		}
 		// Revoked and expired are final: a cached record saying so needs no
 		// shared state.

@@ -3,6 +3,7 @@ package btk
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -149,9 +150,8 @@ func TestUnknownKeysKeptOffTheDatabase(t *testing.T) {
 		}
 		return k
 	}
-	from := func(ip string) func() string { return func() string { return ip } }
 	for range 1000 {
-		if _, _, err := svc.AuthenticateKeyFrom(ctx, key(0), Client{Addr: from("192.0.2.1")}); err != ErrInvalidKey {
+		if _, _, err := svc.AuthenticateKeyFrom(ctx, key(0), Client{IP: netip.MustParseAddr("192.0.2.1")}); err != ErrInvalidKey {
 			t.Fatalf("unknown key: %v", err)
 		}
 	}
@@ -160,7 +160,7 @@ func TestUnknownKeysKeptOffTheDatabase(t *testing.T) {
 	}
 	refused := 0
 	for i := range 1000 {
-		if _, _, err := svc.AuthenticateKeyFrom(ctx, key(i+1), Client{Addr: from("192.0.2.1")}); err == ErrTooManyUnknownKeys {
+		if _, _, err := svc.AuthenticateKeyFrom(ctx, key(i+1), Client{IP: netip.MustParseAddr("192.0.2.1")}); err == ErrTooManyUnknownKeys {
 			refused++
 		}
 	}
@@ -170,12 +170,12 @@ func TestUnknownKeysKeptOffTheDatabase(t *testing.T) {
 	if refused < 1000-unknownKeyLookups.PerMinute {
 		t.Fatalf("only %d of 1,000 refused", refused)
 	}
-	if _, _, err := svc.AuthenticateKeyFrom(ctx, key(5000), Client{Addr: from("192.0.2.2")}); err != ErrInvalidKey {
+	if _, _, err := svc.AuthenticateKeyFrom(ctx, key(5000), Client{IP: netip.MustParseAddr("192.0.2.2")}); err != ErrInvalidKey {
 		t.Fatalf("another address: %v, want a lookup and ErrInvalidKey", err)
 	}
 	// A minute later the address may look up again.
 	now = now.Add(time.Minute)
-	if _, _, err := svc.AuthenticateKeyFrom(ctx, key(6000), Client{Addr: from("192.0.2.1")}); err != ErrInvalidKey {
+	if _, _, err := svc.AuthenticateKeyFrom(ctx, key(6000), Client{IP: netip.MustParseAddr("192.0.2.1")}); err != ErrInvalidKey {
 		t.Fatalf("a minute later: %v", err)
 	}
 }

@@ -533,11 +533,3 @@ func IsCanaryUse(err error) bool {
 	var c *CanaryUse
 	return errors.As(err, &c)
 }
-
-// clientAddr is the address of cl, or the context's (WithClientIP).
-func clientAddr(ctx context.Context, cl Client) string {
-	if cl.Addr != nil {
-		return cl.Addr()
-	}
-	return clientIPFrom(ctx)
-}

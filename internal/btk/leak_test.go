@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -327,7 +328,7 @@ func TestCanaryKey(t *testing.T) {
 func TestCanaryAnswersAsUnknownUnderTheUnknownKeyBudget(t *testing.T) {
 	e := newLeakEnv(t)
 	ctx := context.Background()
-	from := func(ip string) btk.Client { return btk.Client{Addr: func() string { return ip }} }
+	from := func(ip string) btk.Client { return btk.Client{IP: netip.MustParseAddr(ip)} }
 	c, _ := e.svc.CreateKey(ctx, e.owner, btk.CreateKeyInput{Name: "trap", Canary: true})
 	unknown := func(i int) string { return c.Plaintext[:13] + fmt.Sprintf("%042dA", i) }
 	answer := func(key, ip string) string {

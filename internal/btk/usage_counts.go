@@ -1,7 +1,9 @@
 package btk
 
 import (
+	"context"
 	"hash/maphash"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -24,12 +26,21 @@ const (
 
 // Client is who presented a key, as the HTTP layer determines it.
 type Client struct {
-	// Addr returns the client address; it is called only when the address
-	// is needed (a key this node does not know, an accepted use). nil: the
-	// context's (WithClientIP), or none.
-	Addr func() string
+	// IP is the client's address (the gateway's, docs/access.md "Client
+	// address"); the zero IP: the context's (WithClientIP), or none. It is
+	// formatted only where a string is stored, so the key check of an
+	// accepted, known key does not pay for it.
+	IP netip.Addr
 	// UserAgent is the request's User-Agent.
 	UserAgent string
+}
+
+// addr is the client's address as stored: its IP, else the context's.
+func (cl Client) addr(ctx context.Context) string {
+	if cl.IP.IsValid() {
+		return cl.IP.String()
+	}
+	return clientIPFrom(ctx)
 }
 
 const counterShards = 64 // power of two
@@ -81,8 +92,8 @@ func (c *usageCounter) add(k *APIKey, o UseOutcome, now time.Time, cl Client) {
 	hour -= hour % 3600
 	var ip, ua string
 	if o == UseAccepted {
-		if cl.Addr != nil {
-			ip = cl.Addr() // outside the lock
+		if cl.IP.IsValid() {
+			ip = cl.IP.String() // outside the lock
 		}
 		ua = keptClientString(cl.UserAgent)
 	}

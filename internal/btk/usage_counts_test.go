@@ -3,6 +3,7 @@ package btk
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"strings"
 	"testing"
@@ -31,7 +32,7 @@ func TestUsageCounts(t *testing.T) {
 	ctx := context.Background()
 	a := &APIKey{ID: "a", WorkspaceID: "w"}
 	b := &APIKey{ID: "b", WorkspaceID: "w"}
-	cl := Client{Addr: func() string { return "192.0.2.7" }, UserAgent: strings.Repeat("é", 200)} // 400 bytes
+	cl := Client{IP: netip.MustParseAddr("192.0.2.7"), UserAgent: strings.Repeat("é", 200)} // 400 bytes
 	s.counter.add(a, UseAccepted, now, cl)
 	if err := s.FlushDueUsage(ctx); err != nil { // first use: written at once
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestUsageRange(t *testing.T) {
 // counted, with its client, for one key and spread over 10,000 keys.
 func BenchmarkUsageCount(b *testing.B) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	cl := Client{Addr: func() string { return "192.0.2.7" }, UserAgent: "bench/1"}
+	cl := Client{IP: netip.MustParseAddr("192.0.2.7"), UserAgent: "bench/1"}
 	for _, n := range []int{1, 10_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			c := newUsageCounter()
@@ -176,7 +177,7 @@ func TestUsageCounterHoldsOnlyCutClientStrings(t *testing.T) {
 	for i := range keys {
 		ua := strings.Repeat(string(rune('a'+i%26)), uaLen) // a header value of its own
 		c.add(&APIKey{ID: fmt.Sprint("k", i), WorkspaceID: "w"}, UseAccepted, now,
-			Client{Addr: func() string { return "192.0.2.7" }, UserAgent: ua})
+			Client{IP: netip.MustParseAddr("192.0.2.7"), UserAgent: ua})
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

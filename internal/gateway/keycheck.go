@@ -109,7 +109,8 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry) (Crede
 	}
 	// The use is counted against the key presented, with its client
 	// (docs/usage.md).
-	req := btk.KeyRequest{Addr: h.proxies.ClientAddr(r), From: btk.Client{Addr: func() string { return h.ClientIP(r) }, UserAgent: r.UserAgent()}}
+	addr := h.proxies.ClientAddr(r)
+	req := btk.KeyRequest{Addr: addr, From: btk.Client{IP: addr, UserAgent: r.UserAgent()}}
 	switch at {
 	case entryAuthorize:
 		// The original request, as the forward-auth caller names it;
