@@ -363,6 +363,45 @@ func TestUpdateAPIKey(t *testing.T) {
 	}
 }
 
+// TestCreateKeyRestrictionsValidated: createApiKey with a bad network or
+// scope gets a clear error, creates nothing and audits nothing.
+func TestCreateKeyRestrictionsValidated(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	owner := e.admin()
+	many := make([]string, 33)
+	for i := range many {
+		many[i] = `"10.0.0.` + strconv.Itoa(i) + `"`
+	}
+	for _, tc := range []struct{ input, msg string }{
+		{`allowedCidrs:["10.0.0.0/33"]`, `network "10.0.0.0/33" must be an IPv4 or IPv6 address or CIDR range`},
+		{`allowedCidrs:["10.0.0.1/8x"]`, `network "10.0.0.1/8x"`},
+		{`allowedCidrs:["example.com"]`, `network "example.com"`},
+		{`allowedCidrs:[` + strings.Join(many, ",") + `]`, "at most 32 networks"},
+		{`scopes:["Orders:Read"]`, `scope "Orders:Read" must match`},
+		{`scopes:["orders read"]`, `scope "orders read" must match`},
+		{`scopes:[""]`, `scope "" must match`},
+	} {
+		r := e.do(owner, `mutation{createApiKey(input:{name:"bad",`+tc.input+`}){plaintextKey}}`, nil)
+		if r.Code() != "BAD_USER_INPUT" || len(r.Errors) == 0 || !strings.Contains(r.Errors[0].Message, tc.msg) {
+			t.Errorf("create with %.60s: %s %+v, want BAD_USER_INPUT %q", tc.input, r.Code(), r.Errors, tc.msg)
+		}
+	}
+	var out struct {
+		ApiKeys     struct{ Nodes []struct{ ID string } }
+		AuditEvents struct{ Nodes []struct{ Action string } }
+	}
+	e.must(owner, `{apiKeys{nodes{id}} auditEvents{nodes{action}}}`, nil, &out)
+	if len(out.ApiKeys.Nodes) != 0 {
+		t.Errorf("bad input created %d keys", len(out.ApiKeys.Nodes))
+	}
+	for _, ev := range out.AuditEvents.Nodes {
+		if strings.HasPrefix(ev.Action, "api_key.") {
+			t.Errorf("bad input audited %s", ev.Action)
+		}
+	}
+}
+
 func TestWorkspaceKeyPolicy(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -21,8 +21,9 @@ func onPostgres(t testing.TB) bool { return strings.HasPrefix(t.Name(), "TestPos
 
 // TestPostgres runs the server's HTTP tests of the store-bound behaviour
 // (lifecycle, concurrency, the role matrix, persisted rate limits and usage,
-// health) once more against a PostgreSQL-backed instance. The tests are the
-// same functions; only newEnv's engine differs. Paging and audit filters are
+// health, a key's networks and scopes, the workspace key policy) once more
+// against a PostgreSQL-backed instance. The tests are the same functions;
+// only newEnv's engine differs. Paging and audit filters are
 // covered on PostgreSQL by the store conformance suite.
 func TestPostgres(t *testing.T) {
 	if os.Getenv(pgtest.Env) == "" {
@@ -57,6 +58,13 @@ func TestPostgres(t *testing.T) {
 		{"TestLeakReportSigned", TestLeakReportSigned},
 		{"TestCanaryAnswersAsUnknownAndIsRecorded", TestCanaryAnswersAsUnknownAndIsRecorded},
 		{"TestWebhooksOverGraphQL", TestWebhooksOverGraphQL},
+		{"TestKeyNetworksAtEveryEntryPoint", TestKeyNetworksAtEveryEntryPoint},
+		{"TestAccessRulesAtEveryEntryPoint", TestAccessRulesAtEveryEntryPoint},
+		{"TestRestrictionRefusalsCountNothing", TestRestrictionRefusalsCountNothing},
+		{"TestCreateKeyRestrictionsValidated", TestCreateKeyRestrictionsValidated},
+		{"TestUpdateAPIKey", TestUpdateAPIKey},
+		{"TestWorkspaceKeyPolicy", TestWorkspaceKeyPolicy},
+		{"TestRevokeUnusedSweep", TestRevokeUnusedSweep},
 		{"TestPostgresUnreachable", testPostgresUnreachable},
 	} {
 		t.Run(tc.name, tc.fn)

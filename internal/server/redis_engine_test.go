@@ -51,7 +51,8 @@ func redisStateAt(t testing.TB, prefix string) *redisstate.State {
 }
 
 // TestPostgresRedis runs the server's HTTP tests of what Redis holds
-// (revocation, rate limits and their persisted day counts, usage, health)
+// (revocation, rate limits and their persisted day counts, usage, health,
+// and the access checks that must decide before the Redis limits count)
 // once more on the engines of a cluster instance: PostgreSQL for the data,
 // Redis for the shared state. Same test functions; only newEnv differs. The
 // rest runs on PostgreSQL alone (TestPostgres), to keep the race run short.
@@ -75,6 +76,13 @@ func TestPostgresRedis(t *testing.T) {
 		{"TestRateLimitDayCountsSurviveRestart", TestRateLimitDayCountsSurviveRestart},
 		{"TestLastUsedAt", TestLastUsedAt},
 		{"TestHealthEndpoints", TestHealthEndpoints},
+		{"TestKeyNetworksAtEveryEntryPoint", TestKeyNetworksAtEveryEntryPoint},
+		{"TestAccessRulesAtEveryEntryPoint", TestAccessRulesAtEveryEntryPoint},
+		{"TestRestrictionRefusalsCountNothing", TestRestrictionRefusalsCountNothing},
+		{"TestCreateKeyRestrictionsValidated", TestCreateKeyRestrictionsValidated},
+		{"TestUpdateAPIKey", TestUpdateAPIKey},
+		{"TestWorkspaceKeyPolicy", TestWorkspaceKeyPolicy},
+		{"TestRevokeUnusedSweep", TestRevokeUnusedSweep},
 	} {
 		t.Run(tc.name, tc.fn)
 	}
