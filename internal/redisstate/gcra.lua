@@ -3,10 +3,11 @@
 --
 -- KEYS: [revision token, state] for a key check (one hash slot: both carry
 --       the workspace's hash tag); [state] for a throttle.
--- ARGV: 1 token seen ('' matches none), 2 minute limit, 3 day limit (both
---       clamped), 4-5 stored day state (unix s, ns; 0 0 if none), 6-7 now
---       (unix s, ns; '' '' for the server's clock), 8 this instance's random
---       value (for a new token).
+-- ARGV: 1 token seen ('' matches none); 2 the numbers, little-endian
+--       doubles (struct.pack: no text to parse): minute limit, day limit
+--       (both clamped), stored day state (unix s, ns; 0 0 if none) and, when
+--       the caller's clock is the one, now (unix s, ns; absent for the
+--       server's clock); 3 this instance's random value (for a new token).
 --
 -- Lua numbers are doubles: every value below stays under 2^53 by working on
 -- differences from now (at most one day, 8.64e13 ns) and keeping absolute
@@ -43,7 +44,7 @@ if #KEYS == 2 then
     -- missing token must never read as an old value, or a record cached
     -- before a revoke would pass.
     local t = redis.call('TIME')
-    token = ARGV[8] .. ':' .. t[1] .. '.' .. t[2]
+    token = ARGV[3] .. ':' .. t[1] .. '.' .. t[2]
     redis.call('SET', KEYS[1], token)
   end
   if token ~= ARGV[1] then
@@ -53,14 +54,14 @@ else
   st = redis.call('GET', KEYS[1])
 end
 
+local lm, ld, seedS, seedN = struct.unpack('<dddd', ARGV[2])
 local ts, tn
-if ARGV[6] == '' then
+if #ARGV[2] == 48 then
+  ts, tn = struct.unpack('<dd', ARGV[2], 33)
+else
   local t = redis.call('TIME')
   ts, tn = tonumber(t[1]), tonumber(t[2]) * 1000
-else
-  ts, tn = tonumber(ARGV[6]), tonumber(ARGV[7])
 end
-local lm, ld = tonumber(ARGV[2]), tonumber(ARGV[3])
 
 -- prepare: convert the fraction when the limit changed (rounding up), forget
 -- replenished time, cap the allowance in use at one period.
@@ -94,11 +95,8 @@ if st and #st == 64 then
   local ms, mn, mf0, lm0, ds, dn, df0, ld0 = struct.unpack('<dddddddd', st)
   md, mf = prepare((ms - ts) * NS + (mn - tn), mf0, lm0, lm, MP)
   dd, df = prepare((ds - ts) * NS + (dn - tn), df0, ld0, ld, DP)
-else
-  local seedS, seedN = tonumber(ARGV[4]), tonumber(ARGV[5])
-  if seedS ~= 0 or seedN ~= 0 then
-    dd, df = prepare((seedS - ts) * NS + (seedN - tn), 0, ld, ld, DP)
-  end
+elseif seedS ~= 0 or seedN ~= 0 then
+  dd, df = prepare((seedS - ts) * NS + (seedN - tn), 0, ld, ld, DP)
 end
 
 -- next: one more request's emission interval on each window.

@@ -44,6 +44,15 @@ var (
 	emptyArg   any = ""
 )
 
+// scriptCall is one call of the script: its argument list and the strings
+// it points to, in one allocation. go-redis writes a *string as the string,
+// and a pointer goes into an interface without an allocation of its own
+// (docs/clusters.md#what-a-key-check-costs).
+type scriptCall struct {
+	args                   [8]any
+	key1, key2, seen, nums string
+}
+
 // processor runs a command: the client, or its automatic pipeline.
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
@@ -146,28 +155,33 @@ func random() string {
 // and workspaces spread over the shards.
 func (s *State) revKey(wsPrefix string) string { return s.prefix + "{" + wsPrefix + "}:rev" }
 
-// nowArgs returns the two time arguments of the script: empty for the
-// Redis server's clock (one clock for every instance).
-func (s *State) nowArgs() (any, any) {
-	if s.now == nil {
-		return emptyArg, emptyArg
+// appendNums appends the script's numbers (gcra.lua's ARGV[2]) to b: the
+// limits, the stored day state and, unless the Redis server's clock is the
+// one (one clock for every instance), now.
+func (s *State) appendNums(b *strings.Builder, lm, ld, dayState int64) {
+	var buf [48]byte
+	nums := [6]int64{lm, ld, dayState / 1e9, dayState % 1e9}
+	n := 4
+	if s.now != nil {
+		t := s.now().UnixNano()
+		nums[4], nums[5], n = t/1e9, t%1e9, 6
 	}
-	t := s.now().UnixNano()
-	return t / 1e9, t % 1e9
+	for i, v := range nums[:n] {
+		binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(float64(v)))
+	}
+	b.Write(buf[:8*n])
 }
 
-// run evaluates the script on keys (one or two) with the seven arguments
-// after the token seen, in one command built once: EVALSHA, and EVAL when
-// the server does not know the script yet. It parses the script's one
-// string answer (gcra.lua).
-func (s *State) run(ctx context.Context, key1, key2 string, seen any, lm, ld, dayS, dayN int64, nowS, nowN, seed any) (verdict byte, vals [6]int64, token string, err error) {
-	args := make([]any, 0, 13)
-	args = append(args, evalshaArg, gcraSHA, 1, key1)
-	if key2 != "" {
+// run evaluates the script with c's keys (one or two) and arguments, in one
+// command built once: EVALSHA, and EVAL when the server does not know the
+// script yet. It parses the script's one string answer (gcra.lua).
+func (s *State) run(ctx context.Context, c *scriptCall, seed any) (verdict byte, vals [6]int64, token string, err error) {
+	args := append(c.args[:0], evalshaArg, gcraSHA, 1, &c.key1)
+	if c.key2 != "" {
 		args[2] = 2
-		args = append(args, key2)
+		args = append(args, &c.key2)
 	}
-	args = append(args, seen, lm, ld, dayS, dayN, nowS, nowN, seed)
+	args = append(args, &c.seen, &c.nums, seed)
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	err = s.checks.Process(ctx, cmd)
@@ -203,16 +217,15 @@ func (s *State) run(ctx context.Context, key1, key2 string, seen any, lm, ld, da
 // is current, decides the request: one round trip.
 func (s *State) Allow(ctx context.Context, c btk.KeyCheck) (btk.KeyVerdict, error) {
 	lm, ld := c.Limits.Clamp()
-	nowS, nowN := s.nowArgs()
 	// A record read under an earlier epoch (before this instance met a new
 	// server identity) is stale whatever its token: "" matches no token.
 	epoch := s.ids.current()
-	seen := emptyArg
-	if c.Seen.Epoch == epoch && c.Seen.Token != "" {
-		seen = c.Seen.Token
+	call := new(scriptCall)
+	if c.Seen.Epoch == epoch {
+		call.seen = c.Seen.Token
 	}
-	revKey, rlKey := s.checkKeys(c.WorkspacePrefix, c.KeyID)
-	verdict, v, token, err := s.run(ctx, revKey, rlKey, seen, lm, ld, c.DayState/1e9, c.DayState%1e9, nowS, nowN, s.seedArg)
+	call.key1, call.key2, call.nums = s.checkStrings(c.WorkspacePrefix, c.KeyID, lm, ld, c.DayState)
+	verdict, v, token, err := s.run(ctx, call, s.seedArg)
 	if err != nil {
 		return btk.KeyVerdict{}, err
 	}
@@ -233,11 +246,11 @@ func (s *State) Allow(ctx context.Context, c btk.KeyCheck) (btk.KeyVerdict, erro
 	return btk.KeyVerdict{Decision: d}, nil
 }
 
-// checkKeys returns revKey and rlKey of a key check, built in one
-// allocation.
-func (s *State) checkKeys(wsPrefix, keyID string) (string, string) {
+// checkStrings returns the revision key, the state key and the numbers of
+// a key check, built in one allocation.
+func (s *State) checkStrings(wsPrefix, keyID string, lm, ld, dayState int64) (rev, rl, nums string) {
 	var b strings.Builder
-	b.Grow(2*(len(s.prefix)+len(wsPrefix)) + len(keyID) + 10)
+	b.Grow(2*(len(s.prefix)+len(wsPrefix)) + len(keyID) + 10 + 48)
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
 	b.WriteString(wsPrefix)
@@ -248,8 +261,10 @@ func (s *State) checkKeys(wsPrefix, keyID string) (string, string) {
 	b.WriteString(wsPrefix)
 	b.WriteString("}:rl:")
 	b.WriteString(keyID)
+	m := b.Len()
+	s.appendNums(&b, lm, ld, dayState)
 	k := b.String()
-	return k[:n], k[n:]
+	return k[:n], k[n:m], k[m:]
 }
 
 // record keeps an accepted request's day state and time for FlushUsage.
@@ -378,8 +393,9 @@ type throttle struct{ s *State }
 // Allow counts one attempt under key.
 func (t throttle) Allow(ctx context.Context, key string, lim ratelimit.Limits, _ time.Time) (bool, error) {
 	lm, ld := lim.Clamp()
-	nowS, nowN := t.s.nowArgs()
-	verdict, _, _, err := t.s.run(ctx, t.key(key), "", emptyArg, lm, ld, 0, 0, nowS, nowN, emptyArg)
+	var nums strings.Builder
+	t.s.appendNums(&nums, lm, ld, 0)
+	verdict, _, _, err := t.s.run(ctx, &scriptCall{key1: t.key(key), nums: nums.String()}, emptyArg)
 	return verdict == 'A', err
 }
 
