@@ -92,7 +92,7 @@ func resetPassword(ctx context.Context, dbURL, email, password string) (*btk.Acc
 			if be.Code == btk.CodeNotFound {
 				msg = fmt.Sprintf("no account with the email %s", email)
 			}
-			return nil, &client.Error{Code: string(be.Code), Message: msg}
+			return nil, &client.Error{Code: be.Code, Message: msg}
 		}
 		return nil, err
 	}

@@ -78,17 +78,17 @@ func exitCode(err error) int {
 // exitCodes is the one table from an error code (internal/btk, and the
 // client's own UNREACHABLE) to the exit code (docs/design.md#exit-codes).
 // Codes not in it (BAD_USER_INPUT, INTERNAL, ...) exit 1.
-var exitCodes = map[string]int{
-	string(btk.CodeUnauthenticated):     exitAuth,
-	string(btk.CodeForbidden):           exitForbidden,
-	string(btk.CodeElevationRequired):   exitForbidden,
-	string(btk.CodePlanUpgradeRequired): exitForbidden,
-	string(btk.CodeNotFound):            exitNotFound,
-	string(btk.CodeNameTaken):           exitConflict,
-	string(btk.CodeKeyRevoked):          exitConflict,
-	string(btk.CodeRateLimited):         exitRateLimited,
-	string(btk.CodeUnavailable):         exitUnavailable,
-	client.CodeUnreachable:              exitUnreachable,
+var exitCodes = map[btk.Code]int{
+	btk.CodeUnauthenticated:     exitAuth,
+	btk.CodeForbidden:           exitForbidden,
+	btk.CodeElevationRequired:   exitForbidden,
+	btk.CodePlanUpgradeRequired: exitForbidden,
+	btk.CodeNotFound:            exitNotFound,
+	btk.CodeNameTaken:           exitConflict,
+	btk.CodeKeyRevoked:          exitConflict,
+	btk.CodeRateLimited:         exitRateLimited,
+	btk.CodeUnavailable:         exitUnavailable,
+	client.CodeUnreachable:      exitUnreachable,
 }
 
 // printError writes err to w as "btk: <message> (<CODE>)", with a pointer to

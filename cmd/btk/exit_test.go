@@ -136,7 +136,7 @@ func TestExitCodeUsage(t *testing.T) {
 func TestExitCodesCoverTheDomain(t *testing.T) {
 	exitOne := map[btk.Code]bool{btk.CodeBadUserInput: true, btk.CodeInternal: true, btk.CodeBadGateway: true, btk.CodeGatewayTimeout: true}
 	for _, c := range btk.Codes {
-		if _, ok := exitCodes[string(c)]; !ok && !exitOne[c] {
+		if _, ok := exitCodes[c]; !ok && !exitOne[c] {
 			t.Errorf("code %s has no exit code", c)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/btk-project/btk/internal/btk"
 )
 
 // serve answers every request with handler and returns a client for it.
@@ -65,10 +67,11 @@ func TestTransportHeaders(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		handler   http.HandlerFunc
-		code, msg string
-		status    int
+		name    string
+		handler http.HandlerFunc
+		code    btk.Code
+		msg     string
+		status  int
 	}{
 		{"field error", reply(200, `{"errors":[{"message":"name is already used","path":["createApiKey"],"extensions":{"code":"NAME_TAKEN"}}],"data":null}`),
 			"NAME_TAKEN", "name is already used", 0},

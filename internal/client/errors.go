@@ -13,19 +13,23 @@ import (
 
 	"github.com/Khan/genqlient/graphql"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/btk-project/btk/internal/btk"
 )
 
-// Codes an *Error carries besides the server's extensions.code values
-// (UNAUTHENTICATED, FORBIDDEN, ELEVATION_REQUIRED, PLAN_UPGRADE_REQUIRED,
-// NAME_TAKEN, NOT_FOUND, KEY_REVOKED, BAD_USER_INPUT, RATE_LIMITED, INTERNAL).
+// Codes an *Error carries besides the server's extensions.code values (the
+// btk.Code constants). The server never sends these: they name what went
+// wrong before any answer of btk's arrived, so they are the client's own.
 const (
 	// CodeUnreachable: no HTTP answer at all (connection refused, DNS, TLS, timeout).
-	CodeUnreachable = "UNREACHABLE"
+	CodeUnreachable btk.Code = "UNREACHABLE"
 	// CodeBadResponse: the server answered something that is not GraphQL.
-	CodeBadResponse = "BAD_RESPONSE"
+	CodeBadResponse btk.Code = "BAD_RESPONSE"
+	// CodeCanceled: the call's context was canceled (Ctrl-C).
+	CodeCanceled btk.Code = "CANCELED"
 	// ReasonTimeout: the reason of a CodeUnreachable error when the server
 	// did not answer within the client's timeout.
-	ReasonTimeout = "TIMEOUT"
+	ReasonTimeout btk.Reason = "TIMEOUT"
 )
 
 // Error is a failed call to the server.
@@ -33,7 +37,7 @@ type Error struct {
 	// Code is the server's extensions.code, or one of CodeUnreachable and
 	// CodeBadResponse. A 401 without a code is UNAUTHENTICATED, a 429
 	// RATE_LIMITED.
-	Code string
+	Code btk.Code
 	// Message is fit to show to the user.
 	Message string
 	// Status is the HTTP status of a request-level failure, 0 otherwise.
@@ -43,7 +47,7 @@ type Error struct {
 	// Reason is the server's extensions.reason, which tells apart errors of
 	// one code (such as SESSION_INVALID among UNAUTHENTICATED), or
 	// ReasonTimeout; often "".
-	Reason string
+	Reason btk.Reason
 	// Extensions are the GraphQL error's extensions (code included), if any.
 	Extensions map[string]any
 	// RetryAfter is the server's Retry-After of a 429, 0 when none.
@@ -66,7 +70,7 @@ func toError(err error, server string, last *lastResponse) error {
 	if !ok || last == nil {
 		return e
 	}
-	if e.Status == http.StatusTooManyRequests || e.Code == "RATE_LIMITED" {
+	if e.Status == http.StatusTooManyRequests || e.Code == btk.CodeRateLimited {
 		if secs, err := strconv.Atoi(last.retryAfter); err == nil && secs >= 0 {
 			e.RetryAfter = time.Duration(secs) * time.Second
 			e.Message = fmt.Sprintf("%s: retry in %ds", strings.TrimSuffix(e.Message, "."), secs)
@@ -93,12 +97,12 @@ func toError1(err error, server string) error {
 		if e.Code == "" {
 			switch httpErr.StatusCode {
 			case http.StatusUnauthorized:
-				e.Code = "UNAUTHENTICATED"
+				e.Code = btk.CodeUnauthenticated
 			case http.StatusTooManyRequests:
-				e.Code = "RATE_LIMITED"
+				e.Code = btk.CodeRateLimited
 			case http.StatusServiceUnavailable:
 				// A proxy in front of btk may answer 503 without a body of btk's.
-				e.Code = "UNAVAILABLE"
+				e.Code = btk.CodeUnavailable
 			default:
 				e.Code = CodeBadResponse
 			}
@@ -119,7 +123,7 @@ func toError1(err error, server string) error {
 		return e
 	}
 	if errors.Is(err, context.Canceled) {
-		return &Error{Code: "CANCELED", Message: "interrupted", Err: err}
+		return &Error{Code: CodeCanceled, Message: "interrupted", Err: err}
 	}
 	var urlErr *url.Error
 	if errors.As(err, &urlErr) && urlErr.Timeout() {
@@ -144,10 +148,10 @@ func fromList(list gqlerror.List) *Error {
 	}
 	e := &Error{Message: list[0].Message, Extensions: list[0].Extensions}
 	if code, ok := list[0].Extensions["code"].(string); ok {
-		e.Code = code
+		e.Code = btk.Code(code)
 	}
 	if reason, ok := list[0].Extensions["reason"].(string); ok {
-		e.Reason = reason
+		e.Reason = btk.Reason(reason)
 	}
 	return e
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/Khan/genqlient/graphql"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/btk-project/btk/internal/btk"
 )
 
 // pageSize is how many nodes one request asks for while following pages; the
@@ -34,7 +36,7 @@ func ResolveKey(ctx context.Context, c graphql.Client, ref string) (ApiKey, erro
 			return ApiKey{}, err
 		}
 		if resp.ApiKey == nil {
-			return ApiKey{}, &Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no API key with id %s", ref)}
+			return ApiKey{}, &Error{Code: btk.CodeNotFound, Message: fmt.Sprintf("no API key with id %s", ref)}
 		}
 		return *resp.ApiKey, nil
 	}
@@ -48,7 +50,7 @@ func ResolveKey(ctx context.Context, c graphql.Client, ref string) (ApiKey, erro
 			return k, nil
 		}
 	}
-	return ApiKey{}, &Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no API key named %q (a revoked key is known by its id only: see 'btk list --all')", ref)}
+	return ApiKey{}, &Error{Code: btk.CodeNotFound, Message: fmt.Sprintf("no API key named %q (a revoked key is known by its id only: see 'btk list --all')", ref)}
 }
 
 // AllApiKeys returns every key of the caller's workspace, following pages:
@@ -189,11 +191,11 @@ func pickName(list []named, ref string) (string, error) {
 	}
 	switch len(exact) {
 	case 0:
-		return "", &Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no workspace named %q among yours", ref)}
+		return "", &Error{Code: btk.CodeNotFound, Message: fmt.Sprintf("no workspace named %q among yours", ref)}
 	case 1:
 		return exact[0], nil
 	}
-	return "", &Error{Code: "BAD_USER_INPUT", Message: fmt.Sprintf("several workspaces are named %q: use the id", ref)}
+	return "", &Error{Code: btk.CodeBadUserInput, Message: fmt.Sprintf("several workspaces are named %q: use the id", ref)}
 }
 
 // KeyHash is the hex SHA-256 of a plaintext key: what apiKeyByHash takes.
@@ -212,7 +214,7 @@ func ResolveKeyBySecret(ctx context.Context, c graphql.Client, plaintext string)
 		return nil, err
 	}
 	if resp.ApiKeyByHash == nil {
-		return nil, &Error{Code: "NOT_FOUND", Message: "no API key with that secret is visible to you"}
+		return nil, &Error{Code: btk.CodeNotFound, Message: "no API key with that secret is visible to you"}
 	}
 	return resp.ApiKeyByHash, nil
 }
@@ -223,7 +225,7 @@ func ResolveKeyBySecret(ctx context.Context, c graphql.Client, plaintext string)
 func ResolveKeyForAudit(ctx context.Context, c graphql.Client, ref string) (ApiKey, error) {
 	k, err := ResolveKey(ctx, c, ref)
 	var ce *Error
-	if err == nil || IsID(ref) || !errors.As(err, &ce) || ce.Code != "NOT_FOUND" {
+	if err == nil || IsID(ref) || !errors.As(err, &ce) || ce.Code != btk.CodeNotFound {
 		return k, err
 	}
 	keys, err := AllApiKeys(ctx, c, true)
@@ -238,7 +240,7 @@ func ResolveKeyForAudit(ctx context.Context, c graphql.Client, ref string) (ApiK
 		}
 	}
 	if newest == nil {
-		return ApiKey{}, &Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no API key named %q, active or revoked", ref)}
+		return ApiKey{}, &Error{Code: btk.CodeNotFound, Message: fmt.Sprintf("no API key named %q, active or revoked", ref)}
 	}
 	return *newest, nil
 }
