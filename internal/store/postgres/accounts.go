@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/store/sqlshared"
 )
@@ -47,7 +45,7 @@ func (t *tx) SetSetting(ctx context.Context, name, value string) error {
 const selectWorkspace = `SELECT id, name, plan, public_client_key, rate_limit_per_minute, rate_limit_per_day, created_at,
 	key_max_lifetime_days, key_revoke_unused_days FROM workspaces`
 
-func scanWorkspace(row pgx.Row) (*btk.Workspace, error) {
+func scanWorkspace(row sqlshared.Row) (*btk.Workspace, error) {
 	var (
 		w              btk.Workspace
 		perMin, perD   *int64
@@ -74,20 +72,7 @@ func (t *tx) WorkspaceByPublicKey(ctx context.Context, publicKey string) (*btk.W
 }
 
 func (t *tx) Workspaces(ctx context.Context) ([]*btk.Workspace, error) {
-	rows, err := t.tx.Query(ctx, selectWorkspace+` ORDER BY created_at, seq`)
-	if err != nil {
-		return nil, mapErr("workspaces", err)
-	}
-	defer rows.Close()
-	var ws []*btk.Workspace
-	for rows.Next() {
-		w, err := scanWorkspace(rows)
-		if err != nil {
-			return nil, mapErr("workspaces", err)
-		}
-		ws = append(ws, w)
-	}
-	return ws, mapErr("workspaces", rows.Err())
+	return all(ctx, t, "workspaces", scanWorkspace, selectWorkspace+` ORDER BY created_at, seq`)
 }
 
 func (t *tx) CreateWorkspace(ctx context.Context, w *btk.Workspace) error {
@@ -116,7 +101,7 @@ func (t *tx) UpdateWorkspace(ctx context.Context, w *btk.Workspace) error {
 
 const selectAccount = `SELECT id, email, password_hash, platform_admin, created_at, disabled_at FROM accounts`
 
-func scanAccount(row pgx.Row) (*btk.Account, error) {
+func scanAccount(row sqlshared.Row) (*btk.Account, error) {
 	var (
 		a        btk.Account
 		created  int64
@@ -158,24 +143,19 @@ func (t *tx) Role(ctx context.Context, workspaceID, accountID string) (btk.Role,
 	return r, mapErr("role", err)
 }
 
+const selectMembership = `SELECT workspace_id, account_id, role FROM memberships`
+
+func scanMembership(row sqlshared.Row) (btk.Membership, error) {
+	var m btk.Membership
+	err := row.Scan(&m.WorkspaceID, &m.AccountID, &m.Role)
+	return m, err
+}
+
 // Memberships are ordered by seq, i.e. by when the membership was first
 // made: SetMembership's upsert keeps the row, and with it its place.
 func (t *tx) Memberships(ctx context.Context, accountID string) ([]btk.Membership, error) {
-	rows, err := t.tx.Query(ctx,
-		`SELECT workspace_id, account_id, role FROM memberships WHERE account_id = $1 ORDER BY seq`, accountID)
-	if err != nil {
-		return nil, mapErr("memberships", err)
-	}
-	defer rows.Close()
-	var ms []btk.Membership
-	for rows.Next() {
-		var m btk.Membership
-		if err := rows.Scan(&m.WorkspaceID, &m.AccountID, &m.Role); err != nil {
-			return nil, mapErr("memberships", err)
-		}
-		ms = append(ms, m)
-	}
-	return ms, mapErr("memberships", rows.Err())
+	return all(ctx, t, "memberships", scanMembership,
+		selectMembership+` WHERE account_id = $1 ORDER BY seq`, accountID)
 }
 
 func (t *tx) SetMembership(ctx context.Context, m btk.Membership) error {

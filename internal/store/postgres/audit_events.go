@@ -13,37 +13,11 @@ func (t *tx) AddAuditEvent(ctx context.Context, ev *btk.AuditEvent) error {
 
 // Accounts are ordered by creation, then insertion (seq), as SQLite's rowid.
 func (t *tx) Accounts(ctx context.Context) ([]*btk.Account, error) {
-	rows, err := t.tx.Query(ctx, selectAccount+` ORDER BY created_at, seq`)
-	if err != nil {
-		return nil, mapErr("accounts", err)
-	}
-	defer rows.Close()
-	var out []*btk.Account
-	for rows.Next() {
-		a, err := scanAccount(rows)
-		if err != nil {
-			return nil, mapErr("accounts", err)
-		}
-		out = append(out, a)
-	}
-	return out, mapErr("accounts", rows.Err())
+	return all(ctx, t, "accounts", scanAccount, selectAccount+` ORDER BY created_at, seq`)
 }
 
 // WorkspaceMembers are ordered by seq, as Memberships are.
 func (t *tx) WorkspaceMembers(ctx context.Context, workspaceID string) ([]btk.Membership, error) {
-	rows, err := t.tx.Query(ctx,
-		`SELECT workspace_id, account_id, role FROM memberships WHERE workspace_id = $1 ORDER BY seq`, workspaceID)
-	if err != nil {
-		return nil, mapErr("workspace members", err)
-	}
-	defer rows.Close()
-	var ms []btk.Membership
-	for rows.Next() {
-		var m btk.Membership
-		if err := rows.Scan(&m.WorkspaceID, &m.AccountID, &m.Role); err != nil {
-			return nil, mapErr("workspace members", err)
-		}
-		ms = append(ms, m)
-	}
-	return ms, mapErr("workspace members", rows.Err())
+	return all(ctx, t, "workspace members", scanMembership,
+		selectMembership+` WHERE workspace_id = $1 ORDER BY seq`, workspaceID)
 }

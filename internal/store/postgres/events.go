@@ -109,9 +109,31 @@ func (t *tx) AuditChainHead(ctx context.Context, chain string) (btk.AuditHead, e
 	return h, nil
 }
 
+const selectChainRow = `SELECT seq, id, workspace_id, action, actor_id, actor_email, impersonator_id, target_type, target_id,
+	metadata::text, created_at, chain_seq, chain_hash FROM audit_events`
+
+func scanChainRow(row sqlshared.Row) (*btk.ChainRow, error) {
+	var (
+		r                        btk.ChainRow
+		ws, actor, imp, targetID *string
+		cseq                     *int64
+		chash                    *string
+	)
+	if err := row.Scan(&r.Order, &r.Event.ID, &ws, &r.Event.Action, &actor, &r.Event.ActorEmail, &imp,
+		&r.Event.TargetType, &targetID, &r.Event.Metadata, &r.CreatedNano, &cseq, &chash); err != nil {
+		return nil, err
+	}
+	r.Event.WorkspaceID, r.Event.ActorID, r.Event.ImpersonatorID, r.Event.TargetID = str(ws), str(actor), str(imp), str(targetID)
+	r.Event.CreatedAt = sqlshared.FromNano(r.CreatedNano)
+	if cseq != nil {
+		r.Link.Seq = *cseq
+	}
+	r.Link.Hash = str(chash)
+	return &r, nil
+}
+
 func (t *tx) AuditChainRows(ctx context.Context, chain string, after int64, limit int) ([]*btk.ChainRow, error) {
-	q := `SELECT seq, id, workspace_id, action, actor_id, actor_email, impersonator_id, target_type, target_id,
-		metadata::text, created_at, chain_seq, chain_hash FROM audit_events WHERE `
+	q := selectChainRow + ` WHERE `
 	var a args
 	if chain == btk.ChainServerWide {
 		q += `workspace_id IS NULL`
@@ -119,32 +141,7 @@ func (t *tx) AuditChainRows(ctx context.Context, chain string, after int64, limi
 		q += `workspace_id = ` + a.add(chain)
 	}
 	q += ` AND seq > ` + a.add(after) + ` ORDER BY seq LIMIT ` + a.add(limit)
-	rows, err := t.tx.Query(ctx, q, a...)
-	if err != nil {
-		return nil, mapErr("audit chain", err)
-	}
-	defer rows.Close()
-	var out []*btk.ChainRow
-	for rows.Next() {
-		var (
-			r                        btk.ChainRow
-			ws, actor, imp, targetID *string
-			cseq                     *int64
-			chash                    *string
-		)
-		if err := rows.Scan(&r.Order, &r.Event.ID, &ws, &r.Event.Action, &actor, &r.Event.ActorEmail, &imp,
-			&r.Event.TargetType, &targetID, &r.Event.Metadata, &r.CreatedNano, &cseq, &chash); err != nil {
-			return nil, mapErr("audit chain", err)
-		}
-		r.Event.WorkspaceID, r.Event.ActorID, r.Event.ImpersonatorID, r.Event.TargetID = str(ws), str(actor), str(imp), str(targetID)
-		r.Event.CreatedAt = sqlshared.FromNano(r.CreatedNano)
-		if cseq != nil {
-			r.Link.Seq = *cseq
-		}
-		r.Link.Hash = str(chash)
-		out = append(out, &r)
-	}
-	return out, mapErr("audit chain", rows.Err())
+	return all(ctx, t, "audit chain", scanChainRow, q, a...)
 }
 
 // chainExisting links the rows written before migration 0007 into their
@@ -159,27 +156,8 @@ func chainExisting(ctx context.Context, pgTx pgx.Tx) error {
 	heads := map[string]*state{}
 	var after int64
 	for {
-		rows, err := t.tx.Query(ctx, `SELECT seq, id, workspace_id, action, actor_id, actor_email, impersonator_id,
-			target_type, target_id, metadata::text, created_at FROM audit_events WHERE seq > $1 ORDER BY seq LIMIT 1000`, after)
+		batch, err := all(ctx, t, "link audit chains", scanChainRow, selectChainRow+` WHERE seq > $1 ORDER BY seq LIMIT 1000`, after)
 		if err != nil {
-			return err
-		}
-		var batch []*btk.ChainRow
-		for rows.Next() {
-			var (
-				r                        btk.ChainRow
-				ws, actor, imp, targetID *string
-			)
-			if err := rows.Scan(&r.Order, &r.Event.ID, &ws, &r.Event.Action, &actor, &r.Event.ActorEmail, &imp,
-				&r.Event.TargetType, &targetID, &r.Event.Metadata, &r.CreatedNano); err != nil {
-				rows.Close()
-				return err
-			}
-			r.Event.WorkspaceID, r.Event.ActorID, r.Event.ImpersonatorID, r.Event.TargetID = str(ws), str(actor), str(imp), str(targetID)
-			batch = append(batch, &r)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		for _, r := range batch {
@@ -216,7 +194,7 @@ func chainExisting(ctx context.Context, pgTx pgx.Tx) error {
 
 const selectWebhook = `SELECT id, workspace_id, url, events, secret, created_at, created_by FROM webhooks`
 
-func scanWebhook(row pgx.Row) (*btk.Webhook, error) {
+func scanWebhook(row sqlshared.Row) (*btk.Webhook, error) {
 	var (
 		w       btk.Webhook
 		events  string
@@ -256,20 +234,7 @@ func (t *tx) Webhook(ctx context.Context, id string) (*btk.Webhook, error) {
 }
 
 func (t *tx) Webhooks(ctx context.Context, workspaceID string) ([]*btk.Webhook, error) {
-	rows, err := t.tx.Query(ctx, selectWebhook+` WHERE workspace_id = $1 ORDER BY seq`, workspaceID)
-	if err != nil {
-		return nil, mapErr("webhooks", err)
-	}
-	defer rows.Close()
-	var out []*btk.Webhook
-	for rows.Next() {
-		w, err := scanWebhook(rows)
-		if err != nil {
-			return nil, mapErr("webhooks", err)
-		}
-		out = append(out, w)
-	}
-	return out, mapErr("webhooks", rows.Err())
+	return all(ctx, t, "webhooks", scanWebhook, selectWebhook+` WHERE workspace_id = $1 ORDER BY seq`, workspaceID)
 }
 
 func (t *tx) DeleteWebhook(ctx context.Context, id string) error {
@@ -284,7 +249,7 @@ const selectDelivery = `SELECT d.seq, d.id, d.webhook_id, d.workspace_id, d.even
 	d.attempts, d.next_attempt_at, d.last_status_code, d.last_error, d.created_at, d.delivered_at, w.url, w.secret
 	FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id`
 
-func scanDelivery(row pgx.Row) (*btk.WebhookDelivery, int64, error) {
+func scanDelivery(row sqlshared.Row) (*btk.WebhookDelivery, int64, error) {
 	var (
 		d                 btk.WebhookDelivery
 		seq, next, create int64
@@ -317,20 +282,8 @@ func (t *tx) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease ti
 		until, claim, n, capOf(caps.PerWebhook), capOf(caps.PerWorkspace), limit); err != nil {
 		return nil, err
 	}
-	rows, err := t.tx.Query(ctx, selectDelivery+` WHERE d.claim = $1 AND d.lease_until = $2 AND d.status = 'PENDING' ORDER BY d.next_attempt_at`, claim, until)
-	if err != nil {
-		return nil, mapErr("claim deliveries", err)
-	}
-	defer rows.Close()
-	var out []*btk.WebhookDelivery
-	for rows.Next() {
-		d, _, err := scanDelivery(rows)
-		if err != nil {
-			return nil, mapErr("claim deliveries", err)
-		}
-		out = append(out, d)
-	}
-	return out, mapErr("claim deliveries", rows.Err())
+	return all(ctx, t, "claim deliveries", sqlshared.WithoutSeq(scanDelivery),
+		selectDelivery+` WHERE d.claim = $1 AND d.lease_until = $2 AND d.status = 'PENDING' ORDER BY d.next_attempt_at`, claim, until)
 }
 
 func (t *tx) FinishWebhookDelivery(ctx context.Context, d *btk.WebhookDelivery, claim string) error {
@@ -369,22 +322,10 @@ func (t *tx) ExpiringKeys(ctx context.Context, now, within7, within1 time.Time, 
 		}
 		ns[i] = n
 	}
-	rows, err := t.tx.Query(ctx, selectKey+` WHERE revoked_at IS NULL AND expires_at > $1 AND expires_at <= $2
+	return all(ctx, t, "expiring keys", sqlshared.WithoutSeq(scanKey),
+		selectKey+` WHERE revoked_at IS NULL AND expires_at > $1 AND expires_at <= $2
 		AND (expiry_notice_days IS NULL OR (expiry_notice_days > 1 AND expires_at <= $3)) ORDER BY expires_at LIMIT $4`,
 		ns[0], ns[1], ns[2], limit)
-	if err != nil {
-		return nil, mapErr("expiring keys", err)
-	}
-	defer rows.Close()
-	var out []*btk.APIKey
-	for rows.Next() {
-		k, _, err := scanKey(rows)
-		if err != nil {
-			return nil, mapErr("expiring keys", err)
-		}
-		out = append(out, k)
-	}
-	return out, mapErr("expiring keys", rows.Err())
 }
 
 func (t *tx) MarkExpiryNotice(ctx context.Context, keyID string, days int) (bool, error) {

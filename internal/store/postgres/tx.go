@@ -61,11 +61,21 @@ func (a *args) add(v any) string {
 	return "$" + strconv.Itoa(len(*a))
 }
 
+// all scans every row query selects.
+func all[T any](ctx context.Context, t *tx, op string, scan func(sqlshared.Row) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := t.tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, mapErr(op, err)
+	}
+	defer rows.Close()
+	out, err := sqlshared.Collect(rows, scan)
+	return out, mapErr(op, err)
+}
+
 // list pages newest first through the rows query selects (its WHERE clause
-// last, its first column the seq): it fetches one row more than asked to
-// know whether another page follows.
+// last, its first column the seq).
 func list[T any](ctx context.Context, t *tx, op string, tag byte, p btk.Page, query string, a args,
-	scan func(pgx.Row) (T, int64, error)) ([]T, string, error) {
+	scan func(sqlshared.Row) (T, int64, error)) ([]T, string, error) {
 	after, err := sqlshared.AfterSeq(tag, p.After)
 	if err != nil {
 		return nil, "", err
@@ -77,24 +87,8 @@ func list[T any](ctx context.Context, t *tx, op string, tag byte, p btk.Page, qu
 		return nil, "", mapErr(op, err)
 	}
 	defer rows.Close()
-	var (
-		items []T
-		seqs  []int64
-	)
-	for rows.Next() {
-		it, seq, err := scan(rows)
-		if err != nil {
-			return nil, "", mapErr(op, err)
-		}
-		items, seqs = append(items, it), append(seqs, seq)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", mapErr(op, err)
-	}
-	if len(items) <= n {
-		return items, "", nil
-	}
-	return items[:n], sqlshared.Cursor(tag, seqs[n-1]), nil
+	items, cursor, err := sqlshared.CollectPage(rows, tag, n, scan)
+	return items, cursor, mapErr(op, err)
 }
 
 // optTime is the column value of an optional time.

@@ -18,7 +18,7 @@ const selectKey = `SELECT seq, id, workspace_id, name, hash, display_prefix, hin
 
 const keyCursor = 'k'
 
-func scanKey(row rowScanner) (*btk.APIKey, int64, error) {
+func scanKey(row sqlshared.Row) (*btk.APIKey, int64, error) {
 	var (
 		k                              btk.APIKey
 		seq, created                   int64
@@ -90,11 +90,7 @@ func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
 			return err
 		}
 	}
-	scopes, err := jsonList(k.Scopes)
-	if err != nil {
-		return fmt.Errorf("store: create api key: %w", err)
-	}
-	cidrs, err := jsonList(k.AllowedCIDRs)
+	scopes, cidrs, err := sqlshared.KeyLists(k)
 	if err != nil {
 		return fmt.Errorf("store: create api key: %w", err)
 	}
@@ -109,22 +105,8 @@ func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
 	return err
 }
 
-// jsonList is a string list as the JSON array the scopes and allowed_cidrs
-// columns hold.
-func jsonList(l []string) (string, error) {
-	if len(l) == 0 {
-		return "[]", nil
-	}
-	b, err := json.Marshal(l)
-	return string(b), err
-}
-
 func (t *tx) UpdateAPIKey(ctx context.Context, k *btk.APIKey) error {
-	scopes, err := jsonList(k.Scopes)
-	if err != nil {
-		return fmt.Errorf("store: update api key: %w", err)
-	}
-	cidrs, err := jsonList(k.AllowedCIDRs)
+	scopes, cidrs, err := sqlshared.KeyLists(k)
 	if err != nil {
 		return fmt.Errorf("store: update api key: %w", err)
 	}
@@ -147,26 +129,16 @@ func (t *tx) RevokeUnusedAPIKeys(ctx context.Context, workspaceID string, before
 	if err != nil {
 		return nil, err
 	}
-	rows, err := t.tx.QueryContext(ctx, `UPDATE api_keys SET revoked_at = ?
+	ids, err := all(ctx, t, "revoke unused api keys", func(row sqlshared.Row) (id string, err error) {
+		err = row.Scan(&id)
+		return id, err
+	}, `UPDATE api_keys SET revoked_at = ?
 		WHERE id IN (SELECT id FROM api_keys WHERE workspace_id = ? AND revoked_at IS NULL
 			AND coalesce(last_used_at, created_at) < ? LIMIT ?)
 		AND revoked_at IS NULL AND coalesce(last_used_at, created_at) < ?
 		RETURNING id`, n, workspaceID, b, limit, b)
 	if err != nil {
-		return nil, mapErr("revoke unused api keys", err)
-	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, mapErr("revoke unused api keys", err)
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, mapErr("revoke unused api keys", err)
+		return nil, err
 	}
 	keys := make([]*btk.APIKey, 0, len(ids))
 	for _, id := range ids {

@@ -114,45 +114,54 @@ func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, []any,
 	return b.String(), args, nil
 }
 
-func (t *tx) AuditEntries(ctx context.Context, f btk.AuditFilter) ([]*btk.AuditEntry, string, error) {
-	const base = `SELECT seq, id, workspace_id, action, api_key_id, api_key_name, new_api_key_id, revoked_count,
-		actor_id, actor_email, impersonator_id, ip, user_agent, created_at FROM api_key_audit`
-	q, args, err := auditQuery(base, f, true)
+// listAudit pages through base, the select of one of the two audit tables
+// (keyFilters for the key audit), as f filters it.
+func listAudit[T any](ctx context.Context, t *tx, op string, tag byte, base string, f btk.AuditFilter, keyFilters bool,
+	scan func(sqlshared.Row) (T, int64, error)) ([]T, string, error) {
+	q, args, err := auditQuery(base, f, keyFilters)
 	if err != nil {
 		return nil, "", err
 	}
-	return list(ctx, t, "audit entries", auditEntryCursor, f.Page, q, args, func(rows rowScanner) (*btk.AuditEntry, int64, error) {
-		var (
-			e                           btk.AuditEntry
-			seq, created                int64
-			keyID, newKeyID, actor, imp sql.NullString
-			count                       sql.NullInt64
-		)
-		err := rows.Scan(&seq, &e.ID, &e.WorkspaceID, &e.Action, &keyID, &e.APIKeyName, &newKeyID, &count,
-			&actor, &e.ActorEmail, &imp, &e.IP, &e.UserAgent, &created)
-		e.APIKeyID, e.NewAPIKeyID, e.ActorID, e.ImpersonatorID = keyID.String, newKeyID.String, actor.String, imp.String
-		e.RevokedCount, e.CreatedAt = fromOptInt(count), sqlshared.FromNano(created)
-		return &e, seq, err
-	})
+	return list(ctx, t, op, tag, f.Page, q, args, scan)
+}
+
+const selectAuditEntry = `SELECT seq, id, workspace_id, action, api_key_id, api_key_name, new_api_key_id, revoked_count,
+	actor_id, actor_email, impersonator_id, ip, user_agent, created_at FROM api_key_audit`
+
+func scanAuditEntry(row sqlshared.Row) (*btk.AuditEntry, int64, error) {
+	var (
+		e                           btk.AuditEntry
+		seq, created                int64
+		keyID, newKeyID, actor, imp sql.NullString
+		count                       sql.NullInt64
+	)
+	err := row.Scan(&seq, &e.ID, &e.WorkspaceID, &e.Action, &keyID, &e.APIKeyName, &newKeyID, &count,
+		&actor, &e.ActorEmail, &imp, &e.IP, &e.UserAgent, &created)
+	e.APIKeyID, e.NewAPIKeyID, e.ActorID, e.ImpersonatorID = keyID.String, newKeyID.String, actor.String, imp.String
+	e.RevokedCount, e.CreatedAt = fromOptInt(count), sqlshared.FromNano(created)
+	return &e, seq, err
+}
+
+func (t *tx) AuditEntries(ctx context.Context, f btk.AuditFilter) ([]*btk.AuditEntry, string, error) {
+	return listAudit(ctx, t, "audit entries", auditEntryCursor, selectAuditEntry, f, true, scanAuditEntry)
+}
+
+const selectAuditEvent = `SELECT seq, id, workspace_id, action, actor_id, actor_email, impersonator_id,
+	target_type, target_id, metadata, created_at FROM audit_events`
+
+func scanAuditEvent(row sqlshared.Row) (*btk.AuditEvent, int64, error) {
+	var (
+		ev                       btk.AuditEvent
+		seq, created             int64
+		ws, actor, imp, targetID sql.NullString
+	)
+	err := row.Scan(&seq, &ev.ID, &ws, &ev.Action, &actor, &ev.ActorEmail, &imp,
+		&ev.TargetType, &targetID, &ev.Metadata, &created)
+	ev.WorkspaceID, ev.ActorID, ev.ImpersonatorID, ev.TargetID = ws.String, actor.String, imp.String, targetID.String
+	ev.CreatedAt = sqlshared.FromNano(created)
+	return &ev, seq, err
 }
 
 func (t *tx) AuditEvents(ctx context.Context, f btk.AuditFilter) ([]*btk.AuditEvent, string, error) {
-	const base = `SELECT seq, id, workspace_id, action, actor_id, actor_email, impersonator_id,
-		target_type, target_id, metadata, created_at FROM audit_events`
-	q, args, err := auditQuery(base, f, false)
-	if err != nil {
-		return nil, "", err
-	}
-	return list(ctx, t, "audit events", auditEventCursor, f.Page, q, args, func(rows rowScanner) (*btk.AuditEvent, int64, error) {
-		var (
-			ev                       btk.AuditEvent
-			seq, created             int64
-			ws, actor, imp, targetID sql.NullString
-		)
-		err := rows.Scan(&seq, &ev.ID, &ws, &ev.Action, &actor, &ev.ActorEmail, &imp,
-			&ev.TargetType, &targetID, &ev.Metadata, &created)
-		ev.WorkspaceID, ev.ActorID, ev.ImpersonatorID, ev.TargetID = ws.String, actor.String, imp.String, targetID.String
-		ev.CreatedAt = sqlshared.FromNano(created)
-		return &ev, seq, err
-	})
+	return listAudit(ctx, t, "audit events", auditEventCursor, selectAuditEvent, f, false, scanAuditEvent)
 }

@@ -97,22 +97,13 @@ func (t *tx) UsageSeries(ctx context.Context, f btk.UsageFilter) ([]btk.UsageCou
 		q += ` AND api_key_id = ?`
 		args = append(args, f.KeyID)
 	}
-	rows, err := t.tx.QueryContext(ctx, q+` GROUP BY hour ORDER BY hour`, args...)
-	if err != nil {
-		return nil, mapErr("usage series", err)
-	}
-	defer rows.Close()
-	var out []btk.UsageCount
-	for rows.Next() {
+	return all(ctx, t, "usage series", func(row sqlshared.Row) (btk.UsageCount, error) {
 		c := btk.UsageCount{WorkspaceID: f.WorkspaceID, KeyID: f.KeyID}
 		var hour int64
-		if err := rows.Scan(&hour, &c.Accepted, &c.RateLimited, &c.Refused); err != nil {
-			return nil, mapErr("usage series", err)
-		}
+		err := row.Scan(&hour, &c.Accepted, &c.RateLimited, &c.Refused)
 		c.Start = sqlshared.FromNano(hour)
-		out = append(out, c)
-	}
-	return out, mapErr("usage series", rows.Err())
+		return c, err
+	}, q+` GROUP BY hour ORDER BY hour`, args...)
 }
 
 func (t *tx) TopKeys(ctx context.Context, f btk.UsageFilter, n int) ([]btk.UsageCount, error) {
@@ -120,23 +111,14 @@ func (t *tx) TopKeys(ctx context.Context, f btk.UsageFilter, n int) ([]btk.Usage
 	if err != nil {
 		return nil, err
 	}
-	rows, err := t.tx.QueryContext(ctx, `SELECT api_key_id, sum(accepted), sum(rate_limited), sum(refused)
+	return all(ctx, t, "top keys", func(row sqlshared.Row) (btk.UsageCount, error) {
+		c := btk.UsageCount{WorkspaceID: f.WorkspaceID}
+		err := row.Scan(&c.KeyID, &c.Accepted, &c.RateLimited, &c.Refused)
+		return c, err
+	}, `SELECT api_key_id, sum(accepted), sum(rate_limited), sum(refused)
 		FROM api_key_usage WHERE workspace_id = ? AND hour >= ? AND hour < ?
 		GROUP BY api_key_id ORDER BY sum(accepted) + sum(rate_limited) + sum(refused) DESC, api_key_id LIMIT ?`,
 		f.WorkspaceID, since, until, n)
-	if err != nil {
-		return nil, mapErr("top keys", err)
-	}
-	defer rows.Close()
-	var out []btk.UsageCount
-	for rows.Next() {
-		c := btk.UsageCount{WorkspaceID: f.WorkspaceID}
-		if err := rows.Scan(&c.KeyID, &c.Accepted, &c.RateLimited, &c.Refused); err != nil {
-			return nil, mapErr("top keys", err)
-		}
-		out = append(out, c)
-	}
-	return out, mapErr("top keys", rows.Err())
 }
 
 func (t *tx) KeyClient(ctx context.Context, keyID string) (*btk.KeyClient, error) {

@@ -4,6 +4,7 @@ package sqlshared
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"math"
 	"strconv"
@@ -32,6 +33,56 @@ func AfterSeq(tag byte, c string) (int64, error) {
 		return 0, btk.ErrBadCursor
 	}
 	return seq, nil
+}
+
+// Row is one row of either driver (database/sql's Row and Rows, pgx's):
+// all that a store's scan function reads.
+type Row interface{ Scan(dest ...any) error }
+
+// Rows is a result set of either driver, as far as reading it goes; the
+// caller closes it (the drivers' Close methods differ).
+type Rows interface {
+	Row
+	Next() bool
+	Err() error
+}
+
+// Collect scans every row of rows.
+func Collect[T any](rows Rows, scan func(Row) (T, error)) ([]T, error) {
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// CollectPage scans the rows of a page query, which selects newest first
+// one row more than the n asked for (PageSize) to know whether another page
+// follows: it returns the first n and, if more followed, the cursor after
+// the last of them. scan returns a row and its seq.
+func CollectPage[T any](rows Rows, tag byte, n int, scan func(Row) (T, int64, error)) ([]T, string, error) {
+	var seqs []int64
+	items, err := Collect(rows, func(r Row) (T, error) {
+		it, seq, err := scan(r)
+		seqs = append(seqs, seq)
+		return it, err
+	})
+	if err != nil || len(items) <= n {
+		return items, "", err
+	}
+	return items[:n], Cursor(tag, seqs[n-1]), nil
+}
+
+// WithoutSeq is a page scan function (CollectPage) for Collect.
+func WithoutSeq[T any](scan func(Row) (T, int64, error)) func(Row) (T, error) {
+	return func(r Row) (T, error) {
+		v, _, err := scan(r)
+		return v, err
+	}
 }
 
 // PageSize is the number of rows to return; the caller already clamps it.
@@ -75,6 +126,24 @@ func UsageRange(f btk.UsageFilter) (since, until int64, err error) {
 
 // FromNano is the time of a stored value, in UTC.
 func FromNano(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// KeyLists are a key's scopes and allowed CIDRs as the JSON arrays their
+// columns hold.
+func KeyLists(k *btk.APIKey) (scopes, cidrs string, err error) {
+	if scopes, err = jsonList(k.Scopes); err != nil {
+		return "", "", err
+	}
+	cidrs, err = jsonList(k.AllowedCIDRs)
+	return scopes, cidrs, err
+}
+
+func jsonList(l []string) (string, error) {
+	if len(l) == 0 {
+		return "[]", nil
+	}
+	b, err := json.Marshal(l)
+	return string(b), err
+}
 
 // ClaimDue is the query (both engines) of the webhook deliveries a claim
 // round may take (docs/webhooks.md#delivery): the pending ones due at now
