@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/btk-project/btk/internal/gateway"
+	"github.com/btk-project/btk/internal/server"
 )
 
 // These tests run Debian's nginx and caddy with the documented configs
@@ -108,7 +112,8 @@ func (s *syncBuffer) String() string {
 }
 
 // peerSetup is btk (e), the upstream that records what reached it, and the
-// address the peer will listen on.
+// address the peer will listen on. The peer asks btk at btkAddr: e's
+// service started with --trusted-proxies 127.0.0.1, the peer's address.
 type peerSetup struct {
 	e        *env
 	rec      *recorder
@@ -117,12 +122,22 @@ type peerSetup struct {
 	peerAddr string
 }
 
+// The clients of the peer connect from 127.0.0.2 (clientFrom), not the
+// peer's own address, so that btk can tell the two apart.
+const peerClient, peerClientAddr = 2, "127.0.0.2"
+
 func newPeerSetup(t *testing.T) *peerSetup {
 	e := newEnv(t)
 	rec := &recorder{}
 	up := httptest.NewServer(rec)
 	t.Cleanup(up.Close)
-	return &peerSetup{e: e, rec: rec, upstream: up, btkAddr: strings.TrimPrefix(e.srv.URL, "http://"), peerAddr: freeAddr(t)}
+	tp, err := gateway.ParseTrustedProxies("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := httptest.NewServer(server.New(e.svc, e.db, slog.New(slog.DiscardHandler), server.WithTrustedProxies(tp)))
+	t.Cleanup(behind.Close)
+	return &peerSetup{e: e, rec: rec, upstream: up, btkAddr: strings.TrimPrefix(behind.URL, "http://"), peerAddr: freeAddr(t)}
 }
 
 // checkPeer runs the checks of issue 8 through a peer: accepted (the
@@ -188,6 +203,71 @@ func (p *peerSetup) check(t *testing.T, rateLimitHeaders bool) {
 		t.Errorf("%d refused requests reached the upstream", rec.count()-seen)
 	}
 	p.checkScopes(t)
+	p.checkNetworks(t)
+	p.checkKeyPolicy(t) // last: it moves the clock
+}
+
+// checkNetworks runs a key's networks through the peer (docs/access.md#client-address):
+// btk trusts the peer, so the client is the address the peer appended to
+// X-Forwarded-For, not the peer's own, nor what the client wrote there.
+func (p *peerSetup) checkNetworks(t *testing.T) {
+	e, rec := p.e, p.rec
+	owner := e.admin()
+	client := clientFrom(t, peerClient)
+	url := "http://" + p.peerAddr + "/hello"
+	here := e.createKeyWith(owner, "client-network", `allowedCidrs:["`+peerClientAddr+`/32"]`)
+	peer := e.createKeyWith(owner, "peer-network", `allowedCidrs:["127.0.0.1"]`)
+	far := e.createKeyWith(owner, "far-network", `allowedCidrs:["10.0.0.0/8"]`)
+
+	if r := send(t, client, "GET", url, map[string]string{"X-Api-Key": here.Plaintext}, nil); r.Status != http.StatusOK || r.Body != "upstream says hi" {
+		t.Fatalf("key of the client's network: HTTP %d %s", r.Status, r.Body)
+	}
+	seen := rec.count()
+	for _, tc := range []struct {
+		what string
+		key  newKey
+		xff  string
+	}{
+		{"key of the peer's own address", peer, ""},
+		{"key of another network", far, ""},
+		{"key of another network, X-Forwarded-For forged", far, "10.1.2.3"},
+	} {
+		h := map[string]string{"X-Api-Key": tc.key.Plaintext}
+		if tc.xff != "" {
+			h["X-Forwarded-For"] = tc.xff
+		}
+		r := send(t, client, "GET", url, h, nil)
+		if msg, code := r.message(t); r.Status != http.StatusForbidden || msg != notFromHere || code != "FORBIDDEN" {
+			t.Errorf("%s: HTTP %d %q (%s), want 403 %q", tc.what, r.Status, msg, code, notFromHere)
+		}
+	}
+	if rec.count() != seen {
+		t.Errorf("%d refused requests reached the upstream", rec.count()-seen)
+	}
+}
+
+// checkKeyPolicy runs the workspace's maximum key lifetime through the peer
+// (docs/access.md): a key older than the maximum is refused as expired.
+func (p *peerSetup) checkKeyPolicy(t *testing.T) {
+	e, rec := p.e, p.rec
+	owner := e.admin()
+	client := clientFrom(t, peerClient)
+	url := "http://" + p.peerAddr + "/hello"
+	aging := e.createKey(owner, "aging-through-peer") // no expiresAt
+	var out struct{ SetWorkspaceKeyPolicy struct{ ID string } }
+	e.must(owner, `mutation($w:ID!){setWorkspaceKeyPolicy(workspaceId:$w,maxLifetimeDays:1){id}}`, map[string]any{"w": e.adminWS}, &out)
+	if r := send(t, client, "GET", url, map[string]string{"X-Api-Key": aging.Plaintext}, nil); r.Status != http.StatusOK {
+		t.Fatalf("key within the maximum lifetime: HTTP %d %s", r.Status, r.Body)
+	}
+	seen := rec.count()
+	e.clock.Advance(24*time.Hour + time.Second)
+	r := send(t, client, "GET", url, map[string]string{"X-Api-Key": aging.Plaintext}, nil)
+	if msg, code := r.message(t); r.Status != http.StatusUnauthorized || msg != "API key is revoked or expired" || code != "UNAUTHENTICATED" {
+		t.Errorf("key past the maximum lifetime: HTTP %d %q (%s), want 401", r.Status, msg, code)
+	}
+	if rec.count() != seen {
+		t.Errorf("the expired key's request reached the upstream")
+	}
 }
 
 // checkScopes runs the access rules through the peer (docs/access.md): a

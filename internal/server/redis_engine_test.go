@@ -83,6 +83,8 @@ func TestPostgresRedis(t *testing.T) {
 		{"TestUpdateAPIKey", TestUpdateAPIKey},
 		{"TestWorkspaceKeyPolicy", TestWorkspaceKeyPolicy},
 		{"TestRevokeUnusedSweep", TestRevokeUnusedSweep},
+		{"TestNginxAuthRequest", TestNginxAuthRequest},
+		{"TestCaddyForwardAuth", TestCaddyForwardAuth},
 	} {
 		t.Run(tc.name, tc.fn)
 	}
