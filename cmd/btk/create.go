@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
@@ -93,7 +94,7 @@ func runCreate(cmd *cobra.Command, opts *createOptions) error {
 // has expired, it must be revoked before its name is free.
 func nameTaken(ctx context.Context, c *client.Client, name string, err error) error {
 	var ce *client.Error
-	if !errors.As(err, &ce) || ce.Code != "NAME_TAKEN" {
+	if !errors.As(err, &ce) || ce.Code != btk.CodeNameTaken {
 		return err
 	}
 	k, rerr := client.ResolveKey(ctx, c, name)
