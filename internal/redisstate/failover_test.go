@@ -170,3 +170,59 @@ func TestNewPrimaryMakesCacheStale(t *testing.T) {
 		t.Fatalf("the epoch did not move: %+v", v.Current)
 	}
 }
+
+// A server that changes identity under a connection btk keeps (here a
+// primary made a replica and promoted again: a new master_replid, its data
+// and every client connection kept) is noticed by the poller of
+// identity.go, not by a new connection: within a few watchEvery the epoch
+// moves on and a record cached before is read again.
+func TestPollerNoticesNewIdentity(t *testing.T) {
+	srv := redistest.Standalone(t)
+	inst := openAt(t, srv.URL())
+	admin := srv.Client()
+	ctx := context.Background()
+	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 100, PerDay: 100}, Now: time.Now()}
+	c.Seen = current(t, inst, c)
+	if v, err := inst.Allow(ctx, c); err != nil || !v.Allowed {
+		t.Fatalf("%+v %v", v, err)
+	}
+	connections := func() string {
+		info, err := admin.Info(ctx, "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
+				return v
+			}
+		}
+		t.Fatal("INFO stats without total_connections_received")
+		return ""
+	}
+	before := connections()
+	// A replica of a server that does not answer keeps its data; promoted
+	// again, it has a new replication id.
+	for _, args := range [][]any{{"REPLICAOF", "127.0.0.1", "1"}, {"REPLICAOF", "NO", "ONE"}} {
+		if err := admin.Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * watchEvery)
+	for inst.ids.current() == c.Seen.Epoch {
+		if time.Now().After(deadline) {
+			t.Fatalf("the epoch did not move within %v of the new identity", 10*watchEvery)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after := connections(); after != before {
+		t.Fatalf("btk opened connections (%s, then %s): the new identity was not the poller's to notice", before, after)
+	}
+	v, err := inst.Allow(ctx, c)
+	if err != nil || !v.Stale || v.Current.Epoch == c.Seen.Epoch {
+		t.Fatalf("a record cached before the new identity: %+v %v", v, err)
+	}
+	c.Seen = v.Current
+	if v, err := inst.Allow(ctx, c); err != nil || !v.Allowed {
+		t.Fatalf("the record read again: %+v %v", v, err)
+	}
+}
