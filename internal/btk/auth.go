@@ -87,20 +87,34 @@ func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req
 			return nil, none, ErrKeyRevokedOrExpired
 		}
 		// A refusal by a restriction or the workspace policy counts nothing
-		// against the limits and so asks no shared state whether the record
-		// is current: with several instances, a cached record is read again
-		// before it refuses (an updateApiKey elsewhere may have widened it).
+		// against the limits. With several instances a cached record
+		// refuses only while its workspace's revision is current (an
+		// updateApiKey elsewhere may have widened it): the shared state is
+		// asked, counting nothing, and the key is read again only when the
+		// revision moved, so refused requests read no database
+		// (docs/security.md#what-a-client-can-make-the-server-hold).
 		var err error = ErrKeyRevokedOrExpired
 		if !policyExpired(k, w, now) {
 			err = s.restrict(k, req)
 		}
 		if err != nil {
 			if s.clustered && !fresh {
-				if k, w, err = s.loadKey(ctx, hash, nil); err != nil {
-					return nil, none, err
+				cur, gerr := s.gate.Current(ctx, prefix)
+				if gerr != nil {
+					return nil, none, fmt.Errorf("%w: %w", ErrUnavailable, gerr)
 				}
-				fresh = true
-				continue
+				if cur != rev || cur.Token == "" {
+					// Read under the revision just answered (obtained
+					// before the read), as after a stale answer.
+					s.cache.seen(prefix, cur)
+					rev, gen = cur, s.cache.generation()
+					if k, w, err = s.loadKey(ctx, hash, nil); err != nil {
+						return nil, none, err
+					}
+					s.cache.fill(gen, hash, k, w, rev)
+					fresh = true
+					continue
+				}
 			}
 			s.counter.add(k, UseRefused, now, cl)
 			return nil, none, err

@@ -54,6 +54,10 @@ type KeyVerdict struct {
 type KeyGate interface {
 	// Allow decides one request in one step (for Redis: one round trip).
 	Allow(ctx context.Context, c KeyCheck) (KeyVerdict, error)
+	// Current answers the current revision of the workspace whose prefix
+	// is given, counting nothing: an instance about to refuse a request
+	// from a cached record asks it first. A Token of "" matches no record.
+	Current(ctx context.Context, workspacePrefix string) (Revision, error)
 	// Changed records, after the change has committed and before it is
 	// answered, that the keys or limits of the workspace changed, so that
 	// every instance reads them again on its next request.
@@ -87,6 +91,9 @@ func NewLocalGate() KeyGate { return localGate{ratelimit.New()} }
 func (g localGate) Allow(_ context.Context, c KeyCheck) (KeyVerdict, error) {
 	return KeyVerdict{Decision: g.Limiter.Allow(c.KeyID, c.Limits, c.Now, c.DayState)}, nil
 }
+
+// Current: one node has no revisions (its cache is exact on its own).
+func (localGate) Current(context.Context, string) (Revision, error) { return Revision{}, nil }
 
 func (localGate) Changed(context.Context, string) error { return nil }
 func (localGate) Ready(context.Context) error           { return nil }

@@ -197,6 +197,41 @@ func TestRevisionAndEpoch(t *testing.T) {
 	}
 }
 
+// Current answers the revision a key check would find — made when missing,
+// moved by a change elsewhere — and counts nothing.
+func TestCurrentCountsNothing(t *testing.T) {
+	url := testURL(t)
+	prefix := testPrefix(t, url)
+	a, b := open(t, url, prefix), open(t, url, prefix)
+	ctx := context.Background()
+	ws := "0123abcd-0000-4000-8000-000000000000"
+	rev := func(s *State) btk.Revision {
+		t.Helper()
+		r, err := s.Current(ctx, ws[:8])
+		if err != nil || r.Token == "" {
+			t.Fatalf("Current: %+v %v", r, err)
+		}
+		return r
+	}
+	r := rev(b) // the token is made
+	if r2 := rev(b); r2 != r {
+		t.Fatalf("Current moved with nothing changed: %+v, then %+v", r, r2)
+	}
+	c := btk.KeyCheck{KeyID: "key", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1, PerDay: 10}, Now: time.Now(), Seen: r}
+	for range 10 {
+		rev(b)
+	}
+	if v, err := b.Allow(ctx, c); err != nil || v.Stale || !v.Allowed {
+		t.Fatalf("a check under Current's revision, after 10 more: %+v %v (want the one request a minute allowed)", v, err)
+	}
+	if err := a.Changed(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	if r2 := rev(b); r2.Token == r.Token || r2.Epoch != r.Epoch {
+		t.Fatalf("Current after a change elsewhere: %+v, was %+v", r2, r)
+	}
+}
+
 // Password attempts are counted once for all instances.
 func TestThrottleShared(t *testing.T) {
 	url := testURL(t)

@@ -246,6 +246,28 @@ func (s *State) Allow(ctx context.Context, c btk.KeyCheck) (btk.KeyVerdict, erro
 	return btk.KeyVerdict{Decision: d}, nil
 }
 
+// Current answers the workspace's current revision without counting
+// anything: the key check's script, given a seen token of "" (which
+// matches none), answers the current token — made when missing, as for a
+// check — and stops before the limits; its second key is only read. One
+// round trip, as a key check.
+func (s *State) Current(ctx context.Context, wsPrefix string) (btk.Revision, error) {
+	epoch := s.ids.current()
+	key := s.revKey(wsPrefix)
+	// The script answers a stale check before it reads the numbers.
+	verdict, _, token, err := s.run(ctx, &scriptCall{key1: key, key2: key}, s.seedArg)
+	if err != nil {
+		return btk.Revision{}, err
+	}
+	if verdict != 'S' {
+		return btk.Revision{}, fmt.Errorf("redisstate: the revision check answered %q", verdict)
+	}
+	if after := s.ids.current(); after != epoch { // as in Allow
+		return btk.Revision{Epoch: after}, nil
+	}
+	return btk.Revision{Epoch: epoch, Token: token}, nil
+}
+
 // checkStrings returns the revision key, the state key and the numbers of
 // a key check, built in one allocation.
 func (s *State) checkStrings(wsPrefix, keyID string, lm, ld, dayState int64) (rev, rl, nums string) {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,11 @@ type instance struct {
 }
 
 func startInstance(t *testing.T, dbURL, prefix string, clk *clock) *instance {
+	return startInstanceWith(t, dbURL, prefix, clk, func(db btk.Store) btk.Store { return db })
+}
+
+// startInstanceWith is startInstance with the service's store wrapped.
+func startInstanceWith(t *testing.T, dbURL, prefix string, clk *clock, wrap func(btk.Store) btk.Store) *instance {
 	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, dbURL, true)
@@ -34,7 +40,7 @@ func startInstance(t *testing.T, dbURL, prefix string, clk *clock) *instance {
 	}
 	st := redisStateAt(t, prefix)
 	st.UseClock(clk.Now)
-	svc, err := btk.NewService(ctx, db, nil, btk.Config{Now: clk.Now, KeyGate: st, Throttle: st.Throttle()})
+	svc, err := btk.NewService(ctx, wrap(db), nil, btk.Config{Now: clk.Now, KeyGate: st, Throttle: st.Throttle()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +189,97 @@ func TestAccessAcrossInstances(t *testing.T) {
 		t.Error("the sweep revoked the key in use")
 	}
 	_ = http.StatusOK
+}
+
+// keyReadCounter counts the key lookups a service makes in its store.
+type keyReadCounter struct {
+	btk.Store
+	reads atomic.Int64
+}
+
+func (s *keyReadCounter) Read(ctx context.Context, fn func(btk.Tx) error) error {
+	return s.Store.Read(ctx, func(tx btk.Tx) error { return fn(keyReadCountingTx{tx, s}) })
+}
+
+type keyReadCountingTx struct {
+	btk.Tx
+	s *keyReadCounter
+}
+
+func (tx keyReadCountingTx) APIKeyByHash(ctx context.Context, hash []byte) (*btk.APIKey, error) {
+	tx.s.reads.Add(1)
+	return tx.Tx.APIKeyByHash(ctx, hash)
+}
+
+// TestRefusalsReadNoDatabase: on a cluster, requests refused by a key's
+// networks or scopes cost no database read once the key is cached — a
+// refusal counts nothing against the limits, so they were one PostgreSQL
+// read each, unthrottled — and a widening updateApiKey on A still applies
+// at B's next request (one read), with none of the key's limit spent by
+// the refusals.
+func TestRefusalsReadNoDatabase(t *testing.T) {
+	if os.Getenv(pgtest.Env) == "" || os.Getenv("BTK_TEST_REDIS") == "" {
+		t.Skip(pgtest.Env + " or BTK_TEST_REDIS is not set: skipping the two-instance test on PostgreSQL + Redis")
+	}
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	prefix := redistest.Prefix()
+	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
+	a := startInstance(t, dbURL, prefix, clk)
+	counter := &keyReadCounter{}
+	bi := startInstanceWith(t, dbURL, prefix, clk, func(db btk.Store) btk.Store { counter.Store = db; return counter })
+	bi.svc.SetAccessRules(mustRules(t, accessRules))
+	ea := &env{t: t, svc: a.svc, srv: a.srv, clock: clk}
+	pb := &entryPoints{e: &env{t: t, svc: bi.svc, srv: bi.srv, clock: clk}}
+	owner := ea.admin()
+	k := ea.createKeyWith(owner, "restricted", `rateLimitPerMinute:2,allowedCidrs:["10.0.0.0/8"]`)
+
+	refuse := func(what string) {
+		t.Helper()
+		if got := [2]int{pb.graphql(k.Plaintext).Status, pb.authorize(k.Plaintext, "GET", "/orders/1").Status}; got != [2]int{403, 403} {
+			t.Fatalf("B, %s from another network: %v, want 403s", what, got)
+		}
+	}
+	// The first requests read: the cold miss, and again once B learns the
+	// workspace's revision and meets the Redis server (a new epoch).
+	for range 3 {
+		refuse("a first request")
+	}
+	if n := counter.reads.Load(); n > 3 {
+		t.Fatalf("B's first 6 requests read the key %d times, want at most 3", n)
+	}
+	const refused = 200
+	before := counter.reads.Load()
+	for range refused {
+		refuse("a request")
+	}
+	if n := counter.reads.Load() - before; n != 0 {
+		t.Fatalf("%d refused requests on B read the key %d times, want 0", 2*refused, n)
+	}
+	before = counter.reads.Load()
+	updateKey(t, ea, owner, k.ID, `allowedCidrs:null`).decode(t, &struct{}{})
+	if got := [2]int{pb.graphql(k.Plaintext).Status, pb.authorize(k.Plaintext, "GET", "/orders/1").Status}; got != [2]int{200, 200} {
+		t.Fatalf("B after A cleared the networks: %v, want 200s (the refusals spent none of the 2 a minute)", got)
+	}
+	if n := counter.reads.Load() - before; n != 1 {
+		t.Errorf("the widening cost B %d key reads, want 1", n)
+	}
+	if r := pb.graphql(k.Plaintext); r.Status != 429 {
+		t.Errorf("B, third request within the minute: %d, want 429", r.Status)
+	}
+
+	// Narrowed by scope on A: B refuses at its next request, and again
+	// without reading.
+	updateKey(t, ea, owner, k.ID, `scopes:["invoices:read"]`).decode(t, &struct{}{})
+	before = counter.reads.Load()
+	for range refused {
+		if r := pb.authorize(k.Plaintext, "GET", "/orders/1"); r.Status != 403 {
+			t.Fatalf("B after A gave the key a scope the rules do not open: %d, want 403", r.Status)
+		}
+	}
+	if n := counter.reads.Load() - before; n != 1 {
+		t.Errorf("%d requests refused by scope after the change read the key %d times, want 1", refused, n)
+	}
 }
 
 func mustURL(t *testing.T, raw string) *url.URL {
