@@ -43,13 +43,18 @@ func usageErrorf(format string, args ...any) error {
 	return &usageError{fmt.Sprintf(format, args...)}
 }
 
+// isUsage reports whether err is, or wraps, a usage error.
+func isUsage(err error) bool {
+	var ue *usageError
+	return errors.As(err, &ue)
+}
+
 // exitCode maps an error to the process exit code.
 func exitCode(err error) int {
 	if err == nil {
 		return exitOK
 	}
-	var ue *usageError
-	if errors.As(err, &ue) {
+	if isUsage(err) {
 		return exitUsage
 	}
 	var fe *keysFoundError
@@ -107,11 +112,7 @@ func printError(w io.Writer, cmd *cobra.Command, err error) {
 
 // asUsage marks cobra's own argument errors as usage errors.
 func asUsage(err error) error {
-	if err == nil {
-		return nil
-	}
-	var ue *usageError
-	if errors.As(err, &ue) {
+	if err == nil || isUsage(err) {
 		return err
 	}
 	// Flag errors come through the root's FlagErrorFunc; these are the
