@@ -131,19 +131,10 @@ func runAudit(cmd *cobra.Command, opts *auditOptions) error {
 	return printLog(f, p, entries, more, opts.limit, "No audit entries match", "entries", p.auditTable)
 }
 
-// printLog prints one page of a log (audit, events): JSON, the notice none
-// when nothing matched, else table; and, when the server had more than
-// limit, limitNote.
+// printLog prints one page of a log (audit, events, deliveries) with
+// printList and, when the server had more than limit, limitNote.
 func printLog[T any](f *factory, p *printer, items []T, more bool, limit int, none, what string, table func([]T)) error {
-	var err error
-	switch {
-	case p.format == formatJSON:
-		err = p.JSON(items)
-	case len(items) == 0:
-		p.Notice("%s", none)
-	default:
-		table(items)
-	}
+	err := printList(p, items, none, table)
 	if more {
 		limitNote(f, limit, what)
 	}

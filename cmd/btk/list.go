@@ -1,18 +1,15 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
 )
 
-type listOptions struct {
-	f   *factory
-	all bool
-}
-
 func newListCmd(f *factory) *cobra.Command {
-	opts := &listOptions{f: f}
+	var all bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the workspace's API keys",
@@ -24,34 +21,10 @@ never shown again; KEY is its display prefix and the last 4 characters.`,
   btk list -o plain | cut -f1`,
 		Aliases: []string{"ls"},
 		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runList(cmd, opts)
-		},
+		RunE: listRunE(f, func(ctx context.Context, c *client.Client) ([]client.ApiKey, error) {
+			return client.AllApiKeys(ctx, c, all)
+		}, "No API keys; create one with 'btk create NAME'", (*printer).apiKeyTable),
 	}
-	cmd.Flags().BoolVar(&opts.all, "all", false, "include revoked keys")
+	cmd.Flags().BoolVar(&all, "all", false, "include revoked keys")
 	return cmd
-}
-
-func runList(cmd *cobra.Command, opts *listOptions) error {
-	p, err := opts.f.printer(cmd)
-	if err != nil {
-		return err
-	}
-	c, err := opts.f.client(cmd)
-	if err != nil {
-		return err
-	}
-	keys, err := client.AllApiKeys(cmd.Context(), c, opts.all)
-	if err != nil {
-		return err
-	}
-	switch {
-	case p.format == formatJSON:
-		return p.JSON(keys)
-	case len(keys) == 0:
-		p.Notice("No API keys; create one with 'btk create NAME'")
-	default:
-		p.apiKeyTable(keys)
-	}
-	return nil
 }

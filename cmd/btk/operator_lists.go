@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,25 +16,10 @@ func newAccountListCmd(f *factory) *cobra.Command {
 		Short:   "List every account (platform admin)",
 		Aliases: []string{"ls"},
 		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			resp, err := client.Accounts(cmd.Context(), c)
-			if err != nil {
-				return err
-			}
-			if p.format == formatJSON {
-				return p.JSON(resp.Accounts)
-			}
-			rows := make([][]string, len(resp.Accounts))
-			for i, a := range resp.Accounts {
-				rows[i] = []string{a.Email, a.Id, strconv.FormatBool(a.PlatformAdmin)}
-			}
-			p.Table([]string{"EMAIL", "ID", "PLATFORM ADMIN"}, rows)
-			return nil
-		},
+		RunE: listRunE(f, func(ctx context.Context, c *client.Client) ([]client.Account, error) {
+			resp, err := client.Accounts(ctx, c)
+			return resp.Accounts, err
+		}, "No accounts", (*printer).accountTable),
 	}
 }
 
@@ -62,15 +46,7 @@ session's workspace). A platform admin, or an owner or admin of the workspace.`,
 			if err != nil {
 				return err
 			}
-			if p.format == formatJSON {
-				return p.JSON(resp.Members)
-			}
-			rows := make([][]string, len(resp.Members))
-			for i, m := range resp.Members {
-				rows[i] = []string{m.Email, m.AccountId, string(m.Role)}
-			}
-			p.Table([]string{"EMAIL", "ACCOUNT ID", "ROLE"}, rows)
-			return nil
+			return printList(p, resp.Members, "No members; add one with 'btk member set'", p.memberTable)
 		},
 	}
 }

@@ -175,6 +175,22 @@ func (p *printer) accountFields(a client.Account) []field {
 	}
 }
 
+func (p *printer) accountTable(as []client.Account) {
+	rows := make([][]string, len(as))
+	for i, a := range as {
+		rows[i] = []string{a.Email, a.Id, strconv.FormatBool(a.PlatformAdmin)}
+	}
+	p.Table([]string{"EMAIL", "ID", "PLATFORM ADMIN"}, rows)
+}
+
+func (p *printer) memberTable(ms []client.MembersMembersMember) {
+	rows := make([][]string, len(ms))
+	for i, m := range ms {
+		rows[i] = []string{m.Email, m.AccountId, string(m.Role)}
+	}
+	p.Table([]string{"EMAIL", "ACCOUNT ID", "ROLE"}, rows)
+}
+
 // impersonator names the impersonating platform admin by email, else id;
 // when the admin is the actor itself (as it always is today) it says so
 // rather than name the same account twice.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -80,31 +81,19 @@ func newWebhookListCmd(f *factory) *cobra.Command {
 		Use:   "list",
 		Short: "List the workspace's webhooks",
 		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			resp, err := client.Webhooks(cmd.Context(), c)
-			if err != nil {
-				return err
-			}
-			hooks := resp.Webhooks
-			switch {
-			case p.format == formatJSON:
-				return p.JSON(hooks)
-			case len(hooks) == 0:
-				p.Notice("No webhooks; add one with 'btk webhook add URL'")
-				return nil
-			}
-			rows := make([][]string, len(hooks))
-			for i, w := range hooks {
-				rows[i] = []string{w.Id, w.Url, webhookEvents(w), p.Time(&w.CreatedAt, "")}
-			}
-			p.Table([]string{"ID", "URL", "EVENTS", "CREATED"}, rows)
-			return nil
-		},
+		RunE: listRunE(f, func(ctx context.Context, c *client.Client) ([]client.Webhook, error) {
+			resp, err := client.Webhooks(ctx, c)
+			return resp.Webhooks, err
+		}, "No webhooks; add one with 'btk webhook add URL'", (*printer).webhookTable),
 	}
+}
+
+func (p *printer) webhookTable(hooks []client.Webhook) {
+	rows := make([][]string, len(hooks))
+	for i, w := range hooks {
+		rows[i] = []string{w.Id, w.Url, webhookEvents(w), p.Time(&w.CreatedAt, "")}
+	}
+	p.Table([]string{"ID", "URL", "EVENTS", "CREATED"}, rows)
 }
 
 func newWebhookRmCmd(f *factory) *cobra.Command {

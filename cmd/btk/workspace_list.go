@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
@@ -12,20 +14,9 @@ func newWorkspaceListCmd(f *factory) *cobra.Command {
 		Short:   "List every workspace",
 		Aliases: []string{"ls"},
 		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			resp, err := client.Workspaces(cmd.Context(), c)
-			if err != nil {
-				return err
-			}
-			if p.format == formatJSON {
-				return p.JSON(resp.Workspaces)
-			}
-			p.tenantTable(resp.Workspaces)
-			return nil
-		},
+		RunE: listRunE(f, func(ctx context.Context, c *client.Client) ([]client.Tenant, error) {
+			resp, err := client.Workspaces(ctx, c)
+			return resp.Workspaces, err
+		}, "No workspaces; create one with 'btk workspace create NAME'", (*printer).tenantTable),
 	}
 }

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/btk-project/btk/internal/client"
+)
+
+// printList writes a list: items as JSON with -o json; else the notice none
+// (for people) when there are none, or table.
+func printList[T any](p *printer, items []T, none string, table func([]T)) error {
+	switch {
+	case p.format == formatJSON:
+		return p.JSON(items)
+	case len(items) == 0:
+		p.Notice("%s", none)
+	default:
+		table(items)
+	}
+	return nil
+}
+
+// listRunE is the RunE of a list command that takes no argument: it fetches
+// the items and prints them with printList.
+func listRunE[T any](f *factory, fetch func(context.Context, *client.Client) ([]T, error), none string, table func(*printer, []T)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		p, c, err := f.connect(cmd)
+		if err != nil {
+			return err
+		}
+		items, err := fetch(cmd.Context(), c)
+		if err != nil {
+			return err
+		}
+		return printList(p, items, none, func(items []T) { table(p, items) })
+	}
+}
