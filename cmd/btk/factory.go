@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
@@ -116,7 +117,7 @@ func (f *factory) client(cmd *cobra.Command) (*client.Client, error) {
 	return f.newClient(server, token)
 }
 
-var errNotLoggedIn = &client.Error{Code: "UNAUTHENTICATED", Message: "not logged in: run 'btk login' or set BTK_TOKEN"}
+var errNotLoggedIn = &client.Error{Code: btk.CodeUnauthenticated, Message: "not logged in: run 'btk login' or set BTK_TOKEN"}
 
 // anonClient returns a client that sends no credential, for login.
 func (f *factory) anonClient(cmd *cobra.Command) (*client.Client, string, error) {
