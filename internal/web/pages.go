@@ -157,7 +157,7 @@ type keysPage struct {
 	First    bool // on the first page
 	// NewKey is the plaintext of a key just created or rotated: shown in the
 	// answer to that form only.
-	NewKey *newKey
+	NewKey *shownOnce
 	Notice string
 	Form   createForm
 	// The workspace defaults a key without its own limits gets.
@@ -167,10 +167,38 @@ type keysPage struct {
 	Expiry *timeValue
 }
 
-type newKey struct {
-	Name      string
-	Plaintext string
-	Rotated   bool
+// shownOnce is a secret shown in the answer to the form that made it and
+// never again (the shownOnce template of layout.html).
+type shownOnce struct {
+	ID      string // the element id of the secret
+	Title   string
+	Warning string // what happened and what to do now
+	Why     string
+	Note    string // optional
+	Secret  string
+	Done    string // where to go once it is stored
+	// Alert announces the warning and moves the focus to the secret: a new
+	// key is what the page is about.
+	Alert bool
+}
+
+// newKey shows the plaintext of a key just created or rotated.
+func newKey(res *btk.NewKeyResult, rotated bool) *shownOnce {
+	s := &shownOnce{
+		ID:      "new-key",
+		Title:   "Your new key “" + res.Key.Name + "”",
+		Warning: "Key “" + res.Key.Name + "” created. Copy it now.",
+		Why:     "This is the only time it is shown; btk keeps only a hash. If you lose it, rotate the key.",
+		Secret:  res.Plaintext,
+		Done:    "/keys",
+		Alert:   true,
+	}
+	if rotated {
+		s.Title = "Key rotated: here is the new key for “" + res.Key.Name + "”"
+		s.Warning = "Key “" + res.Key.Name + "” rotated. Copy it now."
+		s.Note = "The old key stopped working the moment this one was issued."
+	}
+	return s
 }
 
 type createForm struct {
@@ -277,7 +305,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, a *btk.Actor
 		return
 	}
 	if res != nil {
-		p.NewKey = &newKey{Name: res.Key.Name, Plaintext: res.Plaintext}
+		p.NewKey = newKey(res, false)
 	} else {
 		p.Form = f
 	}
@@ -375,7 +403,7 @@ func (h *Handler) rotateKey(w http.ResponseWriter, r *http.Request, a *btk.Actor
 	if !ok {
 		return
 	}
-	p.NewKey = &newKey{Name: res.Key.Name, Plaintext: res.Plaintext, Rotated: true}
+	p.NewKey = newKey(res, true)
 	h.render(w, r, "keys", http.StatusOK, p)
 }
 

@@ -21,12 +21,22 @@ type webhooksPage struct {
 	Hooks     []webhookRow
 	Form      webhookForm
 	// NewSecret is the signing secret of the webhook just created.
-	NewSecret *newSecret
+	NewSecret *shownOnce
 	Notice    string
 	Max       int
 }
 
-type newSecret struct{ URL, Secret string }
+// newSecret shows the signing secret of a webhook just created.
+func newSecret(res *btk.CreateWebhookResult) *shownOnce {
+	return &shownOnce{
+		ID:      "new-secret",
+		Title:   "Webhook added for " + res.Webhook.URL,
+		Warning: "Copy the signing secret now.",
+		Why:     "This is the only time it is shown. Your receiver verifies every request with it.",
+		Secret:  res.Secret,
+		Done:    "/webhooks",
+	}
+}
 
 type webhookForm struct{ URL, Events, Error string }
 
@@ -120,7 +130,7 @@ func (h *Handler) createWebhook(w http.ResponseWriter, r *http.Request, a *btk.A
 		return
 	}
 	if res != nil {
-		p.NewSecret = &newSecret{URL: res.Webhook.URL, Secret: res.Secret}
+		p.NewSecret = newSecret(res)
 	} else {
 		p.Form = f
 	}
