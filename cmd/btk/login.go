@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
@@ -123,7 +124,7 @@ type choice struct{ id, name, role string }
 
 func workspaceChoices(err error) []choice {
 	var ce *client.Error
-	if !errors.As(err, &ce) || ce.Code != "BAD_USER_INPUT" {
+	if !errors.As(err, &ce) || ce.Code != btk.CodeBadUserInput {
 		return nil
 	}
 	list, _ := ce.Extensions["workspaces"].([]any)
