@@ -88,9 +88,10 @@ func main() {
 		files++
 	}
 	// What a scan skips: a .git directory and binary files, with keys in them.
+	const skipped = "btk_00000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" // btk:allow: made up
 	git := filepath.Join(*dir, ".git", "objects")
 	os.MkdirAll(git, 0o755)
-	os.WriteFile(filepath.Join(git, "pack"), []byte("btk_00000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n"), 0o644)
-	os.WriteFile(filepath.Join(*dir, "image.bin"), append([]byte{0x89, 'P', 'N', 'G', 0}, "btk_00000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"...), 0o644)
+	os.WriteFile(filepath.Join(git, "pack"), []byte(skipped+"\n"), 0o644)
+	os.WriteFile(filepath.Join(*dir, "image.bin"), append([]byte{0x89, 'P', 'N', 'G', 0}, skipped...), 0o644)
 	fmt.Printf("%d files, %d bytes, %d keys planted\n", files, written, planted)
 }

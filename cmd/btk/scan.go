@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path"
 	"strings"
 	"sync"
 
@@ -13,11 +14,12 @@ import (
 )
 
 type scanOptions struct {
-	f      *factory
-	paths  []string
-	check  bool
-	revoke bool
-	yes    bool
+	f       *factory
+	paths   []string
+	exclude []string
+	check   bool
+	revoke  bool
+	yes     bool
 }
 
 // scanFinding is one key found, as -o json shows it: never the key itself.
@@ -53,11 +55,16 @@ sent) and marks it ACTIVE, REVOKED, EXPIRED or UNKNOWN (not a key you can
 see). --revoke also revokes the active ones, after confirmation on a terminal
 or with --yes.
 
+Known fake or revoked keys (test fixtures, examples): mark the line with
+"btk:allow" (in a comment), or skip paths with --exclude. A marked key is not
+reported, unless --check finds it active.
+
 Exit status: 0 when nothing was found (with --check: nothing active), 9
 otherwise; so it fits a pre-commit hook or a CI step (docs/leaks.md).`,
 		Example: `  btk scan                               # the current directory
   btk scan src/ config/prod.env
   git diff --cached --name-only -z | xargs -0 -r btk scan
+  btk scan --exclude testdata --exclude '*.golden'
   kubectl logs deploy/api | btk scan - --check
   btk scan . --check --revoke --yes -o json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -66,6 +73,7 @@ otherwise; so it fits a pre-commit hook or a CI step (docs/leaks.md).`,
 		},
 	}
 	fl := cmd.Flags()
+	fl.StringArrayVar(&opts.exclude, "exclude", nil, "skip files and directories whose name (or path, for a `GLOB` with a /) matches (repeatable)")
 	fl.BoolVar(&opts.check, "check", false, "ask the server whether each key is active (by hash)")
 	fl.BoolVar(&opts.revoke, "revoke", false, "revoke the active keys found (implies --check)")
 	fl.BoolVarP(&opts.yes, "yes", "y", false, "revoke without asking for confirmation")
@@ -96,7 +104,12 @@ func runScan(cmd *cobra.Command, opts *scanOptions) error {
 	if opts.revoke && !opts.yes && (stdin || !f.io.canPrompt()) {
 		return usageErrorf("refusing to revoke without confirmation: pass --yes (there is no terminal to ask)")
 	}
-	res := keyscan.Paths(files, 0)
+	for _, pat := range opts.exclude {
+		if _, err := path.Match(pat, ""); err != nil {
+			return usageErrorf("--exclude %q: not a valid glob", pat)
+		}
+	}
+	res := keyscan.Paths(files, opts.exclude, 0)
 	if stdin {
 		err := keyscan.Reader(f.io.In, "-", nil, false, func(m keyscan.Match) { res.Matches = append(res.Matches, m) })
 		if err != nil {
@@ -111,9 +124,9 @@ func runScan(cmd *cobra.Command, opts *scanOptions) error {
 		findings[i] = scanFinding{Path: m.Path, Line: m.Line, Column: m.Column, DisplayPrefix: m.DisplayPrefix(), Hint: m.Hint()}
 	}
 	var p *printer
+	var c *client.Client
 	keys := map[string]*client.ApiKeyByHashApiKeyByHashApiKey{}
 	if opts.check && len(res.Matches) > 0 {
-		var c *client.Client
 		var err error
 		if p, c, err = f.connect(cmd); err != nil {
 			return err
@@ -127,10 +140,11 @@ func runScan(cmd *cobra.Command, opts *scanOptions) error {
 				findings[i].Status = string(k.Status)
 			}
 		}
-		if opts.revoke {
-			if err := revokeFound(cmd, opts, c, res.Matches, keys, findings); err != nil {
-				return err
-			}
+	}
+	res.Matches, findings = dropAllowed(res.Matches, findings)
+	if opts.revoke && len(res.Matches) > 0 {
+		if err := revokeFound(cmd, opts, c, res.Matches, keys, findings); err != nil {
+			return err
 		}
 	}
 	if p == nil {
@@ -159,6 +173,20 @@ func runScan(cmd *cobra.Command, opts *scanOptions) error {
 		}
 	}
 	return scanOutcome(findings, opts.check)
+}
+
+// dropAllowed leaves out the keys marked keyscan.AllowMarker, known to be
+// fake or revoked, unless --check found them active: a marker never hides a
+// live key.
+func dropAllowed(matches []keyscan.Match, findings []scanFinding) ([]keyscan.Match, []scanFinding) {
+	n := 0
+	for i, m := range matches {
+		if !m.Allowed || findings[i].Status == scanActive {
+			matches[n], findings[n] = m, findings[i]
+			n++
+		}
+	}
+	return matches[:n], findings[:n]
 }
 
 // scanOutcome is nil (exit 0) when nothing was found, or with check nothing

@@ -11,9 +11,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	pathpkg "path"
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/btk-project/btk/internal/btk"
@@ -26,7 +28,17 @@ type Match struct {
 	Line   int
 	Column int
 	Key    string
+	// Allowed reports AllowMarker on the key's line.
+	Allowed bool
 }
+
+// AllowMarker on a key's line marks the key as known to be fake or revoked
+// (docs/leaks.md#known-keys-btkallow-and---exclude). A line longer than a
+// chunk is looked at only as far as the chunk read holds it: a marker
+// further away is missed and the key reported, never the other way.
+const AllowMarker = "btk:allow"
+
+var allowMarker = []byte(AllowMarker)
 
 // DisplayPrefix is "btk_" and the workspace prefix of the key.
 func (m Match) DisplayPrefix() string { return m.Key[:btk.DisplayPrefixLen] }
@@ -70,6 +82,11 @@ func Reader(r io.Reader, path string, buf []byte, skipBinary bool, fn func(Match
 		lineStart int64 // absolute offset of the current line's start
 		counted   int   // newlines are counted up to here in this chunk
 		first     = true
+		// Whether the line at markLine (an absolute offset), as far as
+		// the chunk at markStart holds it, carries AllowMarker: looked at
+		// once per line and chunk, however many keys the line holds.
+		markLine, markStart = int64(-1), int64(-1)
+		marked              bool
 	)
 	for {
 		n, err := io.ReadFull(r, buf[keep:])
@@ -108,7 +125,16 @@ func Reader(r io.Reader, path string, buf []byte, skipBinary bool, fn func(Match
 					lineStart = start + int64(counted+bytes.LastIndexByte(seg, '\n')+1)
 				}
 				counted = p
-				fn(Match{Path: path, Line: line, Column: int(start+int64(p)-lineStart) + 1, Key: string(data[p:end])})
+				if markLine != lineStart || markStart != start {
+					ls := max(lineStart-start, 0)
+					le := bytes.IndexByte(data[end:], '\n')
+					if le < 0 {
+						le = len(data) - end
+					}
+					markLine, markStart = lineStart, start
+					marked = bytes.Contains(data[ls:end+le], allowMarker)
+				}
+				fn(Match{Path: path, Line: line, Column: int(start+int64(p)-lineStart) + 1, Key: string(data[p:end]), Allowed: marked})
 				i = end
 				continue
 			}
@@ -144,10 +170,10 @@ type Result struct {
 }
 
 // Paths scans files and directories (recursively, skipping .git directories,
-// binary files and anything that is not a regular file) with workers
-// readers at once (0: twice the CPUs). Matches come sorted by path, line
-// and column.
-func Paths(paths []string, workers int) Result {
+// binary files, anything that is not a regular file, and the paths that
+// exclude names: see Excluded) with workers readers at once (0: twice the
+// CPUs). Matches come sorted by path, line and column.
+func Paths(paths, exclude []string, workers int) Result {
 	if workers <= 0 {
 		workers = 2 * runtime.GOMAXPROCS(0)
 	}
@@ -200,6 +226,12 @@ func Paths(paths []string, workers int) Result {
 				}
 				return nil
 			}
+			if Excluded(path, exclude) {
+				if d.IsDir() {
+					return fs.SkipDir
+				}
+				return nil
+			}
 			if d.IsDir() {
 				if d.Name() == ".git" && path != root {
 					return fs.SkipDir
@@ -229,6 +261,38 @@ func Paths(paths []string, workers int) Result {
 		return a.Column < b.Column
 	})
 	return res
+}
+
+// Excluded reports whether one of the glob patterns (path.Match) names
+// path: a pattern without a slash matches any one element of the path (a
+// file or directory name: "testdata", "*.txtar"), one with a slash the
+// path or one of its leading directories ("cmd/btk/testdata"), so that a
+// file named on the command line is excluded as it would be in a walk of
+// its tree. Patterns must be valid (see path.Match).
+func Excluded(name string, patterns []string) bool {
+	if len(patterns) == 0 {
+		return false
+	}
+	p := filepath.ToSlash(filepath.Clean(name))
+	for _, pat := range patterns {
+		pat = strings.TrimSuffix(filepath.ToSlash(pat), "/")
+		if !strings.Contains(pat, "/") {
+			for _, elem := range strings.Split(p, "/") {
+				if ok, _ := pathpkg.Match(pat, elem); ok {
+					return true
+				}
+			}
+			continue
+		}
+		for i := range len(p) + 1 {
+			if i == len(p) || p[i] == '/' {
+				if ok, _ := pathpkg.Match(pat, p[:i]); ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 type countingReader struct {

@@ -30,7 +30,7 @@ func TestReaderFindsKeysWithPositions(t *testing.T) {
 	k1, k2 := newKey(t), newKey(t)
 	text := "first line\nAPI_KEY=" + k1 + "\n\n  \"" + k2 + "\" and " + k1 + "\n"
 	got := scanString(t, text, nil)
-	want := []Match{{"x", 2, 9, k1}, {"x", 4, 4, k2}, {"x", 4, 4 + 56 + 6, k1}}
+	want := []Match{{"x", 2, 9, k1, false}, {"x", 4, 4, k2, false}, {"x", 4, 4 + 56 + 6, k1, false}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}
@@ -74,7 +74,7 @@ func TestReaderChunkBoundaries(t *testing.T) {
 	for i := range 300 {
 		pad := strings.Repeat("y", i%97)
 		b.WriteString(pad + " " + k + "\n")
-		want = append(want, Match{"x", line, len(pad) + 2, k})
+		want = append(want, Match{"x", line, len(pad) + 2, k, false})
 		line++
 		if i%7 == 0 {
 			b.WriteString("\n")
@@ -99,6 +99,58 @@ func TestReaderChunkBoundaries(t *testing.T) {
 	}
 }
 
+// AllowMarker marks the keys of its own line only; a line longer than the
+// chunk is looked at as far as the chunk holds it, so a marker further away
+// leaves the key reported (the safe way).
+func TestReaderAllowMarker(t *testing.T) {
+	k, k2 := newKey(t), newKey(t)
+	for _, c := range []struct {
+		text string
+		buf  []byte
+		want []bool
+	}{
+		{"KEY=" + k + " # btk:allow: a made-up key\n", nil, []bool{true}},
+		{"// btk:allow\t" + k + " and " + k2, nil, []bool{true, true}},
+		{"# btk:allow\nKEY=" + k + "\n", nil, []bool{false}},
+		{"KEY=" + k + "\n# btk:allow\n" + k2 + "\n", nil, []bool{false, false}},
+		{"KEY=" + k + " # btk:allo\n", nil, []bool{false}},
+		{"btk:allow " + k + "\n" + k2 + " btk:allow", nil, []bool{true, true}},
+		{"btk:allow" + strings.Repeat(" ", 1000) + k + "\n", make([]byte, 4*btk.KeyLen), []bool{false}},
+	} {
+		got := scanString(t, c.text, c.buf)
+		if len(got) != len(c.want) {
+			t.Fatalf("%q: %+v", c.text, got)
+		}
+		for i, m := range got {
+			if m.Allowed != c.want[i] {
+				t.Errorf("%q, key %d: allowed %v, want %v", c.text, i, m.Allowed, c.want[i])
+			}
+		}
+	}
+}
+
+func TestExcluded(t *testing.T) {
+	for _, c := range []struct {
+		path     string
+		patterns []string
+		want     bool
+	}{
+		{"cmd/btk/testdata/script/errors.txtar", []string{"testdata"}, true},
+		{"cmd/btk/testdata/script/errors.txtar", []string{"*.txtar"}, true},
+		{"cmd/btk/testdata/script/errors.txtar", []string{"cmd/btk/testdata"}, true},
+		{"./cmd/btk/testdata/", []string{"cmd/*/testdata/"}, true},
+		{"cmd/btk/testdata/script/errors.txtar", []string{"cmd/btk/testdata/script/errors.txtar"}, true},
+		{"cmd/btk/testdata/script/errors.txtar", []string{"btk/testdata"}, false}, // a path pattern starts at the root
+		{"cmd/btk/scan.go", []string{"testdata", "*.txtar"}, false},
+		{"cmd/btk/scan.go", nil, false},
+		{"testdatax/a", []string{"testdata"}, false},
+	} {
+		if got := Excluded(c.path, c.patterns); got != c.want {
+			t.Errorf("Excluded(%q, %q) = %v, want %v", c.path, c.patterns, got, c.want)
+		}
+	}
+}
+
 func TestPathsSkipsGitAndBinaries(t *testing.T) {
 	dir := t.TempDir()
 	k := newKey(t)
@@ -114,7 +166,7 @@ func TestPathsSkipsGitAndBinaries(t *testing.T) {
 	write("img.bin", append([]byte{0, 1, 2}, k...))
 	write("b/deep/notes.md", []byte("nothing here btk_ but a prefix\n"))
 	os.Symlink(filepath.Join(dir, "a", "config.env"), filepath.Join(dir, "link.env"))
-	res := Paths([]string{dir}, 3)
+	res := Paths([]string{dir}, nil, 3)
 	if len(res.Errors) != 0 {
 		t.Fatal(res.Errors)
 	}
@@ -123,6 +175,11 @@ func TestPathsSkipsGitAndBinaries(t *testing.T) {
 	}
 	if res.Files != 3 || res.Skipped != 1 {
 		t.Errorf("files %d, skipped %d; want 3 read, 1 binary", res.Files, res.Skipped)
+	}
+	// An excluded directory is not read at all.
+	write("a/testdata/fixture.txt", []byte(k))
+	if res := Paths([]string{dir}, []string{"testdata"}, 3); len(res.Matches) != 1 || res.Files != 3 {
+		t.Errorf("with testdata excluded: %d files read, matches %+v", res.Files, res.Matches)
 	}
 }
 
