@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
@@ -96,9 +97,9 @@ func workspaceArg(ctx context.Context, c *client.Client, args []string) (client.
 	resp, err := client.Workspaces(ctx, c)
 	if err != nil {
 		var ce *client.Error
-		if asClientError(err, &ce) && ce.Code == "FORBIDDEN" {
+		if asClientError(err, &ce) && ce.Code == btk.CodeForbidden {
 			// Not a platform admin: only the session's workspace can be read.
-			return client.Tenant{}, &client.Error{Code: "FORBIDDEN", Message: fmt.Sprintf(
+			return client.Tenant{}, &client.Error{Code: btk.CodeForbidden, Message: fmt.Sprintf(
 				"only your session's workspace can be shown: log in to %s with 'btk login --workspace %s'", args[0], args[0])}
 		}
 		return client.Tenant{}, err
@@ -108,7 +109,7 @@ func workspaceArg(ctx context.Context, c *client.Client, args []string) (client.
 			return w, nil
 		}
 	}
-	return client.Tenant{}, &client.Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no workspace %q", args[0])}
+	return client.Tenant{}, &client.Error{Code: btk.CodeNotFound, Message: fmt.Sprintf("no workspace %q", args[0])}
 }
 
 // resolveAccount takes an account id, or an email looked up with the
@@ -124,7 +125,7 @@ func resolveAccount(ctx context.Context, c *client.Client, ref, workspaceID stri
 	resp, err := client.Accounts(ctx, c)
 	if err != nil {
 		var ce *client.Error
-		if !asClientError(err, &ce) || ce.Code != "FORBIDDEN" {
+		if !asClientError(err, &ce) || ce.Code != btk.CodeForbidden {
 			return "", err
 		}
 		members, merr := client.Members(ctx, c, workspaceID)
@@ -142,5 +143,5 @@ func resolveAccount(ctx context.Context, c *client.Client, ref, workspaceID stri
 			return a.Id, nil
 		}
 	}
-	return "", &client.Error{Code: "NOT_FOUND", Message: fmt.Sprintf("no account with email %q", ref)}
+	return "", &client.Error{Code: btk.CodeNotFound, Message: fmt.Sprintf("no account with email %q", ref)}
 }
