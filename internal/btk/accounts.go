@@ -29,11 +29,7 @@ func (s *Service) ChangePassword(ctx context.Context, a *Actor, current, newPass
 	if err := checkPassword(newPassword); err != nil {
 		return err
 	}
-	var acct *Account
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		acct, err = tx.Account(ctx, a.AccountID)
-		return err
-	})
+	acct, err := read(ctx, s.store, func(tx Tx) (*Account, error) { return tx.Account(ctx, a.AccountID) })
 	if err != nil {
 		return err
 	}

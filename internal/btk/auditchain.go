@@ -229,12 +229,7 @@ func (s *Service) AuditHead(ctx context.Context, a *Actor, workspaceID string, s
 	if err != nil {
 		return AuditHead{}, err
 	}
-	var head AuditHead
-	err = s.store.Read(ctx, func(tx Tx) (err error) {
-		head, err = tx.AuditChainHead(ctx, chain)
-		return err
-	})
-	return head, err
+	return read(ctx, s.store, func(tx Tx) (AuditHead, error) { return tx.AuditChainHead(ctx, chain) })
 }
 
 // chainFor decides who may read which chain.

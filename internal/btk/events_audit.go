@@ -94,12 +94,9 @@ func (s *Service) Memberships(ctx context.Context, a *Actor) ([]MembershipInfo, 
 	if err := authorize(a, permUser, ""); err != nil {
 		return nil, err
 	}
-	var out []MembershipInfo
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		out, err = memberships(ctx, tx, a.AccountID)
-		return err
+	return read(ctx, s.store, func(tx Tx) ([]MembershipInfo, error) {
+		return memberships(ctx, tx, a.AccountID)
 	})
-	return out, err
 }
 
 // WorkspaceChoiceError is the login failure of an account that belongs to
@@ -201,12 +198,7 @@ func (s *Service) Accounts(ctx context.Context, a *Actor) ([]*Account, error) {
 	if err := authorize(a, permOperate, ""); err != nil {
 		return nil, err
 	}
-	var out []*Account
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		out, err = tx.Accounts(ctx)
-		return err
-	})
-	return out, err
+	return read(ctx, s.store, func(tx Tx) ([]*Account, error) { return tx.Accounts(ctx) })
 }
 
 // keyChain returns the ids of every key in id's rotation chain, both ways

@@ -27,6 +27,19 @@ type Change[T any] struct {
 	Value *T
 }
 
+// checkedList is the checked new value of a list change (null clears the
+// list); nil when the list does not change.
+func checkedList(c Change[[]string], check func([]string) ([]string, error)) ([]string, error) {
+	if !c.Set {
+		return nil, nil
+	}
+	var list []string
+	if c.Value != nil {
+		list = *c.Value
+	}
+	return check(list)
+}
+
 // UpdateKeyInput is what updateApiKey accepts.
 type UpdateKeyInput struct {
 	Name               Change[string]
@@ -54,30 +67,17 @@ func (s *Service) UpdateKey(ctx context.Context, a *Actor, id string, in UpdateK
 			return nil, err
 		}
 	}
-	var scopes, cidrs []string
-	if in.Scopes.Set {
-		var list []string
-		if in.Scopes.Value != nil {
-			list = *in.Scopes.Value
-		}
-		var err error
-		if scopes, err = checkScopes(list); err != nil {
-			return nil, err
-		}
+	scopes, err := checkedList(in.Scopes, checkScopes)
+	if err != nil {
+		return nil, err
 	}
-	if in.AllowedCIDRs.Set {
-		var list []string
-		if in.AllowedCIDRs.Value != nil {
-			list = *in.AllowedCIDRs.Value
-		}
-		var err error
-		if cidrs, err = checkCIDRs(list); err != nil {
-			return nil, err
-		}
+	cidrs, err := checkedList(in.AllowedCIDRs, checkCIDRs)
+	if err != nil {
+		return nil, err
 	}
 	var k *APIKey
 	var changed bool
-	err := s.store.Write(ctx, func(tx Tx) error {
+	err = s.store.Write(ctx, func(tx Tx) error {
 		old, err := ownKey(ctx, tx, a, id)
 		if err != nil {
 			return err
@@ -215,11 +215,7 @@ const sweepBatch = 500
 // unused in the same UPDATE, so each key is revoked, and audited, once.
 // It returns how many keys it revoked.
 func (s *Service) SweepUnusedKeys(ctx context.Context) (int, error) {
-	var ws []*Workspace
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		ws, err = tx.Workspaces(ctx)
-		return err
-	})
+	ws, err := read(ctx, s.store, func(tx Tx) ([]*Workspace, error) { return tx.Workspaces(ctx) })
 	if err != nil {
 		return 0, err
 	}

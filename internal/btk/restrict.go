@@ -206,20 +206,16 @@ func checkCIDRs(cidrs []string) ([]string, error) {
 		return nil, badInput("at most %d networks (allowedCidrs)", MaxCIDRs)
 	}
 	out := make([]string, 0, len(cidrs))
-	seen := make(map[string]bool, len(cidrs))
 	for _, c := range cidrs {
 		p, err := parseCIDR(strings.TrimSpace(c))
 		if err != nil {
 			return nil, badInput("network %q must be an IPv4 or IPv6 address or CIDR range such as 192.0.2.0/24", c)
 		}
-		s := p.String()
 		if p.IsSingleIP() {
-			s = p.Addr().String()
-		}
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
+			out = append(out, p.Addr().String())
+		} else {
+			out = append(out, p.String())
 		}
 	}
-	return out, nil
+	return withoutDuplicates(out), nil
 }

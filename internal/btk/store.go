@@ -34,6 +34,16 @@ type Store interface {
 	Close() error
 }
 
+// read runs fn in a read transaction of st and returns what it read.
+func read[T any](ctx context.Context, st Store, fn func(Tx) (T, error)) (T, error) {
+	var v T
+	err := st.Read(ctx, func(tx Tx) (err error) {
+		v, err = fn(tx)
+		return err
+	})
+	return v, err
+}
+
 // Tx is the data access of one transaction. Lookups return ErrNotFound when
 // there is no such row. Writes made through a Tx opened by Read fail.
 type Tx interface {

@@ -154,10 +154,8 @@ func (s *Service) WorkspaceUsage(ctx context.Context, a *Actor, r UsageRange) (*
 	if err != nil {
 		return nil, err
 	}
-	var rows []UsageCount
-	err = s.store.Read(ctx, func(tx Tx) (err error) {
-		rows, err = tx.UsageSeries(ctx, UsageFilter{WorkspaceID: a.WorkspaceID, Since: since, Until: until})
-		return err
+	rows, err := read(ctx, s.store, func(tx Tx) ([]UsageCount, error) {
+		return tx.UsageSeries(ctx, UsageFilter{WorkspaceID: a.WorkspaceID, Since: since, Until: until})
 	})
 	if err != nil {
 		return nil, err

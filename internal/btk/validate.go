@@ -115,18 +115,26 @@ func checkScopes(scopes []string) ([]string, error) {
 	if len(scopes) > MaxScopes {
 		return nil, badInput("at most %d scopes", MaxScopes)
 	}
-	out := make([]string, 0, len(scopes))
-	seen := make(map[string]bool, len(scopes))
 	for _, s := range scopes {
 		if !access.ValidScope(s) {
 			return nil, badInput("scope %q must match [a-z0-9:._-]{1,%d}", s, MaxScopeLen)
 		}
+	}
+	return withoutDuplicates(scopes), nil
+}
+
+// withoutDuplicates is a new list of the items of list, each once, in the
+// order they first appear.
+func withoutDuplicates(list []string) []string {
+	out := make([]string, 0, len(list))
+	seen := make(map[string]bool, len(list))
+	for _, s := range list {
 		if !seen[s] {
 			seen[s] = true
 			out = append(out, s)
 		}
 	}
-	return out, nil
+	return out
 }
 
 func cleanEmail(email string) (string, error) {

@@ -356,12 +356,7 @@ func (s *Service) Webhooks(ctx context.Context, a *Actor) ([]*Webhook, error) {
 	if err := authorize(a, permManageKeys, ""); err != nil {
 		return nil, err
 	}
-	var out []*Webhook
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		out, err = tx.Webhooks(ctx, a.WorkspaceID)
-		return err
-	})
-	return out, err
+	return read(ctx, s.store, func(tx Tx) ([]*Webhook, error) { return tx.Webhooks(ctx, a.WorkspaceID) })
 }
 
 // webhookOf reads a webhook of the actor's workspace (another workspace's
@@ -569,12 +564,7 @@ func (s *Service) FinishDelivery(ctx context.Context, d *WebhookDelivery, status
 
 // OutboxStats reads the outbox figures.
 func (s *Service) OutboxStats(ctx context.Context) (OutboxStats, error) {
-	var st OutboxStats
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		st, err = tx.OutboxStats(ctx, s.now())
-		return err
-	})
-	return st, err
+	return read(ctx, s.store, func(tx Tx) (OutboxStats, error) { return tx.OutboxStats(ctx, s.now()) })
 }
 
 // expiryNoticeBatch bounds the keys one sweep transaction notices.

@@ -38,21 +38,14 @@ func (s *Service) Me(ctx context.Context, a *Actor) (*Account, error) {
 	if err := authorize(a, permUser, ""); err != nil {
 		return nil, err
 	}
-	var acct *Account
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		acct, err = tx.Account(ctx, a.AccountID)
-		return err
-	})
-	return acct, err
+	return read(ctx, s.store, func(tx Tx) (*Account, error) { return tx.Account(ctx, a.AccountID) })
 }
 
 // WorkspaceBranding returns the workspace of a public client key, or nil.
 // Public: a bpk_ key identifies a workspace and grants nothing else.
 func (s *Service) WorkspaceBranding(ctx context.Context, publicKey string) (*Workspace, error) {
-	var w *Workspace
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		w, err = tx.WorkspaceByPublicKey(ctx, publicKey)
-		return err
+	w, err := read(ctx, s.store, func(tx Tx) (*Workspace, error) {
+		return tx.WorkspaceByPublicKey(ctx, publicKey)
 	})
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
@@ -65,12 +58,7 @@ func (s *Service) Workspaces(ctx context.Context, a *Actor) ([]*Workspace, error
 	if err := authorize(a, permOperate, ""); err != nil {
 		return nil, err
 	}
-	var ws []*Workspace
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
-		ws, err = tx.Workspaces(ctx)
-		return err
-	})
-	return ws, err
+	return read(ctx, s.store, func(tx Tx) ([]*Workspace, error) { return tx.Workspaces(ctx) })
 }
 
 // CreateWorkspace provisions a workspace; platform admin.
