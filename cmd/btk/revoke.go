@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
@@ -82,7 +83,7 @@ func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
 	}
 	resp, err := client.RevokeApiKey(ctx, c, k.Id)
 	if err != nil {
-		if ce := (*client.Error)(nil); workspace != nil && errors.As(err, &ce) && ce.Code == "NOT_FOUND" {
+		if ce := (*client.Error)(nil); workspace != nil && errors.As(err, &ce) && ce.Code == btk.CodeNotFound {
 			// A platform admin found another workspace's key by its hash.
 			return fmt.Errorf("key %q belongs to workspace %q (%s): revoke it there ('btk impersonate %s', then 'btk revoke %s'): %w",
 				k.Name, workspace.Name, workspace.Id, workspace.Id, k.Id, err)
