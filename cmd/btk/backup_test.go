@@ -63,7 +63,7 @@ func TestBackupUnderWriteLoad(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, p, "some keys to be created", func() bool {
+	p.WaitFor(t, "some keys to be created", procWait, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(answered) >= 30
@@ -77,7 +77,7 @@ func TestBackupUnderWriteLoad(t *testing.T) {
 	mu.Lock()
 	n := len(answered)
 	mu.Unlock()
-	waitFor(t, p, "more keys after the backup", func() bool {
+	p.WaitFor(t, "more keys after the backup", procWait, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(answered) >= n+5

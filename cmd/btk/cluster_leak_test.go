@@ -2,15 +2,8 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"io"
 	"net/http"
 	"os"
@@ -19,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/btk-project/btk/internal/leaktest"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
@@ -33,13 +27,9 @@ func TestClusterLeakReport(t *testing.T) {
 	redisFlags := sharedRedis(t)
 	db := pgtest.URL(t)
 
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, _ := x509.MarshalPKIXPublicKey(&priv.PublicKey)
+	signer := leaktest.NewSigner(t)
 	keysFile := filepath.Join(t.TempDir(), "leak-keys.pem")
-	pemText := "# id: test-github-key\n" + string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	pemText := "# id: test-github-key\n" + string(signer.PEM)
 	if err := os.WriteFile(keysFile, []byte(pemText), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +47,7 @@ func TestClusterLeakReport(t *testing.T) {
 		{"token": k.Plaintext, "type": "btk_api_key", "url": "https://github.com/o/r/blob/1/.env", "source": "content"},
 		{"token": "btk_not_ours", "type": "btk_api_key", "url": "https://example.com/x", "source": "gist"},
 	})
-	sum := sha256.Sum256(body)
-	sig, _ := ecdsa.SignASN1(rand.Reader, priv, sum[:])
+	sig := signer.Sign(body)
 	report := func(base string, signature string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, base+"/v1/leaks", bytes.NewReader(body))
@@ -76,9 +65,8 @@ func TestClusterLeakReport(t *testing.T) {
 	if s, out := report(a.url, base64.StdEncoding.EncodeToString([]byte("forged"))); s != http.StatusUnauthorized {
 		t.Fatalf("a forged signature: HTTP %d %s", s, out)
 	}
-	s, first := report(a.url, base64.StdEncoding.EncodeToString(sig))
-	h := sha256.Sum256([]byte(k.Plaintext))
-	if s != http.StatusOK || !strings.Contains(first, `{"token_hash":"`+hex.EncodeToString(h[:])+`","token_type":"btk_api_key","label":"true_positive"}`) ||
+	s, first := report(a.url, sig)
+	if s != http.StatusOK || !strings.Contains(first, `{"token_hash":"`+leaktest.Hash(k.Plaintext)+`","token_type":"btk_api_key","label":"true_positive"}`) ||
 		!strings.Contains(first, `"false_positive"`) {
 		t.Fatalf("signed report: HTTP %d %s", s, first)
 	}
@@ -89,7 +77,7 @@ func TestClusterLeakReport(t *testing.T) {
 		}
 	}
 	// A replay, to the other instance: the same answer, nothing more audited.
-	if s, again := report(b.url, base64.StdEncoding.EncodeToString(sig)); s != http.StatusOK || again != first {
+	if s, again := report(b.url, sig); s != http.StatusOK || again != first {
 		t.Errorf("replay: HTTP %d %s; first %s", s, again, first)
 	}
 	var events struct {
@@ -123,7 +111,7 @@ func TestClusterLeakReport(t *testing.T) {
 		t.Errorf("%d api_key.canary_used events for uses at two instances within a minute; want 1", n)
 	}
 	for _, p := range procs {
-		if out := p.out.String(); strings.Contains(out, k.Plaintext[13:]) || strings.Contains(out, canary[13:]) {
+		if out := p.Out.String(); strings.Contains(out, k.Plaintext[13:]) || strings.Contains(out, canary[13:]) {
 			t.Errorf("%s: the log holds a plaintext key", p.url)
 		}
 	}

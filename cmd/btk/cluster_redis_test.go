@@ -1,58 +1,14 @@
 package main
 
 import (
-	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/btk-project/btk/internal/redisstate/redistest"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
-
-// ownRedis is a redis-server of the test's own (the machine's shared one
-// must not be stopped: other tests use it), without persistence, so a
-// restart is a Redis that lost its data.
-type ownRedis struct {
-	t    *testing.T
-	port string
-	dir  string
-	cmd  *exec.Cmd
-}
-
-func startOwnRedis(t *testing.T, port string) *ownRedis {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not installed (Debian package redis-server): skipping")
-	}
-	r := &ownRedis{t: t, port: port, dir: t.TempDir()}
-	r.cmd = exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", r.dir)
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.stop)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
-		if err == nil {
-			c.Close()
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not start: %v", port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (r *ownRedis) stop() {
-	if r.cmd.ProcessState == nil {
-		r.cmd.Process.Kill()
-		r.cmd.Wait()
-	}
-}
 
 // Redis stopped: keys are refused 503 UNAVAILABLE (nothing accepted) and
 // /readyz fails; Redis back, empty: service resumes by itself, and a key
@@ -61,10 +17,11 @@ func TestClusterRedisDown(t *testing.T) {
 	parallelUnlessShort(t, "starts btk serve and redis-server processes")
 	redisURL(t) // the same requirement as the other cluster tests
 	db := pgtest.URL(t)
-	port := freePort(t)
-	r := startOwnRedis(t, port)
-	url := "redis://127.0.0.1:" + port + "/0"
-	procs := startCluster(t, 2, db, "--redis", url)
+	// A redis-server of the test's own: the machine's shared one must not be
+	// stopped (other tests use it). Without persistence, a restart is a
+	// Redis that lost its data.
+	r := redistest.Standalone(t)
+	procs := startCluster(t, 2, db, "--redis", r.URL())
 	bases := []string{procs[0].url, procs[1].url}
 	token := loginAt(t, bases[0])
 	good := createKeyAt(t, bases[0], token, "good", 0)
@@ -79,7 +36,7 @@ func TestClusterRedisDown(t *testing.T) {
 	}
 	mustCall(t, bases[1], token, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": gone.ID}, nil)
 
-	r.stop()
+	r.Kill()
 	failsClosedOver(t, bases, good, 20)
 	// A session (database only) still works, and a revoke is answered
 	// UNAVAILABLE rather than as done without telling the other instance.
@@ -88,7 +45,7 @@ func TestClusterRedisDown(t *testing.T) {
 		t.Fatalf("revoke with Redis down: %+v %v", a, err)
 	}
 
-	startOwnRedis(t, port) // back, and empty
+	r.Restart() // back, and empty
 	deadline := time.Now().Add(20 * time.Second)
 	for _, b := range bases {
 		for {
@@ -116,12 +73,12 @@ func TestServeRedisUnreachableAtStart(t *testing.T) {
 	parallelUnlessShort(t, "starts a btk serve process")
 	p := launchServe(t, t.TempDir()+"/btk.db", "--redis", "redis://:hunter2-secret@127.0.0.1:1/0")
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-time.After(procWait):
 		t.Fatal("btk serve did not exit")
 	}
-	out := p.out.String()
-	if p.err == nil || !strings.Contains(out, "--redis redis://:xxxxx@127.0.0.1:1/0") || strings.Contains(out, "hunter2") {
-		t.Fatalf("btk serve with an unreachable --redis: %v\n%s", p.err, out)
+	out := p.Out.String()
+	if p.Err() == nil || !strings.Contains(out, "--redis redis://:xxxxx@127.0.0.1:1/0") || strings.Contains(out, "hunter2") {
+		t.Fatalf("btk serve with an unreachable --redis: %v\n%s", p.Err(), out)
 	}
 }

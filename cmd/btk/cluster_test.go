@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,10 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/btk-project/btk/internal/redisstate/redistest"
-	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/btk-project/btk/internal/redisstate/redistest"
+	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
 // The cluster tests run three real `btk serve` processes on one PostgreSQL
@@ -314,7 +314,7 @@ func clusterGuarantees(t *testing.T, db string, flags ...string) (live []string,
 		}
 		created := 0
 		for _, p := range procs {
-			created += strings.Count(p.out.String(), "bootstrapped an empty database")
+			created += strings.Count(p.Out.String(), "bootstrapped an empty database")
 		}
 		if created != 1 {
 			t.Fatalf("%d instances say they bootstrapped", created)
@@ -527,7 +527,7 @@ func clusterGuarantees(t *testing.T, db string, flags ...string) (live []string,
 func warnings(procs []*serveProcess) string {
 	var out []string
 	for _, p := range procs {
-		for _, line := range strings.Split(p.out.String(), "\n") {
+		for _, line := range strings.Split(p.Out.String(), "\n") {
 			if strings.Contains(line, "WARN") || strings.Contains(line, "ERROR") {
 				out = append(out, line)
 			}
@@ -574,11 +574,4 @@ func wipeRedis(url, prefix string) {
 	for iter.Next(ctx) {
 		rdb.Del(ctx, iter.Val())
 	}
-}
-
-// freePort returns a TCP port of 127.0.0.1 free at the moment.
-func freePort(t *testing.T) string {
-	t.Helper()
-	_, port, _ := net.SplitHostPort(freeAddr(t))
-	return port
 }

@@ -78,7 +78,7 @@ func TestClusterUsageCounts(t *testing.T) {
 	// Both stop (the shutdown flush), one starts again on the same database.
 	for _, p := range procs {
 		if err := p.stop(); err != nil {
-			t.Fatalf("stop: %v\n%s", err, p.out.String())
+			t.Fatalf("stop: %v\n%s", err, p.Out.String())
 		}
 	}
 	again := startServe(t, db, flags...)

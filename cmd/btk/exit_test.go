@@ -8,6 +8,7 @@ import (
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 func TestExitCode(t *testing.T) {
@@ -145,7 +146,7 @@ func TestExitCodesCoverTheDomain(t *testing.T) {
 // issue 22.8: login finds the server down before asking for anything.
 func TestLoginUnreachableBeforePassword(t *testing.T) {
 	isolate(t)
-	addr := freeAddr(t) // nothing listens there
+	addr := testproc.FreeAddr(t) // nothing listens there
 	s, _, errOut := testStreams(fakeTerminal, "owner@example.com\nhunter2-password\n")
 	if code := btkRun(s, "login", "--server", "http://"+addr); code != exitUnreachable {
 		t.Errorf("exit %d, want %d: %s", code, exitUnreachable, errOut)

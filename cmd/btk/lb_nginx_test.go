@@ -2,18 +2,18 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 // TestNginxLoadBalancerExample runs Debian's nginx with the load-balancer
@@ -25,10 +25,7 @@ func TestNginxLoadBalancerExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts btk serve and nginx")
 	}
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		t.Skip("nginx not found on PATH: install the Debian package nginx (apt-get install -y nginx)")
-	}
+	bin := testproc.Need(t, "nginx", "nginx")
 	// The client needs an address of its own, apart from nginx's 127.0.0.1.
 	if ln, err := net.Listen("tcp", "127.0.0.2:0"); err != nil {
 		t.Skipf("no second loopback address 127.0.0.2 for the client (%v)", err)
@@ -100,7 +97,7 @@ func startLoadBalancer(t *testing.T, bin, conf string) string {
 	ca := newTestCA(t)
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	ca.issue(t, 2, certFile, keyFile)
-	lbAddr := freeAddr(t)
+	lbAddr := testproc.FreeAddr(t)
 	for _, r := range [][2]string{
 		{"10.0.0.11:8080", btkAddr}, {"10.0.0.12:8080", btkAddr}, {"10.0.0.13:8080", btkAddr},
 		{"listen 443 ssl;", "listen " + lbAddr + " ssl;"},
@@ -112,64 +109,7 @@ func startLoadBalancer(t *testing.T, bin, conf string) string {
 		}
 		conf = strings.ReplaceAll(conf, r[0], r[1])
 	}
-	if err := os.WriteFile(filepath.Join(dir, "site.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The wrapper: one foreground process, everything under dir.
-	main := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path %[1]s/client_body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
-    include %[1]s/site.conf;
-}
-`, dir)
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(main), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cancel()
-			<-exited
-		}
-		cancel()
-	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if c, err := net.DialTimeout("tcp", lbAddr, time.Second); err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-exited:
-			logs, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx exited before listening:\n%s\n%s", out.String(), logs)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx not listening on %s after 15 s:\n%s", lbAddr, out.String())
-		}
-	}
+	testproc.Nginx(t, bin, dir, conf, lbAddr)
 	return "https://" + lbAddr
 }
 

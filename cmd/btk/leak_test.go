@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -17,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/leaktest"
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store"
 )
@@ -109,11 +108,6 @@ func (ls *leakServer) received(t *testing.T, s string) bool {
 	return false
 }
 
-func sha(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
 // btk whois reads the key from standard input (piped text holding it, or a
 // prompt on a terminal), asks by hash only, and tells whose key it is.
 func TestWhoisNeverSendsThePlaintext(t *testing.T) {
@@ -158,7 +152,7 @@ func TestWhoisNeverSendsThePlaintext(t *testing.T) {
 		t.Errorf("no key on stdin: exit %d; want 2", code)
 	}
 	ls.neverSent(t, k.Plaintext, other)
-	if !ls.received(t, sha(k.Plaintext)) {
+	if !ls.received(t, leaktest.Hash(k.Plaintext)) {
 		t.Error("the server never received the key's hash")
 	}
 }
@@ -295,7 +289,7 @@ func TestScanCheckAndRevoke(t *testing.T) {
 		t.Errorf("a clean tree: exit %d, %q", code, out)
 	}
 	ls.neverSent(t, active.Plaintext, gone.Plaintext, stranger)
-	if !ls.received(t, sha(stranger)) {
+	if !ls.received(t, leaktest.Hash(stranger)) {
 		t.Error("--check never asked about the stranger's key by its hash")
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 // The scripts in testdata/script drive the real btk binary code (main) as
@@ -111,15 +113,13 @@ func cmdServe(ts *testscript.TestScript, neg bool, args []string) {
 	if neg {
 		ts.Fatalf("unsupported: ! serve")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	ts.Check(err)
-	addr := ln.Addr().String()
-	ln.Close()
-
+	st := scriptT{ts}
+	addr := testproc.FreeAddr(st)
 	bin, err := exec.LookPath("btk")
 	ts.Check(err)
 	logFile, err := os.Create(ts.MkAbs("serve.log"))
 	ts.Check(err)
+	defer logFile.Close() // the process has its own descriptor
 	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr, "--db", ts.MkAbs("btk.db")}, args...)...)
 	// A clean environment: no BTK_* setting of the developer's leaks in.
 	cmd.Env = []string{
@@ -132,45 +132,26 @@ func cmdServe(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = ts.Getenv("WORK") // relative paths of a config file are in $WORK
-	ts.Check(cmd.Start())
-	// exited is closed when the process has ended, with its error in waitErr.
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); logFile.Close(); close(exited) }()
-	ts.Defer(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-
+	p := testproc.Start(st, cmd, os.Interrupt)
+	p.LogFiles = []string{logFile.Name()}
 	url := "http://" + addr
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	p.WaitFor(st, url+"/readyz to answer 200", 15*time.Second, func() bool {
 		resp, err := testHTTP.Get(url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(ts.MkAbs("serve.log"))
-			ts.Fatalf("btk serve exited: %v\n%s", waitErr, b)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(ts.MkAbs("serve.log"))
-			ts.Fatalf("btk serve not ready at %s:\n%s", url, b)
-		}
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	ts.Setenv("BTK_SERVER", url)
 	ts.Setenv("SERVE_ADDR", addr)
 }
+
+// scriptT lets testproc end a script's processes when the script ends.
+type scriptT struct{ *testscript.TestScript }
+
+func (s scriptT) Cleanup(f func()) { s.Defer(f) }
+func (scriptT) Helper()            {}
 
 // hang: listen on a free port, accept connections and never answer; set
 // HANG_SERVER to its address (for --timeout).

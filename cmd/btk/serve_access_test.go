@@ -56,19 +56,19 @@ func TestServeAccessRules(t *testing.T) {
 	}
 	hup := func(logLine string) {
 		t.Helper()
-		before := strings.Count(p.out.String(), logLine)
-		p.cmd.Process.Signal(syscall.SIGHUP)
-		for deadline := time.Now().Add(10 * time.Second); strings.Count(p.out.String(), logLine) == before; {
+		before := strings.Count(p.Out.String(), logLine)
+		p.Cmd.Process.Signal(syscall.SIGHUP)
+		for deadline := time.Now().Add(10 * time.Second); strings.Count(p.Out.String(), logLine) == before; {
 			if time.Now().After(deadline) {
-				t.Fatalf("no %q after SIGHUP:\n%s", logLine, p.out.String())
+				t.Fatalf("no %q after SIGHUP:\n%s", logLine, p.Out.String())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	os.WriteFile(rules, []byte("rules:\n  - path: /b\n    methods: [get]\n"), 0o644)
 	hup("access rules not reloaded")
-	if !strings.Contains(p.out.String(), `rules.yaml:3: method \"get\"`) && !strings.Contains(p.out.String(), `rules.yaml:3: method "get"`) {
-		t.Errorf("the log does not say why:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), `rules.yaml:3: method \"get\"`) && !strings.Contains(p.Out.String(), `rules.yaml:3: method "get"`) {
+		t.Errorf("the log does not say why:\n%s", p.Out.String())
 	}
 	if a, b := authorize("/a"), authorize("/b"); a != 200 || b != 403 {
 		t.Fatalf("after a bad file: /a %d, /b %d (the old rules must stay)", a, b)

@@ -14,11 +14,11 @@ func TestServeRedisMessagesAreJSON(t *testing.T) {
 	parallelUnlessShort(t, "starts a btk serve process")
 	p := launchServe(t, t.TempDir()+"/btk.db", "--log-format", "json", "--redis", "redis://127.0.0.1:1/0")
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-time.After(procWait):
 		t.Fatal("btk serve did not exit")
 	}
-	out := strings.TrimSpace(p.out.String())
+	out := strings.TrimSpace(p.Out.String())
 	lines := strings.Split(out, "\n")
 	sawRedis := false
 	for _, line := range lines[:len(lines)-1] {

@@ -37,7 +37,7 @@ func TestServePostgresSecondInstanceRefuses(t *testing.T) {
 	// The first one still answers.
 	first.login()
 	if err := first.stop(); err != nil {
-		t.Fatalf("first instance: %v\n%s", err, first.out.String())
+		t.Fatalf("first instance: %v\n%s", err, first.Out.String())
 	}
 	again := startServe(t, db)
 	again.login()

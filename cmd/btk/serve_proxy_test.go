@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 // btk serve --proxy-addr --upstream (docs/gateway.md#btks-reverse-proxy): the second listener forwards
@@ -34,7 +36,7 @@ func TestServeProxyGracefulShutdown(t *testing.T) {
 	}))
 	defer up.Close()
 
-	proxyAddr := freeAddr(t)
+	proxyAddr := testproc.FreeAddr(t)
 	p := startServe(t, filepath.Join(t.TempDir(), "btk.db"), "--proxy-addr", proxyAddr, "--upstream", up.URL)
 	k := p.createKey(p.login(), "proxied")
 	client := &http.Client{Timeout: procWait}
@@ -69,7 +71,7 @@ func TestServeProxyGracefulShutdown(t *testing.T) {
 	case <-time.After(procWait):
 		t.Fatal("the slow request did not reach the upstream")
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	// Both listeners close at once, while the request is still in flight.
@@ -88,8 +90,8 @@ func TestServeProxyGracefulShutdown(t *testing.T) {
 		}
 	}
 	select {
-	case <-p.exited:
-		t.Fatalf("btk serve exited with a request in flight:\n%s", p.out.String())
+	case <-p.Exited():
+		t.Fatalf("btk serve exited with a request in flight:\n%s", p.Out.String())
 	default:
 	}
 	close(release)
@@ -97,12 +99,12 @@ func TestServeProxyGracefulShutdown(t *testing.T) {
 		t.Fatalf("the request in flight at SIGTERM: HTTP %d, %v", r.status, r.err)
 	}
 	select {
-	case <-p.exited:
-		if p.err != nil {
-			t.Fatalf("btk serve: %v\n%s", p.err, p.out.String())
+	case <-p.Exited():
+		if p.Err() != nil {
+			t.Fatalf("btk serve: %v\n%s", p.Err(), p.Out.String())
 		}
 	case <-time.After(procWait):
-		t.Fatalf("btk serve did not exit:\n%s", p.out.String())
+		t.Fatalf("btk serve did not exit:\n%s", p.Out.String())
 	}
 }
 

@@ -11,10 +11,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 // These tests run `btk serve` as a real process: the test binary re-executes
@@ -46,32 +47,11 @@ func TestServeProcess(t *testing.T) {
 	os.Exit(code)
 }
 
-// lockedBuffer collects a child's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // serveProcess is one running `btk serve`.
 type serveProcess struct {
+	*testproc.Process
 	t      *testing.T
-	cmd    *exec.Cmd
 	url    string
-	out    *lockedBuffer
-	exited chan struct{}
-	err    error        // set when exited is closed
 	client *http.Client // reaches url: testHTTP, or one trusting the test's CA
 }
 
@@ -94,31 +74,13 @@ func launchServe(t *testing.T, db string, flags ...string) *serveProcess {
 // through client (https, when flags give it a certificate).
 func launchServeWith(t *testing.T, scheme string, client *http.Client, db string, flags ...string) *serveProcess {
 	t.Helper()
-	addr := freeAddr(t)
-	p := &serveProcess{t: t, url: scheme + "://" + addr, client: client, out: &lockedBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], append([]string{"-test.run=^TestServeProcess$", "--", "serve", "--addr", addr, "--db", db}, flags...)...)
-	p.cmd.Env = append(procEnviron(t.TempDir()),
+	addr := testproc.FreeAddr(t)
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestServeProcess$", "--", "serve", "--addr", addr, "--db", db}, flags...)...)
+	cmd.Env = append(procEnviron(t.TempDir()),
 		"BTK_BOOTSTRAP_EMAIL="+procAdminEmail,
 		"BTK_BOOTSTRAP_PASSWORD="+procAdminPassword)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.WaitDelay = procWait // Wait returns even if the output pipe stays open
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-
-	return p
+	cmd.WaitDelay = procWait // Wait returns even if the output pipe stays open
+	return &serveProcess{Process: testproc.Start(t, cmd, os.Kill), t: t, url: scheme + "://" + addr, client: client}
 }
 
 // procEnviron is the whole environment of a btk process a test starts, with
@@ -137,49 +99,38 @@ func procEnviron(home string) []string {
 
 // waitReady polls /readyz, bounded; it stops at once if the process dies.
 func (p *serveProcess) waitReady() {
-	t := p.t
-	t.Helper()
-	deadline := time.After(procWait)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if res, err := p.client.Get(p.url + "/readyz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return
-			}
+	p.t.Helper()
+	p.WaitFor(p.t, "/readyz to answer 200", procWait, func() bool {
+		res, err := p.client.Get(p.url + "/readyz")
+		if err != nil {
+			return false
 		}
-		select {
-		case <-p.exited:
-			t.Fatalf("btk serve exited before it was ready: %v\n%s", p.err, p.out.String())
-		case <-deadline:
-			t.Fatalf("btk serve not ready after %v:\n%s", procWait, p.out.String())
-		case <-tick.C:
-		}
-	}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
 }
 
 // kill ends the process with SIGKILL and waits for it to be gone.
 func (p *serveProcess) kill() {
 	p.t.Helper()
-	if err := p.cmd.Process.Kill(); err != nil {
+	if err := p.Cmd.Process.Kill(); err != nil {
 		p.t.Fatal(err)
 	}
-	<-p.exited
+	<-p.Exited()
 }
 
 // stop sends SIGTERM and returns the exit error (nil for status 0), failing
 // the test if the process does not exit within the bound.
 func (p *serveProcess) stop() error {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		p.t.Fatal(err)
 	}
 	select {
-	case <-p.exited:
-		return p.err
+	case <-p.Exited():
+		return p.Err()
 	case <-time.After(procWait):
-		p.t.Fatalf("btk serve did not exit within %v of SIGTERM:\n%s", procWait, p.out.String())
+		p.t.Fatalf("btk serve did not exit within %v of SIGTERM:\n%s", procWait, p.Out)
 		return nil
 	}
 }
@@ -207,7 +158,7 @@ func (p *serveProcess) gql(bearer, key, query string, vars map[string]any) procR
 	}
 	res, err := testHTTP.Do(req)
 	if err != nil {
-		p.t.Fatalf("POST /graphql: %v\n%s", err, p.out.String())
+		p.t.Fatalf("POST /graphql: %v\n%s", err, p.Out.String())
 	}
 	defer res.Body.Close()
 	out := procResponse{status: res.StatusCode}
@@ -342,7 +293,7 @@ func TestServeKillAfterRevokeAndCreate(t *testing.T) {
 
 	// Neither process wrote a key, the password or a token to its output,
 	// debug access log included.
-	for i, out := range []string{first.out.String(), p.out.String()} {
+	for i, out := range []string{first.Out.String(), p.Out.String()} {
 		if !strings.Contains(out, "/graphql") {
 			t.Errorf("process %d logged no request at debug level:\n%s", i+1, out)
 		}
@@ -370,7 +321,7 @@ func TestServeGracefulShutdownFlushesLastUsed(t *testing.T) {
 	if err := p.stop(); err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			t.Fatalf("btk serve exited with status %d after SIGTERM, want 0:\n%s", ee.ExitCode(), p.out.String())
+			t.Fatalf("btk serve exited with status %d after SIGTERM, want 0:\n%s", ee.ExitCode(), p.Out.String())
 		}
 		t.Fatal(err)
 	}
@@ -403,7 +354,7 @@ func TestServeConfigFile(t *testing.T) {
 	if got[0] != http.StatusOK || got[1] != http.StatusOK || got[2] != http.StatusTooManyRequests {
 		t.Errorf("statuses %v: want 200 200 429 (the flag's 2/min beats the file's 1000)", got)
 	}
-	if !strings.Contains(p.out.String(), `"msg":"btk serve listening"`) {
-		t.Errorf("log-format from the config file not applied:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), `"msg":"btk serve listening"`) {
+		t.Errorf("log-format from the config file not applied:\n%s", p.Out.String())
 	}
 }

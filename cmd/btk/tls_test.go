@@ -23,6 +23,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 // testCA is a certificate authority made for one test.
@@ -108,17 +110,6 @@ func (ca *testCA) client() *http.Client {
 	}
 }
 
-// freeAddr is a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // startServeHTTPS is startServe for a server with TLS: it waits until
 // https://…/readyz answers through client.
 func startServeHTTPS(t *testing.T, client *http.Client, db string, flags ...string) *serveProcess {
@@ -158,7 +149,7 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	ca := newTestCA(t)
 	ca.issue(t, 1, certFile, keyFile)
-	metricsAddr, proxyAddr := freeAddr(t), freeAddr(t)
+	metricsAddr, proxyAddr := testproc.FreeAddr(t), testproc.FreeAddr(t)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer upstream.Close()
 	old := ca.client()
@@ -196,7 +187,7 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 	}
 
 	ca.issue(t, 2, certFile, keyFile)
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	fresh := func(url string) int64 { // the certificate a new connection gets
@@ -205,7 +196,7 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 		s, _, _ := get(t, c, url)
 		return s
 	}
-	waitFor(t, p, "new connections to get certificate 2", func() bool { return fresh(p.url+"/healthz") == 2 })
+	p.WaitFor(t, "new connections to get certificate 2", procWait, func() bool { return fresh(p.url+"/healthz") == 2 })
 	serial, _, reused := get(t, old, p.url+"/healthz")
 	if serial != 1 || !reused {
 		t.Errorf("the connection made before SIGHUP: certificate %d, reused %v; want it to go on with certificate 1", serial, reused)
@@ -216,11 +207,11 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 
 	// A broken pair is refused and logged; the server keeps certificate 2.
 	writeAtomic(t, certFile, []byte("not a certificate"))
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, p, "the failed reload to be logged", func() bool {
-		return strings.Contains(p.out.String(), "TLS certificate not reloaded")
+	p.WaitFor(t, "the failed reload to be logged", procWait, func() bool {
+		return strings.Contains(p.Out.String(), "TLS certificate not reloaded")
 	})
 	if s := fresh(p.url + "/healthz"); s != 2 {
 		t.Errorf("after a bad pair: certificate %d, want 2 still", s)
@@ -228,7 +219,7 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 
 	// The metrics listener served the requests' series and the usage flush
 	// (about once a second).
-	waitFor(t, p, "a usage flush in the metrics", func() bool {
+	p.WaitFor(t, "a usage flush in the metrics", procWait, func() bool {
 		res, err := mc.Get("https://" + metricsAddr + "/metrics")
 		if err != nil {
 			return false
@@ -254,19 +245,7 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 		return f != nil && len(f.GetMetric()) == 1 && f.GetMetric()[0].GetHistogram().GetSampleCount() > 0
 	})
 	if err := p.stop(); err != nil {
-		t.Errorf("exit after SIGTERM: %v\n%s", err, p.out.String())
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after procWait.
-func waitFor(t *testing.T, p *serveProcess, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(procWait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s:\n%s", procWait, what, p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Errorf("exit after SIGTERM: %v\n%s", err, p.Out.String())
 	}
 }
 

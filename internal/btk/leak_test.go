@@ -2,15 +2,7 @@ package btk_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -21,6 +13,7 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/leaktest"
 	"github.com/btk-project/btk/internal/store/sqlite"
 )
 
@@ -83,11 +76,6 @@ func (e *leakEnv) advance(d time.Duration) {
 	e.mu.Unlock()
 }
 
-func hashHex(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
 func TestKeyByHashVisibility(t *testing.T) {
 	e := newLeakEnv(t)
 	ctx := context.Background()
@@ -95,7 +83,7 @@ func TestKeyByHashVisibility(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := hashHex(res.Plaintext)
+	h := leaktest.Hash(res.Plaintext)
 	k, w, err := e.svc.KeyByHash(ctx, e.owner, strings.ToUpper(h))
 	if err != nil || k == nil || k.ID != res.Key.ID || w.ID != e.owner.WorkspaceID {
 		t.Fatalf("owner: %v %v %v", k, w, err)
@@ -113,7 +101,7 @@ func TestKeyByHashVisibility(t *testing.T) {
 			t.Errorf("%s: %v %v; want nil, nil", name, k, err)
 		}
 	}
-	if k, _, err := e.svc.KeyByHash(ctx, e.owner, hashHex("btk_nothing")); err != nil || k != nil {
+	if k, _, err := e.svc.KeyByHash(ctx, e.owner, leaktest.Hash("btk_nothing")); err != nil || k != nil {
 		t.Errorf("unknown: %v %v", k, err)
 	}
 	for _, bad := range []string{"", "zz", h[:63], h + "00"} {
@@ -154,7 +142,7 @@ func TestReportLeaksRevokesAndReplays(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, l := range labels {
-			if l.Label != want[i] || l.TokenHash != hashHex(reports[i].Token) {
+			if l.Label != want[i] || l.TokenHash != leaktest.Hash(reports[i].Token) {
 				t.Errorf("round %d, entry %d: %+v; want %s", round, i, l, want[i])
 			}
 		}
@@ -220,39 +208,28 @@ func TestParseLeakReports(t *testing.T) {
 // A report signed as GitHub signs (ECDSA P-256, SHA-256, base64 DER) by a
 // listed key verifies; any other signature, key or body does not.
 func TestLeakReportKeysVerify(t *testing.T) {
-	priv, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, _ := x509.MarshalPKIXPublicKey(&priv.PublicKey)
-	der2, _ := x509.MarshalPKIXPublicKey(&other.PublicKey)
-	pemText := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})) +
-		"# id: github-2\n" + string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der2}))
-	keys, err := btk.ParseLeakReportKeys([]byte(pemText))
+	signer, other := leaktest.NewSigner(t), leaktest.NewSigner(t)
+	keys, err := btk.ParseLeakReportKeys([]byte(string(signer.PEM) + "# id: github-2\n" + string(other.PEM)))
 	if err != nil || keys.Len() != 2 {
 		t.Fatalf("%v %d", err, keys.Len())
 	}
-	fp := sha256.Sum256(der)
-	id := hex.EncodeToString(fp[:])
+	id := signer.ID
 	body := []byte(`[{"token":"x","type":"btk_api_key","url":"u","source":"content"}]`)
-	sign := func(k *ecdsa.PrivateKey, b []byte) string {
-		sum := sha256.Sum256(b)
-		sig, _ := ecdsa.SignASN1(rand.Reader, k, sum[:])
-		return base64.StdEncoding.EncodeToString(sig)
-	}
-	if !keys.Verify(id, sign(priv, body), body) {
+	if !keys.Verify(id, signer.Sign(body), body) {
 		t.Error("a good signature was refused")
 	}
-	if !keys.Verify("github-2", sign(other, body), body) {
+	if !keys.Verify("github-2", other.Sign(body), body) {
 		t.Error("a good signature under a # id: name was refused")
 	}
 	for name, ok := range map[string]bool{
-		"wrong key":      keys.Verify(id, sign(other, body), body),
-		"wrong body":     keys.Verify(id, sign(priv, body), append(body, ' ')),
-		"unknown id":     keys.Verify("nope", sign(priv, body), body),
+		"wrong key":      keys.Verify(id, other.Sign(body), body),
+		"wrong body":     keys.Verify(id, signer.Sign(body), append(body, ' ')),
+		"unknown id":     keys.Verify("nope", signer.Sign(body), body),
 		"no signature":   keys.Verify(id, "", body),
 		"garbage":        keys.Verify(id, "!!!", body),
-		"no id":          keys.Verify("", sign(priv, body), body),
-		"id of other":    keys.Verify("github-2", sign(priv, body), body),
-		"no keys loaded": (*btk.LeakReportKeys)(nil).Verify(id, sign(priv, body), body),
+		"no id":          keys.Verify("", signer.Sign(body), body),
+		"id of other":    keys.Verify("github-2", signer.Sign(body), body),
+		"no keys loaded": (*btk.LeakReportKeys)(nil).Verify(id, signer.Sign(body), body),
 	} {
 		if ok {
 			t.Errorf("%s: accepted", name)

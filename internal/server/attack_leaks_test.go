@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/leaktest"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
@@ -43,7 +44,7 @@ func TestConcurrentLeakReportsRevokeOnce(t *testing.T) {
 }
 
 func testConcurrentLeakReports(t *testing.T, e *env) {
-	signer := newLeakSigner(t)
+	signer := leaktest.NewSigner(t)
 	srv := leakServer(e, signer)
 	owner := e.admin()
 	const nKeys, nReports = 12, 16
@@ -58,7 +59,7 @@ func testConcurrentLeakReports(t *testing.T, e *env) {
 			entries = append(entries, map[string]string{"token": keys[i].Plaintext, "type": "btk_api_key", "url": fmt.Sprintf("https://example.com/%d", r), "source": "content"})
 		}
 		body := reportBody(entries...)
-		h := map[string]string{"Github-Public-Key-Identifier": signer.id, "Github-Public-Key-Signature": signer.sign(body)}
+		h := map[string]string{"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": signer.Sign(body)}
 		wg.Go(func() {
 			res := postReport(t, srv.URL, body, h)
 			if res.Status != http.StatusOK {
@@ -137,7 +138,7 @@ func TestLeakReportRacingAnotherReport(t *testing.T) {
 	t.Parallel()
 	ps := pausingStore{armed: new(atomic.Bool), reached: make(chan struct{}), release: make(chan struct{})}
 	e := newEnvOn(t, pgtest.URL(t), func(s btk.Store) btk.Store { ps.Store = s; return ps })
-	signer := newLeakSigner(t)
+	signer := leaktest.NewSigner(t)
 	srv := leakServer(e, signer)
 	owner := e.admin()
 	k, other := e.createKey(owner, "raced"), e.createKey(owner, "other")
@@ -147,7 +148,7 @@ func TestLeakReportRacingAnotherReport(t *testing.T) {
 			entries = append(entries, map[string]string{"token": tok, "type": "btk_api_key", "url": "https://example.com", "source": "content"})
 		}
 		body = reportBody(entries...)
-		return body, map[string]string{"Github-Public-Key-Identifier": signer.id, "Github-Public-Key-Signature": signer.sign(body)}
+		return body, map[string]string{"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": signer.Sign(body)}
 	}
 	ps.armed.Store(true)
 	first := make(chan authResponse, 1)
@@ -229,7 +230,7 @@ func answered(c net.Conn, wait time.Duration) int {
 func TestLeakReportBodiesBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	signer := newLeakSigner(t)
+	signer := leaktest.NewSigner(t)
 	srv := leakServer(e, signer)
 	const n = 40
 
@@ -244,7 +245,7 @@ func TestLeakReportBodiesBounded(t *testing.T) {
 	}
 
 	conns = conns[:0]
-	signed := map[string]string{"Github-Public-Key-Identifier": signer.id, "Github-Public-Key-Signature": signer.sign([]byte("[]"))}
+	signed := map[string]string{"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": signer.Sign([]byte("[]"))}
 	for range n {
 		conns = append(conns, stalledReport(t, srv, signed))
 	}
@@ -272,7 +273,7 @@ func TestLeakReportBodiesBounded(t *testing.T) {
 		c.Close()
 	}
 	body := reportBody(map[string]string{"token": "btk_not_a_key", "type": "btk_api_key", "url": "u", "source": "content"})
-	h := map[string]string{"Github-Public-Key-Identifier": signer.id, "Github-Public-Key-Signature": signer.sign(body)}
+	h := map[string]string{"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": signer.Sign(body)}
 	for attempt := 0; ; attempt++ {
 		r := postReport(t, srv.URL, body, h)
 		if r.Status == http.StatusOK {

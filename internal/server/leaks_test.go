@@ -2,15 +2,7 @@ package server_test
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -20,41 +12,18 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/leaktest"
 	"github.com/btk-project/btk/internal/server"
 )
 
-// leakSigner is a report signing key pair of the test, as GitHub holds one.
-type leakSigner struct {
-	priv *ecdsa.PrivateKey
-	id   string // hex SHA-256 of the DER public key
-	keys *btk.LeakReportKeys
-}
-
-func newLeakSigner(t testing.TB) *leakSigner {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, _ := x509.MarshalPKIXPublicKey(&priv.PublicKey)
-	sum := sha256.Sum256(der)
-	keys, err := btk.ParseLeakReportKeys(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &leakSigner{priv: priv, id: hex.EncodeToString(sum[:]), keys: keys}
-}
-
-func (s *leakSigner) sign(body []byte) string {
-	sum := sha256.Sum256(body)
-	sig, _ := ecdsa.SignASN1(rand.Reader, s.priv, sum[:])
-	return base64.StdEncoding.EncodeToString(sig)
-}
-
 // leakServer is e's service behind a handler that accepts reports signed by s.
-func leakServer(e *env, s *leakSigner) *httptest.Server {
+func leakServer(e *env, s *leaktest.Signer) *httptest.Server {
+	keys, err := btk.ParseLeakReportKeys(s.PEM)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	log := slog.New(slog.NewTextHandler(lockedWriter{e.logMu, e.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := httptest.NewServer(server.New(e.svc, e.db, log, server.WithLeakReportKeys(s.keys)))
+	srv := httptest.NewServer(server.New(e.svc, e.db, log, server.WithLeakReportKeys(keys)))
 	e.t.Cleanup(srv.Close)
 	return srv
 }
@@ -69,11 +38,6 @@ func postReport(t testing.TB, url string, body []byte, header map[string]string)
 	return send(t, http.DefaultClient, http.MethodPost, url+"/v1/leaks", header, bytes.NewReader(body))
 }
 
-func hexHash(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
 // POST /v1/leaks (docs/leaks.md): a report signed by a listed key revokes
 // the reported key at once and labels every token by its hash; a replay
 // changes nothing and answers the same; a wrong, foreign or missing
@@ -81,7 +45,7 @@ func hexHash(s string) string {
 func TestLeakReportSigned(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	signer := newLeakSigner(t)
+	signer := leaktest.NewSigner(t)
 	srv := leakServer(e, signer)
 	owner := e.admin()
 	k := e.createKey(owner, "leaky")
@@ -93,15 +57,15 @@ func TestLeakReportSigned(t *testing.T) {
 		map[string]string{"token": "ghp_notours", "type": "btk_api_key", "url": "https://example.com", "source": "gist"},
 	)
 	signed := map[string]string{"Content-Type": "application/json",
-		"Github-Public-Key-Identifier": signer.id, "Github-Public-Key-Signature": signer.sign(body)}
+		"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": signer.Sign(body)}
 
-	other := newLeakSigner(t)
+	other := leaktest.NewSigner(t)
 	for name, h := range map[string]map[string]string{
 		"no signature":        {"Content-Type": "application/json"},
-		"signed by another":   {"Github-Public-Key-Identifier": signer.id, "Github-Public-Key-Signature": other.sign(body)},
-		"unknown identifier":  {"Github-Public-Key-Identifier": other.id, "Github-Public-Key-Signature": other.sign(body)},
-		"signature of other":  {"Github-Public-Key-Identifier": signer.id, "Github-Public-Key-Signature": signer.sign(append([]byte(" "), body...))},
-		"signature garbage":   {"Github-Public-Key-Identifier": signer.id, "Github-Public-Key-Signature": "bm90IGEgc2lnbmF0dXJl"},
+		"signed by another":   {"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": other.Sign(body)},
+		"unknown identifier":  {"Github-Public-Key-Identifier": other.ID, "Github-Public-Key-Signature": other.Sign(body)},
+		"signature of other":  {"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": signer.Sign(append([]byte(" "), body...))},
+		"signature garbage":   {"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": "bm90IGEgc2lnbmF0dXJl"},
 		"an API key as token": {"Authorization": "Bearer " + k.Plaintext},
 		"an owner's key":      {"X-Api-Key": k.Plaintext},
 	} {
@@ -115,8 +79,8 @@ func TestLeakReportSigned(t *testing.T) {
 	}
 
 	want := []map[string]string{
-		{"token_hash": hexHash(k.Plaintext), "token_type": "btk_api_key", "label": "true_positive"},
-		{"token_hash": hexHash("ghp_notours"), "token_type": "btk_api_key", "label": "false_positive"},
+		{"token_hash": leaktest.Hash(k.Plaintext), "token_type": "btk_api_key", "label": "true_positive"},
+		{"token_hash": leaktest.Hash("ghp_notours"), "token_type": "btk_api_key", "label": "false_positive"},
 	}
 	var first string
 	for round := range 2 {
@@ -165,7 +129,7 @@ func TestLeakReportSigned(t *testing.T) {
 func TestLeakReportBearerAndBounds(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	srv := leakServer(e, newLeakSigner(t))
+	srv := leakServer(e, leaktest.NewSigner(t))
 	admin := e.admin()
 	k := e.createKey(admin, "leaky")
 	ws := e.createWorkspace(admin, "Acme", "SELF_HOSTED")
@@ -314,15 +278,15 @@ func TestAPIKeyByHash(t *testing.T) {
 			Workspace        struct{ ID, Name string }
 		}
 	}
-	e.must(admin, q, map[string]any{"h": hexHash(k.Plaintext)}, &out)
+	e.must(admin, q, map[string]any{"h": leaktest.Hash(k.Plaintext)}, &out)
 	if f := out.ApiKeyByHash; f == nil || f.ID != k.ID || f.Workspace.ID != e.adminWS || f.Workspace.Name != "Default" || f.Status != "ACTIVE" {
 		t.Fatalf("owner: %+v", f)
 	}
-	e.must(other, q, map[string]any{"h": hexHash(k.Plaintext)}, &out)
+	e.must(other, q, map[string]any{"h": leaktest.Hash(k.Plaintext)}, &out)
 	if out.ApiKeyByHash != nil {
 		t.Error("another workspace's owner found the key")
 	}
-	e.must(cred{Key: k.Plaintext}, q, map[string]any{"h": hexHash(k.Plaintext)}, &out)
+	e.must(cred{Key: k.Plaintext}, q, map[string]any{"h": leaktest.Hash(k.Plaintext)}, &out)
 	if out.ApiKeyByHash != nil {
 		t.Error("an API key found a key by hash")
 	}

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,12 +11,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/btk-project/btk/internal/gateway"
 	"github.com/btk-project/btk/internal/server"
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 // These tests run Debian's nginx and caddy with the documented configs
@@ -26,17 +25,6 @@ import (
 // listen, the loopback address) are templated; the global settings a test
 // needs (temp paths, no admin endpoint) live in a wrapper that includes the
 // config unchanged.
-
-// freeAddr returns a free 127.0.0.1 port.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // peerConfig reads a config of docs/gateway and replaces each old string
 // (which must occur) with its new one.
@@ -54,61 +42,6 @@ func peerConfig(t *testing.T, name string, replace ...string) string {
 		s = strings.ReplaceAll(s, replace[i], replace[i+1])
 	}
 	return s
-}
-
-// startPeer runs cmd until the test ends and waits until addr accepts
-// connections.
-func startPeer(t *testing.T, cmd *exec.Cmd, addr string, logFile string) {
-	t.Helper()
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-exited:
-			logs, _ := os.ReadFile(logFile)
-			t.Fatalf("%s exited before listening:\n%s\n%s", cmd.Path, out.String(), logs)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not listening on %s after 15 s:\n%s", cmd.Path, addr, out.String())
-		}
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // peerSetup is btk (e), the upstream that records what reached it, and the
@@ -137,7 +70,7 @@ func newPeerSetup(t *testing.T) *peerSetup {
 	}
 	behind := httptest.NewServer(server.New(e.svc, e.db, slog.New(slog.DiscardHandler), server.WithTrustedProxies(tp)))
 	t.Cleanup(behind.Close)
-	return &peerSetup{e: e, rec: rec, upstream: up, btkAddr: strings.TrimPrefix(behind.URL, "http://"), peerAddr: freeAddr(t)}
+	return &peerSetup{e: e, rec: rec, upstream: up, btkAddr: strings.TrimPrefix(behind.URL, "http://"), peerAddr: testproc.FreeAddr(t)}
 }
 
 // checkPeer runs the checks of issue 8 through a peer: accepted (the
@@ -315,49 +248,19 @@ func (p *peerSetup) checkScopes(t *testing.T) {
 
 func TestNginxAuthRequest(t *testing.T) {
 	t.Parallel()
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		t.Skip("nginx not found on PATH: install the Debian package nginx (apt-get install -y nginx)")
-	}
+	bin := testproc.Need(t, "nginx", "nginx")
 	p := newPeerSetup(t)
-	dir := t.TempDir()
 	site := peerConfig(t, "nginx.conf",
 		"127.0.0.1:8080", p.btkAddr,
 		"127.0.0.1:9000", strings.TrimPrefix(p.upstream.URL, "http://"),
 		"listen 8000;", "listen "+p.peerAddr+";")
-	if err := os.WriteFile(filepath.Join(dir, "btk.conf"), []byte(site), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The wrapper: a foreground single process, everything under dir.
-	main := `daemon off;
-master_process off;
-pid ` + dir + `/nginx.pid;
-error_log ` + dir + `/error.log warn;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path ` + dir + `/client_body;
-    proxy_temp_path ` + dir + `/proxy;
-    fastcgi_temp_path ` + dir + `/fastcgi;
-    uwsgi_temp_path ` + dir + `/uwsgi;
-    scgi_temp_path ` + dir + `/scgi;
-    include ` + dir + `/btk.conf;
-}
-`
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(main), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
-	startPeer(t, cmd, p.peerAddr, filepath.Join(dir, "error.log"))
+	testproc.Nginx(t, bin, t.TempDir(), site, p.peerAddr)
 	p.check(t, true)
 }
 
 func TestCaddyForwardAuth(t *testing.T) {
 	t.Parallel()
-	bin, err := exec.LookPath("caddy")
-	if err != nil {
-		t.Skip("caddy not found on PATH: install the Debian package caddy (apt-get install -y caddy)")
-	}
+	bin := testproc.Need(t, "caddy", "caddy")
 	p := newPeerSetup(t)
 	dir := t.TempDir()
 	_, port, _ := net.SplitHostPort(p.peerAddr)
@@ -373,11 +276,9 @@ func TestCaddyForwardAuth(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(main), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, bin, "run", "--config", filepath.Join(dir, "Caddyfile"), "--adapter", "caddyfile")
+	cmd := exec.Command(bin, "run", "--config", filepath.Join(dir, "Caddyfile"), "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir+"/data", "XDG_CONFIG_HOME="+dir+"/config")
-	startPeer(t, cmd, p.peerAddr, "")
+	testproc.Start(t, cmd, os.Interrupt).WaitListening(t, p.peerAddr)
 	p.check(t, false)
 }
 

@@ -7,7 +7,6 @@
 package redistest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -24,6 +23,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 // Prefix returns a Redis key prefix of one test's own (btktest:<12 hex>:):
@@ -38,16 +39,6 @@ func Prefix() string {
 // wait bounds every wait of this package.
 const wait = 30 * time.Second
 
-// need returns the path of program or skips the test naming it.
-func need(t testing.TB, program, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(program)
-	if err != nil {
-		t.Skipf("%s is not installed (Debian package %s): skipping", program, pkg)
-	}
-	return p
-}
-
 // Server is one redis-server (or redis-sentinel) process of the test.
 type Server struct {
 	t    testing.TB
@@ -57,9 +48,7 @@ type Server struct {
 	bin  string
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *bytes.Buffer
+	proc *testproc.Process // nil when killed
 }
 
 // Addr is host:port.
@@ -115,7 +104,6 @@ func start(t testing.TB, bin string, conf ...string) *Server {
 	}
 	s.args = []string{file}
 	s.run()
-	t.Cleanup(s.Kill)
 	return s
 }
 
@@ -123,64 +111,36 @@ func (s *Server) run() {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.out = new(bytes.Buffer)
-	s.cmd = exec.Command(s.bin, s.args...) // #nosec G204 -- test support: starts the redis-server found on PATH with arguments the test chose
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	s.done = done
-	cmd := s.cmd
-	go func() { cmd.Wait(); close(done) }()
-	s.waitUp()
-}
-
-func (s *Server) waitUp() {
-	s.t.Helper()
+	s.proc = testproc.Start(s.t, exec.Command(s.bin, s.args...), os.Kill) // #nosec G204 -- test support: starts the redis-server found on PATH with arguments the test chose
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	defer c.Close()
-	deadline := time.Now().Add(wait)
-	for {
+	s.proc.WaitFor(s.t, s.Addr()+" to answer PING", wait, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		select {
-		case <-s.done:
-			s.t.Fatalf("%s on %d exited: %s", s.bin, s.Port, s.out)
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s on %d did not answer: %v", s.bin, s.Port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer cancel()
+		return c.Ping(ctx).Err() == nil
+	})
 }
 
 // Pid is the process id (0 when stopped).
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.Cmd.Process.Pid
 }
 
 // Kill stops the process at once (SIGKILL) and waits for it.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return
 	}
-	s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies too
-	s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
+	s.proc.Cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies too
+	s.proc.End(os.Kill)
+	s.proc = nil
 }
 
 // Stop pauses the process (SIGSTOP): it keeps its connections and answers
@@ -193,8 +153,8 @@ func (s *Server) Continue() { s.signal(syscall.SIGCONT) }
 func (s *Server) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
-		s.cmd.Process.Signal(sig)
+	if s.proc != nil {
+		s.proc.Cmd.Process.Signal(sig)
 	}
 }
 
@@ -209,7 +169,7 @@ func (s *Server) Restart() {
 // Standalone starts one redis-server.
 func Standalone(t testing.TB) *Server {
 	t.Helper()
-	return start(t, need(t, "redis-server", "redis-server"))
+	return start(t, testproc.Need(t, "redis-server", "redis-server"))
 }
 
 // SentinelGroup is a primary, its replica and three sentinels that watch
@@ -224,8 +184,8 @@ type SentinelGroup struct {
 // that declare the primary down after half a second.
 func Sentinels(t testing.TB) *SentinelGroup {
 	t.Helper()
-	server := need(t, "redis-server", "redis-server")
-	sentinel := need(t, "redis-sentinel", "redis-sentinel")
+	server := testproc.Need(t, "redis-server", "redis-server")
+	sentinel := testproc.Need(t, "redis-sentinel", "redis-sentinel")
 	g := &SentinelGroup{Master: "btkprimary"}
 	g.Primary = start(t, server)
 	g.Replica = start(t, server, "replicaof 127.0.0.1 "+strconv.Itoa(g.Primary.Port), "repl-diskless-load on-empty-db")
@@ -340,8 +300,8 @@ type ClusterGroup struct {
 // redis-cli --cluster create (no replicas), then waits for cluster_state:ok.
 func Cluster(t testing.TB) *ClusterGroup {
 	t.Helper()
-	server := need(t, "redis-server", "redis-server")
-	cli := need(t, "redis-cli", "redis-tools")
+	server := testproc.Need(t, "redis-server", "redis-server")
+	cli := testproc.Need(t, "redis-cli", "redis-tools")
 	g := &ClusterGroup{}
 	var addrs []string
 	for i := range g.Nodes {
@@ -388,7 +348,7 @@ func (g *ClusterGroup) URL() string {
 // Pair starts a primary and a replica of it (no sentinels).
 func Pair(t testing.TB) (primary, replica *Server) {
 	t.Helper()
-	server := need(t, "redis-server", "redis-server")
+	server := testproc.Need(t, "redis-server", "redis-server")
 	primary = start(t, server)
 	replica = start(t, server, "replicaof 127.0.0.1 "+strconv.Itoa(primary.Port))
 	(&SentinelGroup{}).waitLinked(t, primary, 1)
