@@ -59,6 +59,24 @@ func warm(db btk.Store, n int) {
 
 var errAlreadyRevoked = errors.New("already revoked")
 
+// oneWon checks that exactly one of the racers' errs is nil and that the
+// others read the key as revoked.
+func oneWon(t *testing.T, what string, errs []error) {
+	t.Helper()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case err != errAlreadyRevoked:
+			t.Errorf("err = %v, want the key read as revoked", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d %s succeeded, want 1", ok, what)
+	}
+}
+
 // rotate does what the service's rotation does in one transaction: read the
 // key, check the workspace, revoke it, issue its replacement under the same
 // name, write the audit pair.
@@ -110,18 +128,7 @@ func testConcurrentRevokeSameKey(t *testing.T, db btk.Store) {
 			return tx.RevokeAPIKey(ctx, k.ID, t0, fmt.Sprint(i), "")
 		})
 	})
-	ok := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case err != errAlreadyRevoked:
-			t.Errorf("err = %v, want the key read as revoked", err)
-		}
-	}
-	if ok != 1 {
-		t.Fatalf("%d revocations succeeded, want 1", ok)
-	}
+	oneWon(t, "revocations", errs)
 }
 
 // Concurrent rotations of one key: one wins, the others read it revoked; one
@@ -131,23 +138,11 @@ func testConcurrentRotateSameKey(t *testing.T, db btk.Store) {
 	k := createKey(t, db, key(ws, "k"))
 	errs := make([]error, 8)
 	race(db, len(errs), func(i int) { _, errs[i] = rotate(db, ws, k.ID) })
-	ok := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case err != errAlreadyRevoked:
-			t.Errorf("err = %v, want the key read as revoked", err)
-		}
-	}
-	if ok != 1 {
-		t.Fatalf("%d rotations succeeded, want 1", ok)
+	oneWon(t, "rotations", errs)
+	if keys := activeKeys(t, db, ws); len(keys) != 1 || keys[0].RotatedFromID != k.ID {
+		t.Errorf("active keys %+v; want the one replacement", keys)
 	}
 	read(t, db, func(tx btk.Tx) error {
-		keys, _, err := tx.APIKeys(ctx, btk.KeyFilter{WorkspaceID: ws.ID})
-		if err != nil || len(keys) != 1 || keys[0].RotatedFromID != k.ID {
-			t.Errorf("active keys %+v, %v; want the one replacement", keys, err)
-		}
 		es, _, err := tx.AuditEntries(ctx, btk.AuditFilter{WorkspaceID: ws.ID})
 		if err != nil || len(es) != 1 {
 			t.Errorf("%d audit entries, %v; want 1", len(es), err)
@@ -190,13 +185,9 @@ func testRevokeAllRacesRotations(t *testing.T, db btk.Store) {
 	if revoked != n {
 		t.Errorf("revoke-all revoked %d keys, want %d", revoked, n)
 	}
-	read(t, db, func(tx btk.Tx) error {
-		keys, _, err := tx.APIKeys(ctx, btk.KeyFilter{WorkspaceID: ws.ID})
-		if err != nil || len(keys) != 0 {
-			t.Errorf("%d keys still active after revoke-all (%v)", len(keys), err)
-		}
-		return nil
-	})
+	if keys := activeKeys(t, db, ws); len(keys) != 0 {
+		t.Errorf("%d keys still active after revoke-all", len(keys))
+	}
 }
 
 // Read-modify-write of a workspace loses no concurrent update.

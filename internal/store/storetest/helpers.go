@@ -71,6 +71,17 @@ func createKey(t testing.TB, db btk.Store, k *btk.APIKey) *btk.APIKey {
 	return k
 }
 
+// activeKeys reads the active keys of ws.
+func activeKeys(t testing.TB, db btk.Store, ws *btk.Workspace) []*btk.APIKey {
+	t.Helper()
+	var keys []*btk.APIKey
+	read(t, db, func(tx btk.Tx) (err error) {
+		keys, _, err = tx.APIKeys(context.Background(), btk.KeyFilter{WorkspaceID: ws.ID})
+		return err
+	})
+	return keys
+}
+
 // Helpers for an engine's own tests (reopening, locks).
 
 // T0 is the time the suite's rows are created at.
