@@ -100,23 +100,23 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry) (Crede
 	delete(r.Header, HeaderTenantID)
 	delete(r.Header, headerKeyID)
 	delete(r.Header, headerKeyScopes)
-	if r.Header.Get("Authorization") != "" {
+	if header(r.Header, "Authorization") != "" {
 		return Bearer, nil
 	}
-	key := r.Header.Get("X-Api-Key")
+	key := header(r.Header, "X-Api-Key")
 	if key == "" {
 		return None, nil
 	}
 	// The use is counted against the key presented, with its client
 	// (docs/usage.md).
 	addr := h.proxies.ClientAddr(r)
-	req := btk.KeyRequest{Addr: addr, From: btk.Client{IP: addr, UserAgent: r.UserAgent()}}
+	req := btk.KeyRequest{Addr: addr, From: btk.Client{IP: addr, UserAgent: header(r.Header, "User-Agent")}}
 	switch at {
 	case entryAuthorize:
 		// The original request, as the forward-auth caller names it;
 		// without it a scoped key is refused (fail closed).
 		req.Rules = true
-		method, uri := r.Header.Get(headerForwardedMethod), r.Header.Get(headerForwardedURI)
+		method, uri := header(r.Header, headerForwardedMethod), header(r.Header, headerForwardedURI)
 		if method != "" && uri != "" {
 			req.Method, req.Path = method, uri
 		}
@@ -125,8 +125,16 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry) (Crede
 	}
 	a, d, err := h.svc.AuthenticateRequest(r.Context(), key, &req)
 	h.svc.Observer().KeyChecked(btk.KeyCheckResultOf(err))
+	// Forward-auth answers an accepted key's own headers too; they are set
+	// here with the rate-limit headers, sharing their allocation.
+	var answer *btk.Actor
+	if at == entryAuthorize && err == nil {
+		answer = a
+	}
 	if d.Limit > 0 {
-		setRateLimitHeaders(w.Header(), d)
+		setRateLimitHeaders(w.Header(), d, answer)
+	} else if answer != nil {
+		setKeyHeaders(w.Header(), answer)
 	}
 	if err != nil {
 		h.Refuse(w, r, err)
@@ -141,6 +149,16 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry) (Crede
 		return Refused, nil
 	}
 	return Key, a
+}
+
+// header is r.Header.Get(name) for a name in canonical form, which is how
+// net/http stores received headers: one map lookup, without Get
+// canonicalising the name again on every call.
+func header(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // Refuse answers a request-level failure: 401 for credentials, 429 for limits.
@@ -162,11 +180,12 @@ func (h *Gateway) Refuse(w http.ResponseWriter, r *http.Request, err error) {
 
 // setRateLimitHeaders sets RateLimit-Limit, -Remaining and -Reset for the
 // tighter window, the IETF draft's RateLimit-Policy (both windows) and
-// RateLimit (the tighter one), and Retry-After on a refusal, with two
-// allocations: the values share one string and one slice, and the keys are
-// stored in their canonical form (what Header.Set would store, without
-// canonicalising on every request).
-func setRateLimitHeaders(h http.Header, d ratelimit.Decision) {
+// RateLimit (the tighter one), Retry-After on a refusal, and, with key, the
+// key's own headers (setKeyHeaders). Two allocations: the numbers share one
+// string and all the values one slice, and the keys are stored in their
+// canonical form (what Header.Set would store, without canonicalising on
+// every request).
+func setRateLimitHeaders(h http.Header, d ratelimit.Decision, key *btk.Actor) {
 	const n = 6
 	var buf [256]byte
 	var end [n]int
@@ -199,7 +218,11 @@ func setRateLimitHeaders(h http.Header, d ratelimit.Decision) {
 		k = n
 	}
 	s := string(b)
-	vals := make([]string, k)
+	size := k
+	if key != nil {
+		size += 3
+	}
+	vals := make([]string, size)
 	for i, start := 0, 0; i < k; i++ {
 		vals[i], start = s[start:end[i]], end[i]
 	}
@@ -211,13 +234,21 @@ func setRateLimitHeaders(h http.Header, d ratelimit.Decision) {
 	if k == n {
 		h["Retry-After"] = vals[5:6:6]
 	}
+	if key != nil {
+		setKeyHeadersIn(h, key, vals[k:])
+	}
 }
 
 // setKeyHeaders sets X-Tenant-Id, X-Api-Key-Id and X-Api-Key-Scopes
 // (space-separated, possibly empty) of an accepted key (one allocation: the
 // values share a slice).
 func setKeyHeaders(h http.Header, a *btk.Actor) {
-	ids := []string{a.WorkspaceID, a.KeyID, a.KeyScopes}
+	setKeyHeadersIn(h, a, make([]string, 3))
+}
+
+// setKeyHeadersIn is setKeyHeaders with the values stored in ids (three).
+func setKeyHeadersIn(h http.Header, a *btk.Actor, ids []string) {
+	ids[0], ids[1], ids[2] = a.WorkspaceID, a.KeyID, a.KeyScopes
 	h[HeaderTenantID] = ids[0:1:1]
 	h[headerKeyID] = ids[1:2:2]
 	h[headerKeyScopes] = ids[2:3:3]
@@ -228,9 +259,8 @@ func setKeyHeaders(h http.Header, a *btk.Actor) {
 // ignored. 200 with X-Tenant-Id and X-Api-Key-Id for an accepted key, 200
 // with neither for a bearer (the upstream verifies its own session).
 func (h *Gateway) Authorize(w http.ResponseWriter, r *http.Request) {
-	switch c, a := h.check(w, r, entryAuthorize); c {
-	case Key:
-		setKeyHeaders(w.Header(), a)
+	switch c, _ := h.check(w, r, entryAuthorize); c {
+	case Key: // check set the key's headers
 		w.WriteHeader(http.StatusOK)
 	case Bearer:
 		w.WriteHeader(http.StatusOK)

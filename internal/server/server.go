@@ -44,6 +44,10 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 
 	h.mux.Handle("POST /graphql", graphql.New(svc, h.gw, log))
 	h.mux.HandleFunc("/v1/authorize", h.gw.Authorize)
+	// The same for GET, the method forward-auth callers use: ServeMux tries
+	// the method's patterns first, and a GET that misses them costs a walk
+	// and an allocation before the pattern for any method is tried.
+	h.mux.HandleFunc("GET /v1/authorize", h.gw.Authorize)
 	h.mux.HandleFunc("POST /v1/leaks", h.gw.Leaks)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
