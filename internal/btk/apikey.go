@@ -65,16 +65,26 @@ func wellFormedKey[T string | []byte](s T) bool {
 		}
 	}
 	for i := randomStart; i < KeyLen; i++ {
-		if b64Value(s[i]) < 0 {
+		if b64Values[s[i]] < 0 {
 			return false
 		}
 	}
 	// 43 characters carry 258 bits for 256: the last one's 2 low bits are zero
 	// in every key we made.
-	return b64Value(s[KeyLen-1])&3 == 0
+	return b64Values[s[KeyLen-1]]&3 == 0
 }
 
 func isLowerHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
+
+// b64Values is b64Value of every byte: a table lookup per character of a
+// presented key instead of a chain of branches that random characters
+// mispredict (docs/design.md#budgets).
+var b64Values = func() (t [256]int8) {
+	for c := range t {
+		t[c] = int8(b64Value(byte(c)))
+	}
+	return t
+}()
 
 // b64Value is the 6-bit value of a base64url character, or -1.
 func b64Value(c byte) int {

@@ -68,9 +68,11 @@ type keyCount struct {
 	hour                           int64 // unix seconds of the hour counted
 	accepted, rateLimited, refused int64
 	// The latest accepted request's client and time (unix ns); at is 0 when
-	// none since the last take.
-	ip, ua string
-	at     int64
+	// none since the last take. The address is formatted when taken, not on
+	// every request.
+	ip netip.Addr
+	ua string
+	at int64
 	// written is when a flush last took this entry (service clock, unix
 	// ns); 0 when never.
 	written int64
@@ -90,12 +92,9 @@ func (c *usageCounter) add(k *APIKey, o UseOutcome, now time.Time, cl Client) {
 	sh := &c.shards[maphash.String(c.seed, k.ID)&(counterShards-1)]
 	hour := now.Unix()
 	hour -= hour % 3600
-	var ip, ua string
+	var ua string
 	if o == UseAccepted {
-		if cl.IP.IsValid() {
-			ip = cl.IP.String() // outside the lock
-		}
-		ua = keptClientString(cl.UserAgent)
+		ua = keptClientString(cl.UserAgent) // outside the lock
 	}
 	sh.mu.Lock()
 	e := sh.keys[k.ID]
@@ -111,7 +110,7 @@ func (c *usageCounter) add(k *APIKey, o UseOutcome, now time.Time, cl Client) {
 	switch o {
 	case UseAccepted:
 		e.accepted++
-		e.ip, e.ua, e.at = ip, ua, now.UnixNano()
+		e.ip, e.ua, e.at = cl.IP, ua, now.UnixNano()
 	case UseRateLimited:
 		e.rateLimited++
 	default:
@@ -164,12 +163,16 @@ func (c *usageCounter) take(now int64, interval time.Duration, all bool) ([]Usag
 				e.accepted, e.rateLimited, e.refused = 0, 0, 0
 			}
 			if e.at != 0 {
+				var ip string
+				if e.ip.IsValid() {
+					ip = e.ip.String()
+				}
 				clients = append(clients, KeyClient{
-					KeyID: id, At: time.Unix(0, e.at).UTC(),
+					KeyID: id, At: time.Unix(0, e.at).UTC(), IP: ip,
 					// Copied: the original may hold a whole header block.
-					IP: strings.Clone(ClientString(e.ip)), UserAgent: strings.Clone(ClientString(e.ua)),
+					UserAgent: strings.Clone(ClientString(e.ua)),
 				})
-				e.ip, e.ua, e.at = "", "", 0
+				e.ip, e.ua, e.at = netip.Addr{}, "", 0
 			}
 			e.written = now
 		}
