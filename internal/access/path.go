@@ -13,8 +13,11 @@ import (
 // refused (docs/access.md §Paths). A path that needs no change is returned
 // without allocating.
 func Normalize(raw string) (string, bool) {
-	if i := strings.IndexAny(raw, "?#"); i >= 0 {
-		raw = raw[:i]
+	for i := 0; i < len(raw); i++ { // IndexAny(raw, "?#") builds its byte set on every call
+		if raw[i] == '?' || raw[i] == '#' {
+			raw = raw[:i]
+			break
+		}
 	}
 	if raw == "" {
 		return "", false
