@@ -3,10 +3,13 @@ package server_test
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/btk-project/btk/internal/server"
 )
 
 // benchRules is a rules file of n rules in the shapes operators write; the
@@ -64,19 +67,29 @@ func BenchmarkAuthorizeRules(b *testing.B) {
 }
 
 // BenchmarkAuthorizeWire is BenchmarkAuthorizeRules over loopback TCP
-// (net/http's server and a keep-alive client in one process), for
-// profiles of the whole server side of a request:
+// (net/http's server, as btk serve runs it with --log-level warn, and a
+// keep-alive client in one process), for profiles of the whole server side
+// of a request:
 //
 //	go test ./internal/server -run '^$' -bench 'BenchmarkAuthorizeWire/authorize' -benchtime 100000x \
 //	  -cpuprofile cpu.out && go tool pprof -top -focus 'http.\(\*conn\).serve' cpu.out
+//
+// and for instruction counts, which the load of other processes does not
+// change (the client's share is the same for every build of the server):
+//
+//	go test -c -o wire.test ./internal/server && GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind \
+//	  ./wire.test -test.run '^$' -test.bench 'AuthorizeWire/authorize$' -test.benchtime 5000x
 func BenchmarkAuthorizeWire(b *testing.B) {
 	e := newEnv(b)
 	owner := e.admin()
 	e.svc.SetAccessRules(mustRules(b, benchRules(10)))
 	k := e.createKeyWith(owner, "wire", `scopes:["orders:read"],rateLimitPerMinute:1000000,rateLimitPerDay:100000000`)
+	log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv := httptest.NewServer(server.New(e.svc, e.db, log))
+	b.Cleanup(srv.Close)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	run := func(name, path string, header map[string]string) {
-		req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
 		for k, v := range header {
 			req.Header.Set(k, v)
 		}
