@@ -121,9 +121,17 @@ func (h *Handler) switchWorkspace(w http.ResponseWriter, r *http.Request, a *btk
 		h.fail(w, r, &layout{Actor: a}, err)
 		return
 	}
+	h.replaceSession(w, r, a, info)
+}
+
+// replaceSession answers a switch or an impersonation: the browser gets the
+// cookies of info, the session opened, and the keys page; a's session,
+// which info replaces, ends.
+func (h *Handler) replaceSession(w http.ResponseWriter, r *http.Request, a *btk.Actor, info *btk.SessionInfo) {
 	if err := h.svc.Logout(r.Context(), a); err != nil {
-		h.log.WarnContext(r.Context(), "could not end the session a switch replaced", "err", err)
+		h.log.WarnContext(r.Context(), "could not end the session a new one replaced", "err", err)
 	}
 	setCookie(w, r, info.Token, info.ExpiresAt)
+	setDeviceCookie(w, r, info.DeviceToken)
 	http.Redirect(w, r, "/keys", http.StatusSeeOther)
 }

@@ -546,12 +546,7 @@ func (h *Handler) impersonate(w http.ResponseWriter, r *http.Request, a *btk.Act
 		h.fail(w, r, &layout{Actor: a}, err)
 		return
 	}
-	if err := h.svc.Logout(r.Context(), a); err != nil {
-		h.log.WarnContext(r.Context(), "could not end the session impersonation replaced", "err", err)
-	}
-	setCookie(w, r, info.Token, info.ExpiresAt)
-	setDeviceCookie(w, r, info.DeviceToken)
-	http.Redirect(w, r, "/keys", http.StatusSeeOther)
+	h.replaceSession(w, r, a, info)
 }
 
 // ---- helpers ----

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -333,9 +334,7 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, counts []bt
 			return err
 		}
 		args := make([]any, 0, 3*min(len(usage), usageBatchRows))
-		for len(usage) > 0 {
-			chunk := usage[:min(len(usage), usageBatchRows)]
-			usage = usage[len(chunk):]
+		for chunk := range slices.Chunk(usage, usageBatchRows) {
 			args = args[:0]
 			for _, u := range chunk {
 				at, err := sqlshared.UnixNano(u.LastUsedAt)

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,9 +20,7 @@ const usageRowsPerStatement = 200
 // hour). SQLite has one writer, so the order only matters to PostgreSQL.
 func addUsage(ctx context.Context, t *sql.Tx, counts []btk.UsageCount, clients []btk.KeyClient) error {
 	args := make([]any, 0, 6*min(len(counts), usageRowsPerStatement))
-	for len(counts) > 0 {
-		chunk := counts[:min(len(counts), usageRowsPerStatement)]
-		counts = counts[len(chunk):]
+	for chunk := range slices.Chunk(counts, usageRowsPerStatement) {
 		args = args[:0]
 		for _, c := range chunk {
 			hour, err := sqlshared.UnixNano(c.Start)
