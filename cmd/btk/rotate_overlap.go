@@ -42,7 +42,7 @@ func runRotateOverlap(cmd *cobra.Command, opts *rotateOptions) error {
 		return err
 	}
 	if old.Status == client.ApiKeyStatusRevoked {
-		return &client.Error{Code: "KEY_REVOKED", Message: fmt.Sprintf("key %s is revoked, so there is nothing to overlap with: create a new key with 'btk create'", old.Id)}
+		return &client.Error{Code: btk.CodeKeyRevoked, Message: fmt.Sprintf("key %s is revoked, so there is nothing to overlap with: create a new key with 'btk create'", old.Id)}
 	}
 	switch {
 	case opts.noExpiry:
@@ -90,7 +90,7 @@ func runRotateOverlap(cmd *cobra.Command, opts *rotateOptions) error {
 			input.Name = successorName(old.Name, func(n string) bool { return taken[n] })
 			resp, err := client.CreateApiKey(ctx, c, input)
 			var ce *client.Error
-			if err != nil && errors.As(err, &ce) && ce.Code == "NAME_TAKEN" && attempt < 3 {
+			if err != nil && errors.As(err, &ce) && ce.Code == btk.CodeNameTaken && attempt < 3 {
 				taken[input.Name] = true
 				continue
 			}
