@@ -9,6 +9,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/spf13/cobra"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
@@ -90,7 +91,7 @@ func runUsage(cmd *cobra.Command, opts *usageOptions, args []string) error {
 			return err
 		}
 		if resp.ApiKey == nil {
-			return &client.Error{Code: "NOT_FOUND", Message: "no such key"}
+			return &client.Error{Code: btk.CodeNotFound, Message: "no such key"}
 		}
 		u := resp.ApiKey
 		if p.format == formatJSON {
