@@ -79,14 +79,10 @@ func (t *tx) CreateWorkspace(ctx context.Context, w *btk.Workspace) error {
 	if len(w.ID) < btk.WorkspacePrefixLen {
 		return fmt.Errorf("store: create workspace: id %q is shorter than its prefix", w.ID)
 	}
-	created, err := sqlshared.UnixNano(w.CreatedAt)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "create workspace", false,
+	_, err := t.exec(ctx, "create workspace", false,
 		`INSERT INTO workspaces (id, name, prefix, plan, public_client_key, rate_limit_per_minute, rate_limit_per_day, created_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		w.ID, w.Name, w.Prefix(), string(w.Plan), w.PublicClientKey, optInt(w.RateLimitPerMinute), optInt(w.RateLimitPerDay), created)
+		w.ID, w.Name, w.Prefix(), string(w.Plan), w.PublicClientKey, optInt(w.RateLimitPerMinute), optInt(w.RateLimitPerDay), w.CreatedAt)
 	return err
 }
 
@@ -126,13 +122,9 @@ func (t *tx) AccountByEmail(ctx context.Context, email string) (*btk.Account, er
 }
 
 func (t *tx) CreateAccount(ctx context.Context, a *btk.Account) error {
-	created, err := sqlshared.UnixNano(a.CreatedAt)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "create account", false,
+	_, err := t.exec(ctx, "create account", false,
 		`INSERT INTO accounts (id, email, password_hash, platform_admin, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		a.ID, a.Email, a.PasswordHash, a.PlatformAdmin, created)
+		a.ID, a.Email, a.PasswordHash, a.PlatformAdmin, a.CreatedAt)
 	return err
 }
 
@@ -191,44 +183,24 @@ func (t *tx) Session(ctx context.Context, id string) (*btk.Session, error) {
 }
 
 func (t *tx) CreateSession(ctx context.Context, s *btk.Session) error {
-	created, err := sqlshared.UnixNano(s.CreatedAt)
-	if err != nil {
-		return err
-	}
-	expires, err := sqlshared.UnixNano(s.ExpiresAt)
-	if err != nil {
-		return err
-	}
-	revoked, err := optTime(s.RevokedAt)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "create session", false,
+	_, err := t.exec(ctx, "create session", false,
 		`INSERT INTO sessions (id, account_id, workspace_id, impersonating, created_at, expires_at, revoked_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		s.ID, s.AccountID, optStr(s.WorkspaceID), s.Impersonating, created, expires, revoked)
+		s.ID, s.AccountID, optStr(s.WorkspaceID), s.Impersonating, s.CreatedAt, s.ExpiresAt, s.RevokedAt)
 	return err
 }
 
 // RevokeSession keeps the first revocation time when called twice; only a
 // missing session is ErrNotFound.
 func (t *tx) RevokeSession(ctx context.Context, id string, at time.Time) error {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "revoke session", true,
-		`UPDATE sessions SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2`, n, id)
+	_, err := t.exec(ctx, "revoke session", true,
+		`UPDATE sessions SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2`, at, id)
 	return err
 }
 
 func (t *tx) RevokeMemberSessions(ctx context.Context, workspaceID, accountID string, at time.Time) error {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "revoke member sessions", false,
+	_, err := t.exec(ctx, "revoke member sessions", false,
 		`UPDATE sessions SET revoked_at = $1 WHERE workspace_id = $2 AND account_id = $3 AND NOT impersonating AND revoked_at IS NULL`,
-		n, workspaceID, accountID)
+		at, workspaceID, accountID)
 	return err
 }

@@ -83,16 +83,6 @@ func (t *tx) APIKeys(ctx context.Context, f btk.KeyFilter) ([]*btk.APIKey, strin
 }
 
 func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
-	created, err := sqlshared.UnixNano(k.CreatedAt)
-	if err != nil {
-		return err
-	}
-	var times [3]*int64
-	for i, p := range []*time.Time{k.ExpiresAt, k.LastUsedAt, k.RevokedAt} {
-		if times[i], err = optTime(p); err != nil {
-			return err
-		}
-	}
 	scopes, cidrs, err := sqlshared.KeyLists(k)
 	if err != nil {
 		return fmt.Errorf("store: create api key: %w", err)
@@ -103,8 +93,8 @@ func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
 			last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state, canary, allowed_cidrs)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, CAST($10::text AS json), $11, $12, $13, $14, $15, $16, $17, $18, $19, CAST($20::text AS json))`,
 		k.ID, k.WorkspaceID, k.Name, k.Hash, k.DisplayPrefix, k.Hint,
-		optInt(k.RateLimitPerMinute), optInt(k.RateLimitPerDay), times[0], scopes, created, optStr(k.CreatedBy),
-		times[1], times[2], optStr(k.RevokedBy), optStr(k.RotatedFromID), optStr(k.ReplacedByID), k.DayState, k.Canary, cidrs)
+		optInt(k.RateLimitPerMinute), optInt(k.RateLimitPerDay), k.ExpiresAt, scopes, k.CreatedAt, optStr(k.CreatedBy),
+		k.LastUsedAt, k.RevokedAt, optStr(k.RevokedBy), optStr(k.RotatedFromID), optStr(k.ReplacedByID), k.DayState, k.Canary, cidrs)
 	return err
 }
 
@@ -155,13 +145,9 @@ func (t *tx) RevokeUnusedAPIKeys(ctx context.Context, workspaceID string, before
 }
 
 func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, replacedBy string) error {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "revoke api key", true,
+	_, err := t.exec(ctx, "revoke api key", true,
 		`UPDATE api_keys SET revoked_at = $1, revoked_by = $2, replaced_by_id = $3 WHERE id = $4 AND revoked_at IS NULL`,
-		n, optStr(by), optStr(replacedBy), id)
+		at, optStr(by), optStr(replacedBy), id)
 	return err
 }
 
@@ -176,17 +162,13 @@ func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, repl
 // later insert waits until this transaction commits. Locking the workspace
 // first instead could deadlock with a rotation holding its key's row.
 func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error) {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return 0, err
-	}
 	// Rows are locked in id order, the order RecordUsage takes them in, so
 	// that a usage flush and a revoke-all never deadlock.
 	const revoke = `WITH locked AS MATERIALIZED (
 			SELECT id FROM api_keys WHERE workspace_id = $3 AND revoked_at IS NULL ORDER BY id FOR UPDATE
 		)
 		UPDATE api_keys k SET revoked_at = $1, revoked_by = $2 FROM locked l WHERE k.id = l.id AND k.revoked_at IS NULL`
-	first, err := t.exec(ctx, "revoke all api keys", false, revoke, n, optStr(by), workspaceID)
+	first, err := t.exec(ctx, "revoke all api keys", false, revoke, at, optStr(by), workspaceID)
 	if err != nil {
 		return 0, err
 	}
@@ -195,7 +177,7 @@ func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.T
 			return 0, err
 		}
 	}
-	second, err := t.exec(ctx, "revoke all api keys", false, revoke, n, optStr(by), workspaceID)
+	second, err := t.exec(ctx, "revoke all api keys", false, revoke, at, optStr(by), workspaceID)
 	return int(first + second), err
 }
 
@@ -203,17 +185,9 @@ func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.T
 // at, unless one was recorded after notBefore (docs/leaks.md): one
 // conditional upsert, so concurrent instances never both win.
 func (t *tx) ClaimCanaryMark(ctx context.Context, keyID string, at, notBefore time.Time) (bool, error) {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return false, err
-	}
-	nb, err := sqlshared.UnixNano(notBefore)
-	if err != nil {
-		return false, err
-	}
 	count, err := t.exec(ctx, "claim canary mark", false,
 		`INSERT INTO canary_marks (api_key_id, recorded_at) VALUES ($1, $2)
 		ON CONFLICT (api_key_id) DO UPDATE SET recorded_at = excluded.recorded_at
-		WHERE canary_marks.recorded_at <= $3`, keyID, n, nb)
+		WHERE canary_marks.recorded_at <= $3`, keyID, at, notBefore)
 	return count == 1, err
 }

@@ -218,13 +218,9 @@ func (t *tx) CreateWebhook(ctx context.Context, w *btk.Webhook) error {
 	if err != nil {
 		return err
 	}
-	created, err := sqlshared.UnixNano(w.CreatedAt)
-	if err != nil {
-		return err
-	}
 	_, err = t.exec(ctx, "create webhook", false,
 		`INSERT INTO webhooks (id, workspace_id, url, events, secret, created_at, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		w.ID, w.WorkspaceID, w.URL, string(events), w.Sealed, created, w.CreatedBy)
+		w.ID, w.WorkspaceID, w.URL, string(events), w.Sealed, w.CreatedAt, w.CreatedBy)
 	return err
 }
 
@@ -287,18 +283,10 @@ func (t *tx) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease ti
 }
 
 func (t *tx) FinishWebhookDelivery(ctx context.Context, d *btk.WebhookDelivery, claim string) error {
-	next, err := sqlshared.UnixNano(d.NextAttemptAt)
-	if err != nil {
-		return err
-	}
-	delivered, err := optTime(d.DeliveredAt)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "finish delivery", false, `UPDATE webhook_deliveries SET status = $1, attempts = $2,
+	_, err := t.exec(ctx, "finish delivery", false, `UPDATE webhook_deliveries SET status = $1, attempts = $2,
 		next_attempt_at = $3, last_status_code = $4, last_error = $5, delivered_at = $6, lease_until = NULL, claim = NULL
 		WHERE id = $7 AND claim = $8`,
-		string(d.Status), d.Attempts, next, d.LastStatusCode, d.LastError, delivered, d.ID, claim)
+		string(d.Status), d.Attempts, d.NextAttemptAt, d.LastStatusCode, d.LastError, d.DeliveredAt, d.ID, claim)
 	return err
 }
 

@@ -41,7 +41,11 @@ func (t *tx) lockSettings(ctx context.Context) error {
 
 // exec runs a write statement and returns how many rows it changed; with
 // mustChange, changing none means the row does not exist (ErrNotFound).
+// Times among args are stored as StoreTimes says.
 func (t *tx) exec(ctx context.Context, op string, mustChange bool, query string, args ...any) (int64, error) {
+	if err := sqlshared.StoreTimes(args); err != nil {
+		return 0, err
+	}
 	tag, err := t.tx.Exec(ctx, query, args...)
 	if err != nil {
 		return 0, mapErr(op, err)
@@ -89,15 +93,6 @@ func list[T any](ctx context.Context, t *tx, op string, tag byte, p btk.Page, qu
 	defer rows.Close()
 	items, cursor, err := sqlshared.CollectPage(rows, tag, n, scan)
 	return items, cursor, mapErr(op, err)
-}
-
-// optTime is the column value of an optional time.
-func optTime(t *time.Time) (*int64, error) {
-	if t == nil {
-		return nil, nil
-	}
-	n, err := sqlshared.UnixNano(*t)
-	return &n, err
 }
 
 func fromOptNano(n *int64) *time.Time {

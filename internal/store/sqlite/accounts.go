@@ -70,14 +70,10 @@ func (t *tx) CreateWorkspace(ctx context.Context, w *btk.Workspace) error {
 	if len(w.ID) < btk.WorkspacePrefixLen {
 		return fmt.Errorf("store: create workspace: id %q is shorter than its prefix", w.ID)
 	}
-	created, err := sqlshared.UnixNano(w.CreatedAt)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "create workspace", false,
+	_, err := t.exec(ctx, "create workspace", false,
 		`INSERT INTO workspaces (id, name, prefix, plan, public_client_key, rate_limit_per_minute, rate_limit_per_day, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		w.ID, w.Name, w.Prefix(), string(w.Plan), w.PublicClientKey, optInt(w.RateLimitPerMinute), optInt(w.RateLimitPerDay), created)
+		w.ID, w.Name, w.Prefix(), string(w.Plan), w.PublicClientKey, optInt(w.RateLimitPerMinute), optInt(w.RateLimitPerDay), w.CreatedAt)
 	return err
 }
 
@@ -118,13 +114,9 @@ func (t *tx) AccountByEmail(ctx context.Context, email string) (*btk.Account, er
 }
 
 func (t *tx) CreateAccount(ctx context.Context, a *btk.Account) error {
-	created, err := sqlshared.UnixNano(a.CreatedAt)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "create account", false,
+	_, err := t.exec(ctx, "create account", false,
 		`INSERT INTO accounts (id, email, password_hash, platform_admin, created_at) VALUES (?, ?, ?, ?, ?)`,
-		a.ID, a.Email, a.PasswordHash, a.PlatformAdmin, created)
+		a.ID, a.Email, a.PasswordHash, a.PlatformAdmin, a.CreatedAt)
 	return err
 }
 
@@ -183,45 +175,25 @@ func (t *tx) Session(ctx context.Context, id string) (*btk.Session, error) {
 }
 
 func (t *tx) CreateSession(ctx context.Context, s *btk.Session) error {
-	created, err := sqlshared.UnixNano(s.CreatedAt)
-	if err != nil {
-		return err
-	}
-	expires, err := sqlshared.UnixNano(s.ExpiresAt)
-	if err != nil {
-		return err
-	}
-	revoked, err := optTime(s.RevokedAt)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "create session", false,
+	_, err := t.exec(ctx, "create session", false,
 		`INSERT INTO sessions (id, account_id, workspace_id, impersonating, created_at, expires_at, revoked_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		s.ID, s.AccountID, optStr(s.WorkspaceID), s.Impersonating, created, expires, revoked)
+		s.ID, s.AccountID, optStr(s.WorkspaceID), s.Impersonating, s.CreatedAt, s.ExpiresAt, s.RevokedAt)
 	return err
 }
 
 // RevokeSession keeps the first revocation time when called twice; only a
 // missing session is ErrNotFound.
 func (t *tx) RevokeSession(ctx context.Context, id string, at time.Time) error {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "revoke session", true,
-		`UPDATE sessions SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`, n, id)
+	_, err := t.exec(ctx, "revoke session", true,
+		`UPDATE sessions SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`, at, id)
 	return err
 }
 
 func (t *tx) RevokeMemberSessions(ctx context.Context, workspaceID, accountID string, at time.Time) error {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "revoke member sessions", false,
+	_, err := t.exec(ctx, "revoke member sessions", false,
 		`UPDATE sessions SET revoked_at = ? WHERE workspace_id = ? AND account_id = ? AND impersonating = 0 AND revoked_at IS NULL`,
-		n, workspaceID, accountID)
+		at, workspaceID, accountID)
 	return err
 }
 
@@ -234,24 +206,16 @@ func (t *tx) SetAccountPassword(ctx context.Context, accountID, hash string) err
 
 // SetAccountDisabled disables the account at *at, or enables it when at is nil.
 func (t *tx) SetAccountDisabled(ctx context.Context, accountID string, at *time.Time) error {
-	n, err := optTime(at)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "set account disabled", true,
-		`UPDATE accounts SET disabled_at = ? WHERE id = ?`, n, accountID)
+	_, err := t.exec(ctx, "set account disabled", true,
+		`UPDATE accounts SET disabled_at = ? WHERE id = ?`, at, accountID)
 	return err
 }
 
 // RevokeAccountSessions ends every session of the account, impersonation
 // included, except the session exceptID ("" for none).
 func (t *tx) RevokeAccountSessions(ctx context.Context, accountID, exceptID string, at time.Time) error {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "revoke account sessions", false,
+	_, err := t.exec(ctx, "revoke account sessions", false,
 		`UPDATE sessions SET revoked_at = ? WHERE account_id = ? AND id <> ? AND revoked_at IS NULL`,
-		n, accountID, exceptID)
+		at, accountID, exceptID)
 	return err
 }

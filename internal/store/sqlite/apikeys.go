@@ -80,16 +80,6 @@ func (t *tx) APIKeys(ctx context.Context, f btk.KeyFilter) ([]*btk.APIKey, strin
 }
 
 func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
-	created, err := sqlshared.UnixNano(k.CreatedAt)
-	if err != nil {
-		return err
-	}
-	var times [3]any
-	for i, p := range []*time.Time{k.ExpiresAt, k.LastUsedAt, k.RevokedAt} {
-		if times[i], err = optTime(p); err != nil {
-			return err
-		}
-	}
 	scopes, cidrs, err := sqlshared.KeyLists(k)
 	if err != nil {
 		return fmt.Errorf("store: create api key: %w", err)
@@ -100,8 +90,8 @@ func (t *tx) CreateAPIKey(ctx context.Context, k *btk.APIKey) error {
 			last_used_at, revoked_at, revoked_by, rotated_from_id, replaced_by_id, day_state, canary, allowed_cidrs)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		k.ID, k.WorkspaceID, k.Name, k.Hash, k.DisplayPrefix, k.Hint,
-		optInt(k.RateLimitPerMinute), optInt(k.RateLimitPerDay), times[0], scopes, created, optStr(k.CreatedBy),
-		times[1], times[2], optStr(k.RevokedBy), optStr(k.RotatedFromID), optStr(k.ReplacedByID), k.DayState, k.Canary, cidrs)
+		optInt(k.RateLimitPerMinute), optInt(k.RateLimitPerDay), k.ExpiresAt, scopes, k.CreatedAt, optStr(k.CreatedBy),
+		k.LastUsedAt, k.RevokedAt, optStr(k.RevokedBy), optStr(k.RotatedFromID), optStr(k.ReplacedByID), k.DayState, k.Canary, cidrs)
 	return err
 }
 
@@ -152,26 +142,18 @@ func (t *tx) RevokeUnusedAPIKeys(ctx context.Context, workspaceID string, before
 }
 
 func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, replacedBy string) error {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec(ctx, "revoke api key", true,
+	_, err := t.exec(ctx, "revoke api key", true,
 		`UPDATE api_keys SET revoked_at = ?, revoked_by = ?, replaced_by_id = ? WHERE id = ? AND revoked_at IS NULL`,
-		n, optStr(by), optStr(replacedBy), id)
+		at, optStr(by), optStr(replacedBy), id)
 	return err
 }
 
 // RevokeAllAPIKeys also revokes expired keys: they are not revoked yet, and
 // listing shows them until they are.
 func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error) {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return 0, err
-	}
 	count, err := t.exec(ctx, "revoke all api keys", false,
 		`UPDATE api_keys SET revoked_at = ?, revoked_by = ? WHERE workspace_id = ? AND revoked_at IS NULL`,
-		n, optStr(by), workspaceID)
+		at, optStr(by), workspaceID)
 	return int(count), err
 }
 
@@ -179,17 +161,9 @@ func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.T
 // at, unless one was recorded after notBefore (docs/leaks.md): one
 // conditional upsert, so concurrent instances never both win.
 func (t *tx) ClaimCanaryMark(ctx context.Context, keyID string, at, notBefore time.Time) (bool, error) {
-	n, err := sqlshared.UnixNano(at)
-	if err != nil {
-		return false, err
-	}
-	nb, err := sqlshared.UnixNano(notBefore)
-	if err != nil {
-		return false, err
-	}
 	count, err := t.exec(ctx, "claim canary mark", false,
 		`INSERT INTO canary_marks (api_key_id, recorded_at) VALUES (?, ?)
 		ON CONFLICT (api_key_id) DO UPDATE SET recorded_at = excluded.recorded_at
-		WHERE canary_marks.recorded_at <= ?`, keyID, n, nb)
+		WHERE canary_marks.recorded_at <= ?`, keyID, at, notBefore)
 	return count == 1, err
 }

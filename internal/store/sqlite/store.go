@@ -437,7 +437,11 @@ func mapErr(op string, err error) error {
 
 // exec runs a write statement and returns how many rows it changed; with
 // mustChange, changing none means the row does not exist (ErrNotFound).
+// Times among args are stored as StoreTimes says.
 func (t *tx) exec(ctx context.Context, op string, mustChange bool, query string, args ...any) (int64, error) {
+	if err := sqlshared.StoreTimes(args); err != nil {
+		return 0, err
+	}
 	res, err := t.tx.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, mapErr(op, err)
@@ -479,14 +483,6 @@ func list[T any](ctx context.Context, t *tx, op string, tag byte, p btk.Page, qu
 	defer rows.Close()
 	items, cursor, err := sqlshared.CollectPage(rows, tag, n, scan)
 	return items, cursor, mapErr(op, err)
-}
-
-// optTime is the column value of an optional time.
-func optTime(t *time.Time) (any, error) {
-	if t == nil {
-		return nil, nil
-	}
-	return sqlshared.UnixNano(*t)
 }
 
 func fromOptNano(n sql.NullInt64) *time.Time {

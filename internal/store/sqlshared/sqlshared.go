@@ -114,6 +114,32 @@ func UnixNano(t time.Time) (int64, error) {
 	return t.UnixNano(), nil
 }
 
+// StoreTimes puts the times among a statement's arguments in their stored
+// form, in place: a time.Time as UnixNano, a *time.Time as that or NULL.
+func StoreTimes(args []any) error {
+	for i, a := range args {
+		var t time.Time
+		switch v := a.(type) {
+		case time.Time:
+			t = v
+		case *time.Time:
+			if v == nil {
+				args[i] = nil
+				continue
+			}
+			t = *v
+		default:
+			continue
+		}
+		n, err := UnixNano(t)
+		if err != nil {
+			return err
+		}
+		args[i] = n
+	}
+	return nil
+}
+
 // UsageRange is the stored form of a usage filter's [Since, Until), the
 // hours both engines' usage queries read.
 func UsageRange(f btk.UsageFilter) (since, until int64, err error) {
