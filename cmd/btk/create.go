@@ -115,17 +115,11 @@ func nameTaken(ctx context.Context, c *client.Client, name string, err error) er
 // with -o json, the plaintext alone with -o plain, else the key record and
 // the plaintext set apart.
 func (p *printer) newKey(payload any, k client.ApiKey, plaintext, notice string) error {
-	switch p.format {
-	case formatJSON:
-		return p.JSON(payload)
-	case formatPlain:
-		_, err := fmt.Fprintln(p.io.Out, plaintext)
-		return err
-	}
-	p.Notice("%s", notice)
-	p.Fields(p.apiKeyFields(k))
-	p.Secret(plaintext)
-	return nil
+	return p.Result(payload, plaintext, func() {
+		p.Notice("%s", notice)
+		p.Fields(p.apiKeyFields(k))
+		p.Secret(plaintext)
+	})
 }
 
 // optionalBool is nil for false, so that an unset flag is not sent.

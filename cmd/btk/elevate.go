@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
@@ -40,15 +38,9 @@ one password entry. 'btk rotate' can also ask for the password itself.`,
 				return err
 			}
 			e := resp.Elevate
-			switch p.format {
-			case formatJSON:
-				return p.JSON(e)
-			case formatPlain:
-				fmt.Fprintln(f.io.Out, e.Token)
-			default:
+			return p.Result(e, e.Token, func() {
 				p.Fields([]field{{"Token", e.Token}, {"Expires", p.Time(&e.ExpiresAt, "")}})
-			}
-			return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&opts.passwordStdin, "password-stdin", false, "read the password from standard input")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -50,19 +51,13 @@ workspace.`,
 			if err != nil {
 				return err
 			}
-			switch p.format {
-			case formatJSON:
-				return p.JSON(map[string]bool{"setMembership": resp.SetMembership})
-			case formatPlain:
-				fmt.Fprintln(f.io.Out, resp.SetMembership)
-			default:
+			return p.Result(map[string]bool{"setMembership": resp.SetMembership}, strconv.FormatBool(resp.SetMembership), func() {
 				what := "removed from the workspace"
 				if role != nil {
 					what = "now " + string(*role)
 				}
 				fmt.Fprintf(f.io.Out, "Account %s is %s\n", args[1], what)
-			}
-			return nil
+			})
 		},
 	}
 }

@@ -153,6 +153,21 @@ func (p *printer) Object(v any, fields []field) error {
 	return nil
 }
 
+// Result writes what a command did: v as JSON with -o json, plain alone on
+// a line with -o plain (for scripts: a secret, a count), else what human
+// writes for people.
+func (p *printer) Result(v any, plain string, human func()) error {
+	switch p.format {
+	case formatJSON:
+		return p.JSON(v)
+	case formatPlain:
+		_, err := fmt.Fprintln(p.io.Out, plain)
+		return err
+	}
+	human()
+	return nil
+}
+
 // Secret shows a new plaintext key once, set apart from the rest, with the
 // warning that it cannot be shown again: on stdout on a terminal, on stderr
 // otherwise so that stdout stays data.

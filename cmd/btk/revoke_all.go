@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -63,13 +64,7 @@ func runRevokeAll(cmd *cobra.Command, opts *revokeAllOptions) error {
 		return err
 	}
 	n := resp.RevokeAllApiKeys.RevokedCount
-	switch p.format {
-	case formatJSON:
-		return p.JSON(resp.RevokeAllApiKeys)
-	case formatPlain:
-		fmt.Fprintln(f.io.Out, n)
-	default:
+	return p.Result(resp.RevokeAllApiKeys, strconv.Itoa(n), func() {
 		fmt.Fprintf(f.io.Out, "Revoked %d key(s)\n", n)
-	}
-	return nil
+	})
 }

@@ -48,17 +48,11 @@ only the secret is printed, for piping into a secrets manager.`,
 				return err
 			}
 			payload := resp.CreateWebhook
-			switch p.format {
-			case formatJSON:
-				return p.JSON(payload)
-			case formatPlain:
-				_, err := fmt.Fprintln(p.io.Out, payload.Secret)
-				return err
-			}
-			p.Notice("Created webhook %s", payload.Webhook.Id)
-			p.Fields(webhookFields(p, payload.Webhook))
-			p.Secret(payload.Secret)
-			return nil
+			return p.Result(payload, payload.Secret, func() {
+				p.Notice("Created webhook %s", payload.Webhook.Id)
+				p.Fields(webhookFields(p, payload.Webhook))
+				p.Secret(payload.Secret)
+			})
 		},
 	}
 	cmd.Flags().StringArrayVar(&events, "event", nil, "send only this event `type` (repeatable; default every event)")
