@@ -120,6 +120,29 @@ func colorEnabled(tty bool, getenv func(string) string) bool {
 // canPrompt reports whether btk may ask the user something.
 func (s *iostreams) canPrompt() bool { return s.inTTY }
 
+// confirmable fails, before anything is done, when a command that asks for
+// confirmation has nobody to ask and --yes (yes) was not given; action says
+// what was refused ("revoke").
+func (s *iostreams) confirmable(yes bool, action string) error {
+	if yes || s.canPrompt() {
+		return nil
+	}
+	return usageErrorf("refusing to %s without confirmation: pass --yes (there is no terminal to ask)", action)
+}
+
+// confirm asks question, to be answered y or yes; any other answer fails
+// with "not confirmed: " and notDone (what was therefore not done).
+func (s *iostreams) confirm(question, notDone string) error {
+	answer, err := s.prompt(question + " [y/N] ")
+	if err != nil {
+		return err
+	}
+	if a := strings.ToLower(answer); a != "y" && a != "yes" {
+		return fmt.Errorf("not confirmed: %s", notDone)
+	}
+	return nil
+}
+
 // prompt asks for one line of visible input.
 func (s *iostreams) prompt(label string) (string, error) {
 	if s.errWidth != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -49,8 +48,8 @@ On a terminal btk asks for confirmation; elsewhere --yes is required.`,
 
 func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
 	f := opts.f
-	if !opts.yes && !f.io.canPrompt() {
-		return usageErrorf("refusing to revoke without confirmation: pass --yes (there is no terminal to ask)")
+	if err := f.io.confirmable(opts.yes, "revoke"); err != nil {
+		return err
 	}
 	p, c, err := f.connect(cmd)
 	if err != nil {
@@ -73,12 +72,10 @@ func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
 		return err
 	}
 	if !opts.yes {
-		answer, err := f.io.prompt(fmt.Sprintf("Revoke key %q (%s)? Requests with it will fail at once; this cannot be undone. [y/N] ", k.Name, keyDisplay(k)))
+		err := f.io.confirm(fmt.Sprintf("Revoke key %q (%s)? Requests with it will fail at once; this cannot be undone.", k.Name, keyDisplay(k)),
+			fmt.Sprintf("key %q was not revoked", k.Name))
 		if err != nil {
 			return err
-		}
-		if a := strings.ToLower(answer); a != "y" && a != "yes" {
-			return fmt.Errorf("not confirmed: key %q was not revoked", k.Name)
 		}
 	}
 	resp, err := client.RevokeApiKey(ctx, c, k.Id)

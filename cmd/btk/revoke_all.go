@@ -37,8 +37,8 @@ required.`,
 
 func runRevokeAll(cmd *cobra.Command, opts *revokeAllOptions) error {
 	f := opts.f
-	if !opts.yes && !f.io.canPrompt() {
-		return usageErrorf("refusing to revoke every key without confirmation: pass --yes (there is no terminal to ask)")
+	if err := f.io.confirmable(opts.yes, "revoke every key"); err != nil {
+		return err
 	}
 	p, c, err := f.connect(cmd)
 	if err != nil {

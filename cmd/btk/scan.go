@@ -269,13 +269,10 @@ func revokeFound(cmd *cobra.Command, opts *scanOptions, c *client.Client, matche
 		for i, k := range active {
 			names[i] = fmt.Sprintf("%q (%s)", k.Name, keyDisplay(k.ApiKey))
 		}
-		answer, err := f.io.prompt(fmt.Sprintf("Revoke %d active key(s): %s? Requests with them will fail at once. [y/N] ",
-			len(active), strings.Join(names, ", ")))
+		err := f.io.confirm(fmt.Sprintf("Revoke %d active key(s): %s? Requests with them will fail at once.",
+			len(active), strings.Join(names, ", ")), "nothing was revoked")
 		if err != nil {
 			return err
-		}
-		if a := strings.ToLower(answer); a != "y" && a != "yes" {
-			return fmt.Errorf("not confirmed: nothing was revoked")
 		}
 	}
 	revoked := map[string]bool{}

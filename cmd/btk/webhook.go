@@ -98,20 +98,17 @@ func newWebhookRmCmd(f *factory) *cobra.Command {
 		Long:  `Delete a webhook. On a terminal btk asks for confirmation; elsewhere --yes is required.`,
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !yes && !f.io.canPrompt() {
-				return usageErrorf("refusing to delete without confirmation: pass --yes (there is no terminal to ask)")
+			if err := f.io.confirmable(yes, "delete"); err != nil {
+				return err
 			}
 			p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}
 			if !yes {
-				answer, err := f.io.prompt(fmt.Sprintf("Delete webhook %s? Its pending deliveries are dropped. [y/N] ", args[0]))
+				err := f.io.confirm(fmt.Sprintf("Delete webhook %s? Its pending deliveries are dropped.", args[0]), "webhook "+args[0]+" was not deleted")
 				if err != nil {
 					return err
-				}
-				if a := strings.ToLower(answer); a != "y" && a != "yes" {
-					return fmt.Errorf("not confirmed: webhook %s was not deleted", args[0])
 				}
 			}
 			if _, err := client.DeleteWebhook(cmd.Context(), c, args[0]); err != nil {
