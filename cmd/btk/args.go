@@ -104,6 +104,18 @@ func parseSince(flag, s string, now time.Time) (time.Time, error) {
 	return now.Add(-d).UTC(), nil
 }
 
+// parseOptionalSince is parseSince for a flag that may be left out: nil then.
+func parseOptionalSince(flag, s string, now time.Time) (*time.Time, error) {
+	if s == "" {
+		return nil, nil
+	}
+	t, err := parseSince(flag, s, now)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 // enumValue matches s, case-insensitively and with - for _, against the
 // values of a GraphQL enum.
 func enumValue[T ~string](flag, s string, values []T) (T, error) {

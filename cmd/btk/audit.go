@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -9,14 +10,9 @@ import (
 )
 
 type auditOptions struct {
-	f         *factory
-	workspace string
-	key       string
-	action    string
-	actor     string
-	since     string
-	until     string
-	limit     int
+	f   *factory
+	log logOptions
+	key string
 }
 
 func newAuditCmd(f *factory) *cobra.Command {
@@ -46,73 +42,88 @@ and accounts are in 'btk events'.`,
 			return runAudit(cmd, opts)
 		},
 	}
-	fl := cmd.Flags()
-	fl.StringVar(&opts.workspace, "workspace", "", "`workspace` (name or id) to read; your own by default")
-	fl.StringVar(&opts.key, "key", "", "only entries about this `KEY` and its rotations (id or name; a name whose keys are all revoked means its newest key)")
-	fl.StringVar(&opts.action, "action", "", "only this `action`: created, rotated, revoked or revoked_all")
-	fl.StringVar(&opts.actor, "actor", "", "only entries by the account with this `email`")
-	fl.StringVar(&opts.since, "since", "", "only entries since this `time`: a duration ago (24h, 7d) or an RFC 3339 time")
-	fl.StringVar(&opts.until, "until", "", "only entries before this `time`: a duration ago (1h, 2d) or an RFC 3339 time")
-	fl.IntVar(&opts.limit, "limit", 50, "show at most this many entries")
+	opts.log.addFlags(f, cmd, "entries", "only this `action`: created, rotated, revoked or revoked_all", enumNames(client.AllApiKeyAuditAction))
+	cmd.Flags().StringVar(&opts.key, "key", "", "only entries about this `KEY` and its rotations (id or name; a name whose keys are all revoked means its newest key)")
 	cmd.AddCommand(newAuditVerifyCmd(f))
-	cmd.RegisterFlagCompletionFunc("action", fixedCompletion(enumNames(client.AllApiKeyAuditAction)...))
 	cmd.RegisterFlagCompletionFunc("key", f.completeKeys)
-	cmd.RegisterFlagCompletionFunc("workspace", f.completeWorkspaces)
 	return cmd
 }
 
-// timeRange parses --since and --until.
-func timeRange(f *factory, since, until string, filter *client.AuditFilter) error {
-	if since != "" {
-		t, err := parseSince("--since", since, f.now())
-		if err != nil {
-			return err
-		}
-		filter.Since = &t
+// logOptions are the flags that choose what of a log audit and events show.
+type logOptions struct {
+	workspace, action, actor, since, until string
+	limit                                  int
+}
+
+// addFlags adds the log flags to cmd; what names the log's items ("entries",
+// "events"); actionHelp and actions are the help and the values of --action.
+func (o *logOptions) addFlags(f *factory, cmd *cobra.Command, what, actionHelp string, actions []string) {
+	fl := cmd.Flags()
+	fl.StringVar(&o.workspace, "workspace", "", "`workspace` (name or id) to read; your own by default")
+	fl.StringVar(&o.action, "action", "", actionHelp)
+	fl.StringVar(&o.actor, "actor", "", "only "+what+" by the account with this `email`")
+	fl.StringVar(&o.since, "since", "", "only "+what+" since this `time`: a duration ago (24h, 7d) or an RFC 3339 time")
+	fl.StringVar(&o.until, "until", "", "only "+what+" before this `time`: a duration ago (1h, 2d) or an RFC 3339 time")
+	fl.IntVar(&o.limit, "limit", 50, "show at most this many "+what)
+	cmd.RegisterFlagCompletionFunc("action", fixedCompletion(actions...))
+	cmd.RegisterFlagCompletionFunc("workspace", f.completeWorkspaces)
+}
+
+// connect checks the log flags, connects, and completes filter with the
+// actor, the time range and the workspace.
+func (o *logOptions) connect(cmd *cobra.Command, f *factory, filter *client.AuditFilter) (*printer, *client.Client, error) {
+	if o.limit < 1 {
+		return nil, nil, usageErrorf("--limit must be at least 1")
 	}
-	if until != "" {
-		t, err := parseSince("--until", until, f.now())
-		if err != nil {
-			return err
-		}
-		filter.Until = &t
+	filter.ActorEmail = optional(o.actor)
+	var err error
+	if filter.Since, err = parseOptionalSince("--since", o.since, f.now()); err != nil {
+		return nil, nil, err
 	}
-	return nil
+	if filter.Until, err = parseOptionalSince("--until", o.until, f.now()); err != nil {
+		return nil, nil, err
+	}
+	p, c, err := f.connect(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if filter.WorkspaceID, err = workspaceFlag(cmd.Context(), c, o.workspace); err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
+}
+
+// workspaceFlag resolves a --workspace flag, a name or an id: nil when it
+// was not given.
+func workspaceFlag(ctx context.Context, c *client.Client, ref string) (*string, error) {
+	if ref == "" {
+		return nil, nil
+	}
+	id, err := client.ResolveWorkspaceID(ctx, c, ref)
+	if err != nil {
+		return nil, err
+	}
+	return &id, nil
 }
 
 func runAudit(cmd *cobra.Command, opts *auditOptions) error {
-	f := opts.f
 	var filter client.AuditFilter
-	if opts.limit < 1 {
-		return usageErrorf("--limit must be at least 1")
-	}
-	if opts.action != "" {
-		a, err := parseAction(opts.action)
+	if opts.log.action != "" {
+		a, err := parseAction(opts.log.action)
 		if err != nil {
 			return err
 		}
 		filter.Action = &a
 	}
-	if err := timeRange(f, opts.since, opts.until, &filter); err != nil {
-		return err
-	}
-	filter.ActorEmail = optional(opts.actor)
-	p, c, err := f.connect(cmd)
+	p, c, err := opts.log.connect(cmd, opts.f, &filter)
 	if err != nil {
 		return err
 	}
 	ctx := cmd.Context()
-	if opts.workspace != "" {
-		id, err := client.ResolveWorkspaceID(ctx, c, opts.workspace)
-		if err != nil {
-			return err
-		}
-		filter.WorkspaceID = &id
-	}
 	if opts.key != "" {
 		id := opts.key
 		if !client.IsID(id) {
-			if opts.workspace != "" {
+			if opts.log.workspace != "" {
 				// Names resolve in the caller's own workspace only.
 				return usageErrorf("--key takes a key id, not a name, together with --workspace")
 			}
@@ -124,11 +135,11 @@ func runAudit(cmd *cobra.Command, opts *auditOptions) error {
 		}
 		filter.ApiKeyID = &id
 	}
-	entries, more, err := client.AuditLog(ctx, c, filter, opts.limit)
+	entries, more, err := client.AuditLog(ctx, c, filter, opts.log.limit)
 	if err != nil {
 		return err
 	}
-	return printLog(f, p, entries, more, opts.limit, "No audit entries match", "entries", p.auditTable)
+	return printLog(opts.f, p, entries, more, opts.log.limit, "No audit entries match", "entries", p.auditTable)
 }
 
 // printLog prints one page of a log (audit, events, deliveries) with

@@ -9,13 +9,8 @@ import (
 
 type eventsOptions struct {
 	f          *factory
-	workspace  string
+	log        logOptions
 	serverWide bool
-	action     string
-	actor      string
-	since      string
-	until      string
-	limit      int
 }
 
 // eventActions are the audit_events actions, for --action and its completion.
@@ -46,46 +41,23 @@ workspace (accounts created, logins of sessions without a workspace).`,
 			return runEvents(cmd, opts)
 		},
 	}
-	fl := cmd.Flags()
-	fl.StringVar(&opts.workspace, "workspace", "", "`workspace` (name or id) to read; your own by default")
-	fl.BoolVar(&opts.serverWide, "server-wide", false, "the events that belong to no workspace (platform admin)")
-	fl.StringVar(&opts.action, "action", "", "only this `action`, such as session.login or membership.changed")
-	fl.StringVar(&opts.actor, "actor", "", "only events by the account with this `email`")
-	fl.StringVar(&opts.since, "since", "", "only events since this `time`: a duration ago (24h, 7d) or an RFC 3339 time")
-	fl.StringVar(&opts.until, "until", "", "only events before this `time`: a duration ago or an RFC 3339 time")
-	fl.IntVar(&opts.limit, "limit", 50, "show at most this many events")
-	cmd.RegisterFlagCompletionFunc("action", fixedCompletion(eventActions...))
-	cmd.RegisterFlagCompletionFunc("workspace", f.completeWorkspaces)
+	opts.log.addFlags(f, cmd, "events", "only this `action`, such as session.login or membership.changed", eventActions)
+	cmd.Flags().BoolVar(&opts.serverWide, "server-wide", false, "the events that belong to no workspace (platform admin)")
 	return cmd
 }
 
 func runEvents(cmd *cobra.Command, opts *eventsOptions) error {
-	f := opts.f
-	if opts.limit < 1 {
-		return usageErrorf("--limit must be at least 1")
-	}
 	if err := exclusive(cmd, "workspace", "server-wide"); err != nil {
 		return err
 	}
-	filter := client.AuditFilter{ServerWide: opts.serverWide, EventAction: optional(opts.action), ActorEmail: optional(opts.actor)}
-	if err := timeRange(f, opts.since, opts.until, &filter); err != nil {
-		return err
-	}
-	p, c, err := f.connect(cmd)
+	filter := client.AuditFilter{ServerWide: opts.serverWide, EventAction: optional(opts.log.action)}
+	p, c, err := opts.log.connect(cmd, opts.f, &filter)
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	if opts.workspace != "" {
-		id, err := client.ResolveWorkspaceID(ctx, c, opts.workspace)
-		if err != nil {
-			return err
-		}
-		filter.WorkspaceID = &id
-	}
-	events, more, err := client.EventLog(ctx, c, filter, opts.limit)
+	events, more, err := client.EventLog(cmd.Context(), c, filter, opts.log.limit)
 	if err != nil {
 		return err
 	}
-	return printLog(f, p, events, more, opts.limit, "No events match", "events", p.eventTable)
+	return printLog(opts.f, p, events, more, opts.log.limit, "No events match", "events", p.eventTable)
 }

@@ -68,13 +68,9 @@ func runUsage(cmd *cobra.Command, opts *usageOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	var until *time.Time
-	if opts.until != "" {
-		t, err := parseSince("--until", opts.until, f.now())
-		if err != nil {
-			return err
-		}
-		until = &t
+	until, err := parseOptionalSince("--until", opts.until, f.now())
+	if err != nil {
+		return err
 	}
 	p, c, err := f.connect(cmd)
 	if err != nil {

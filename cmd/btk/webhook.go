@@ -176,13 +176,9 @@ whether the chain still extends it.`,
 				return err
 			}
 			ctx := cmd.Context()
-			var ws *string
-			if workspace != "" {
-				id, err := client.ResolveWorkspaceID(ctx, c, workspace)
-				if err != nil {
-					return err
-				}
-				ws = &id
+			ws, err := workspaceFlag(ctx, c, workspace)
+			if err != nil {
+				return err
 			}
 			resp, err := client.VerifyAuditChain(ctx, c, ws, serverWide)
 			if err != nil {
