@@ -50,18 +50,9 @@ func runAccountCreate(cmd *cobra.Command, opts *accountCreateOptions) error {
 	if err != nil {
 		return err
 	}
-	password, err := f.io.password(opts.passwordStdin, "Password for "+opts.email+": ")
+	password, err := f.io.newPassword(opts.passwordStdin, "Password for "+opts.email+": ", "Repeat the password: ")
 	if err != nil {
 		return err
-	}
-	if !opts.passwordStdin {
-		again, err := f.io.promptSecret("Repeat the password: ")
-		if err != nil {
-			return err
-		}
-		if again != password {
-			return usageErrorf("the passwords do not match")
-		}
 	}
 	resp, err := client.CreateAccount(cmd.Context(), c, opts.email, password, opts.platformAdmin)
 	if err != nil {

@@ -38,18 +38,9 @@ func newAccountResetPasswordCmd(f *factory) *cobra.Command {
 			if err := store.CheckDB(db); err != nil {
 				return usageErrorf("--db: %v", err)
 			}
-			password, err := f.io.password(passwordStdin, "New password for "+args[0]+": ")
+			password, err := f.io.newPassword(passwordStdin, "New password for "+args[0]+": ", "Repeat the password: ")
 			if err != nil {
 				return err
-			}
-			if !passwordStdin {
-				again, err := f.io.promptSecret("Repeat the password: ")
-				if err != nil {
-					return err
-				}
-				if again != password {
-					return usageErrorf("the passwords do not match")
-				}
 			}
 			acct, err := resetPassword(cmd.Context(), db, args[0], password)
 			if err != nil {

@@ -212,6 +212,24 @@ func (s *iostreams) password(fromStdin bool, label string) (string, error) {
 	}
 }
 
+// newPassword reads a password being set: from standard input with
+// --password-stdin (fromStdin), else asked for on a terminal with label and
+// again with repeat, and refused when the two differ.
+func (s *iostreams) newPassword(fromStdin bool, label, repeat string) (string, error) {
+	pw, err := s.password(fromStdin, label)
+	if err != nil || fromStdin {
+		return pw, err
+	}
+	again, err := s.promptSecret(repeat)
+	if err != nil {
+		return "", err
+	}
+	if again != pw {
+		return "", usageErrorf("the passwords do not match")
+	}
+	return pw, nil
+}
+
 // readRawSecret reads a line from the terminal f in raw mode, so that
 // nothing is echoed and Ctrl-C arrives as a byte, not a signal: it answers
 // errInterrupted at once, with the terminal restored first. The terminal

@@ -72,15 +72,8 @@ func readPasswordChange(io *iostreams, fromStdin bool) (current, newPassword str
 	if current, err = io.password(false, "Current password: "); err != nil {
 		return "", "", err
 	}
-	if newPassword, err = io.password(false, "New password: "); err != nil {
+	if newPassword, err = io.newPassword(false, "New password: ", "Repeat the new password: "); err != nil {
 		return "", "", err
-	}
-	again, err := io.promptSecret("Repeat the new password: ")
-	if err != nil {
-		return "", "", err
-	}
-	if again != newPassword {
-		return "", "", usageErrorf("the new passwords do not match")
 	}
 	return current, newPassword, nil
 }
