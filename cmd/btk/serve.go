@@ -245,21 +245,14 @@ func shutdownAll(servers []*http.Server) error {
 // flushLoop writes last_used_at and day counts about once a second (each
 // key at most every btk.UsageWriteInterval; the rest at shutdown).
 func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger, ops *opsState) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			start := time.Now()
-			err := svc.FlushDueUsage(ctx)
-			ops.observeFlush(time.Since(start), err)
-			if err != nil && ctx.Err() == nil {
-				log.Error("last_used_at flush failed", "err", err)
-			}
+	every(ctx, time.Second, time.Second, func() {
+		start := time.Now()
+		err := svc.FlushDueUsage(ctx)
+		ops.observeFlush(time.Since(start), err)
+		if err != nil && ctx.Err() == nil {
+			log.Error("last_used_at flush failed", "err", err)
 		}
-	}
+	})
 }
 
 // sweepLoop revokes the keys the workspaces' policies find unused
@@ -267,21 +260,29 @@ func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger, ops *ops
 // instance runs it, and each key is revoked and audited once
 // (btk.Service.SweepUnusedKeys).
 func sweepLoop(ctx context.Context, svc *btk.Service, log *slog.Logger) {
-	t := time.NewTimer(10 * time.Second)
+	every(ctx, 10*time.Second, time.Minute, func() {
+		n, err := svc.SweepUnusedKeys(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("unused-key sweep failed", "err", err)
+		}
+		if n > 0 {
+			log.Info("revoked unused keys (workspace key policy)", "count", n)
+		}
+	})
+}
+
+// every runs work once first has passed, then again interval after each run
+// ends, until ctx ends.
+func every(ctx context.Context, first, interval time.Duration, work func()) {
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n, err := svc.SweepUnusedKeys(ctx)
-			if err != nil && ctx.Err() == nil {
-				log.Warn("unused-key sweep failed", "err", err)
-			}
-			if n > 0 {
-				log.Info("revoked unused keys (workspace key policy)", "count", n)
-			}
-			t.Reset(time.Minute)
+			work()
+			t.Reset(interval)
 		}
 	}
 }
