@@ -19,10 +19,9 @@ func newWebhookCmd(f *factory) *cobra.Command {
 		Long: `Webhooks receive the workspace's events (every audit event, such as
 api_key.created or api_key.revoked, and api_key.expiring 7 days and 1 day
 before a key expires) as signed POST requests (Standard Webhooks). Owner tier.`,
-		Args: noArgs,
 	}
 	cmd.AddCommand(newWebhookAddCmd(f), newWebhookListCmd(f), newWebhookRmCmd(f), newWebhookDeliveriesCmd(f))
-	return cmd
+	return group(cmd)
 }
 
 func newWebhookAddCmd(f *factory) *cobra.Command {
