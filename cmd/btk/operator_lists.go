@@ -34,21 +34,13 @@ session's workspace). A platform admin, or an owner or admin of the workspace.`,
 		Aliases:           []string{"ls"},
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: positional(f.completeWorkspaces),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			ws, err := workspaceArg(cmd.Context(), c, args)
-			if err != nil {
-				return err
-			}
-			resp, err := client.Members(cmd.Context(), c, ws.Id)
+		RunE: onWorkspaceArg(f, func(ctx context.Context, p *printer, c *client.Client, ws client.Tenant) error {
+			resp, err := client.Members(ctx, c, ws.Id)
 			if err != nil {
 				return err
 			}
 			return printList(p, resp.Members, "No members; add one with 'btk member set'", p.memberTable)
-		},
+		}),
 	}
 }
 
@@ -62,32 +54,45 @@ with any role; any workspace for a platform admin.`,
 		Example:           "  btk workspace show\n  btk workspace show Acme -o json",
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: positional(f.completeWorkspaces),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			ws, err := workspaceArg(cmd.Context(), c, args)
-			if err != nil {
-				return err
-			}
+		RunE: onWorkspaceArg(f, func(_ context.Context, p *printer, _ *client.Client, ws client.Tenant) error {
 			return p.Object(ws, p.tenantFields(ws))
-		},
+		}),
 	}
 }
 
-// workspaceArg reads the workspace an optional WORKSPACE argument names: the
-// session's own (tenantInfo) when absent or when it names that one, else
-// from the workspaces list (platform admin).
-func workspaceArg(ctx context.Context, c *client.Client, args []string) (client.Tenant, error) {
+// onWorkspaceArg is the RunE of a command about the workspace its optional
+// WORKSPACE argument names: it connects, reads that workspace (readWorkspace)
+// and hands it to run.
+func onWorkspaceArg(f *factory, run func(ctx context.Context, p *printer, c *client.Client, ws client.Tenant) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		p, c, err := f.connect(cmd)
+		if err != nil {
+			return err
+		}
+		ref := ""
+		if len(args) > 0 {
+			ref = args[0]
+		}
+		ws, err := readWorkspace(cmd.Context(), c, ref)
+		if err != nil {
+			return err
+		}
+		return run(cmd.Context(), p, c, ws)
+	}
+}
+
+// readWorkspace reads the workspace ref names (a name or an id): the
+// session's own (tenantInfo) when ref is "" or names that one, else from the
+// workspaces list (platform admin).
+func readWorkspace(ctx context.Context, c *client.Client, ref string) (client.Tenant, error) {
 	own, ownErr := client.TenantInfo(ctx, c)
-	if len(args) == 0 {
+	if ref == "" {
 		if ownErr != nil {
 			return client.Tenant{}, ownErr
 		}
 		return own.TenantInfo, nil
 	}
-	id, err := client.ResolveWorkspaceID(ctx, c, args[0])
+	id, err := client.ResolveWorkspaceID(ctx, c, ref)
 	if err != nil {
 		return client.Tenant{}, err
 	}
@@ -100,7 +105,7 @@ func workspaceArg(ctx context.Context, c *client.Client, args []string) (client.
 		if asClientError(err, &ce) && ce.Code == btk.CodeForbidden {
 			// Not a platform admin: only the session's workspace can be read.
 			return client.Tenant{}, &client.Error{Code: btk.CodeForbidden, Message: fmt.Sprintf(
-				"only your session's workspace can be shown: log in to %s with 'btk login --workspace %s'", args[0], args[0])}
+				"only your session's workspace can be shown: log in to %s with 'btk login --workspace %s'", ref, ref)}
 		}
 		return client.Tenant{}, err
 	}
@@ -109,7 +114,7 @@ func workspaceArg(ctx context.Context, c *client.Client, args []string) (client.
 			return w, nil
 		}
 	}
-	return client.Tenant{}, &client.Error{Code: btk.CodeNotFound, Message: fmt.Sprintf("no workspace %q", args[0])}
+	return client.Tenant{}, &client.Error{Code: btk.CodeNotFound, Message: fmt.Sprintf("no workspace %q", ref)}
 }
 
 // resolveAccount takes an account id, or an email looked up with the

@@ -45,19 +45,14 @@ Without flags it shows the policy. Owner or platform admin. See docs/access.md.`
 				return err
 			}
 			ctx := cmd.Context()
-			var args1 []string
-			if workspace != "" {
-				args1 = []string{workspace}
-			}
-			ws, err := workspaceArg(ctx, c, args1)
+			ws, err := readWorkspace(ctx, c, workspace)
 			if err != nil {
 				return err
 			}
 			if maxDays == nil && unusedDays == nil && !off {
 				return p.Object(ws, p.tenantFields(ws))
 			}
-			id := ws.Id
-			resp, err := client.SetWorkspaceKeyPolicy(ctx, c, id, maxDays, unusedDays)
+			resp, err := client.SetWorkspaceKeyPolicy(ctx, c, ws.Id, maxDays, unusedDays)
 			if err != nil {
 				return err
 			}
