@@ -59,11 +59,7 @@ func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
 	var k client.ApiKey
 	var workspace *client.ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant
 	if opts.key == "-" {
-		plaintext, err := readKeyInput(f.io)
-		if err != nil {
-			return err
-		}
-		found, err := client.ResolveKeyBySecret(ctx, c, plaintext)
+		found, err := keyOnInput(ctx, f.io, c)
 		if err != nil {
 			return err
 		}

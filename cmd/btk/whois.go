@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -49,6 +50,17 @@ func readKeyInput(s *iostreams) (string, error) {
 	return "", usageErrorf("standard input holds %d different keys: give one, or use 'btk scan - --check'", len(keys))
 }
 
+// keyOnInput reads the key on standard input (readKeyInput) and finds it by
+// its hash, as whois and 'revoke -' do: the plaintext never leaves this
+// machine.
+func keyOnInput(ctx context.Context, s *iostreams, c *client.Client) (*client.ApiKeyByHashApiKeyByHashApiKey, error) {
+	plaintext, err := readKeyInput(s)
+	if err != nil {
+		return nil, err
+	}
+	return client.ResolveKeyBySecret(ctx, c, plaintext)
+}
+
 type whoisOptions struct {
 	f     *factory
 	limit int
@@ -89,16 +101,13 @@ or not it exists.`,
 
 func runWhois(cmd *cobra.Command, opts *whoisOptions) error {
 	f := opts.f
-	key, err := readKeyInput(f.io)
-	if err != nil {
-		return err
-	}
 	p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}
 	ctx := cmd.Context()
-	k, err := client.ResolveKeyBySecret(ctx, c, key)
+	// Connected first: a session that will not do fails before the key is asked for.
+	k, err := keyOnInput(ctx, f.io, c)
 	if err != nil {
 		return err
 	}
