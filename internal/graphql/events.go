@@ -20,7 +20,7 @@ func webhook(w *btk.Webhook) *graph.Webhook {
 func webhookDelivery(d *btk.WebhookDelivery) *graph.WebhookDelivery {
 	out := &graph.WebhookDelivery{
 		ID: d.ID, WebhookID: d.WebhookID, EventID: d.EventID, EventType: d.EventType,
-		Status: graph.WebhookDeliveryStatus(d.Status), Attempts: d.Attempts, LastError: optString(d.LastError),
+		Status: d.Status, Attempts: d.Attempts, LastError: optString(d.LastError),
 		CreatedAt: d.CreatedAt, DeliveredAt: d.DeliveredAt,
 	}
 	if d.LastStatusCode != 0 {

@@ -8215,8 +8215,8 @@ func (ec *executionContext) _WebhookDelivery_status(ctx context.Context, field g
 			return obj.Status, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v WebhookDeliveryStatus) graphql.Marshaler {
-			return ec.marshalNWebhookDeliveryStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐWebhookDeliveryStatus(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v btk.DeliveryStatus) graphql.Marshaler {
+			return ec.marshalNWebhookDeliveryStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐDeliveryStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -13408,15 +13408,35 @@ func (ec *executionContext) marshalNWebhookDeliveryConnection2ᚖgithubᚗcomᚋ
 	return ec._WebhookDeliveryConnection(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNWebhookDeliveryStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐWebhookDeliveryStatus(ctx context.Context, v any) (WebhookDeliveryStatus, error) {
-	var res WebhookDeliveryStatus
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNWebhookDeliveryStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐDeliveryStatus(ctx context.Context, v any) (btk.DeliveryStatus, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalNWebhookDeliveryStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐDeliveryStatus[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNWebhookDeliveryStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐWebhookDeliveryStatus(ctx context.Context, sel ast.SelectionSet, v WebhookDeliveryStatus) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNWebhookDeliveryStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐDeliveryStatus(ctx context.Context, sel ast.SelectionSet, v btk.DeliveryStatus) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(marshalNWebhookDeliveryStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐDeliveryStatus[v])
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
 }
+
+var (
+	unmarshalNWebhookDeliveryStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐDeliveryStatus = map[string]btk.DeliveryStatus{
+		"PENDING":   btk.DeliveryPending,
+		"DELIVERED": btk.DeliveryDelivered,
+		"FAILED":    btk.DeliveryFailed,
+	}
+	marshalNWebhookDeliveryStatus2githubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋbtkᚐDeliveryStatus = map[btk.DeliveryStatus]string{
+		btk.DeliveryPending:   "PENDING",
+		btk.DeliveryDelivered: "DELIVERED",
+		btk.DeliveryFailed:    "FAILED",
+	}
+)
 
 func (ec *executionContext) marshalNWorkspaceUsage2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐWorkspaceUsage(ctx context.Context, sel ast.SelectionSet, v *WorkspaceUsage) graphql.Marshaler {
 	if v == nil {

@@ -3,10 +3,6 @@
 package graph
 
 import (
-	"bytes"
-	"fmt"
-	"io"
-	"strconv"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -425,7 +421,7 @@ type WebhookDelivery struct {
 	// The event type.
 	EventType string `json:"eventType"`
 	// PENDING, DELIVERED or FAILED.
-	Status WebhookDeliveryStatus `json:"status"`
+	Status btk.DeliveryStatus `json:"status"`
 	// Attempts so far.
 	Attempts int `json:"attempts"`
 	// The receiver's HTTP status at the last attempt; null when it did not answer.
@@ -467,65 +463,4 @@ type WorkspaceUsage struct {
 	Points []*UsagePoint `json:"points"`
 	// The keys with the most uses (accepted, rate-limited and refused together) in the range, most first; first is 1-100.
 	TopKeys []*KeyUsageTotal `json:"topKeys"`
-}
-
-// The state of a delivery.
-type WebhookDeliveryStatus string
-
-const (
-	// Not delivered yet: retried with backoff for 24 hours.
-	WebhookDeliveryStatusPending WebhookDeliveryStatus = "PENDING"
-	// The receiver answered 2xx.
-	WebhookDeliveryStatusDelivered WebhookDeliveryStatus = "DELIVERED"
-	// Given up after 24 hours.
-	WebhookDeliveryStatusFailed WebhookDeliveryStatus = "FAILED"
-)
-
-var AllWebhookDeliveryStatus = []WebhookDeliveryStatus{
-	WebhookDeliveryStatusPending,
-	WebhookDeliveryStatusDelivered,
-	WebhookDeliveryStatusFailed,
-}
-
-func (e WebhookDeliveryStatus) IsValid() bool {
-	switch e {
-	case WebhookDeliveryStatusPending, WebhookDeliveryStatusDelivered, WebhookDeliveryStatusFailed:
-		return true
-	}
-	return false
-}
-
-func (e WebhookDeliveryStatus) String() string {
-	return string(e)
-}
-
-func (e *WebhookDeliveryStatus) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = WebhookDeliveryStatus(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid WebhookDeliveryStatus", str)
-	}
-	return nil
-}
-
-func (e WebhookDeliveryStatus) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *WebhookDeliveryStatus) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e WebhookDeliveryStatus) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
 }
