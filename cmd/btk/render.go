@@ -71,7 +71,7 @@ func (p *printer) apiKeyFields(k client.ApiKey) []field {
 		{"Key", keyDisplay(k)},
 		{"Status", p.Status(string(k.Status))},
 		{"Rate limit", p.keyLimits(k)},
-		{"Expires", p.Date(k.ExpiresAt, "never")},
+		{"Expires", p.expiry(k)},
 		{"Scopes", scopes(k.Scopes)},
 		{"Networks", networks(k.AllowedCidrs)},
 		{"Created", p.Time(&k.CreatedAt, "")},
@@ -90,6 +90,17 @@ func (p *printer) apiKeyFields(k client.ApiKey) []field {
 		fields = append(fields, field{"Replaced by", *k.ReplacedById})
 	}
 	return fields
+}
+
+// expiry is when k stops authenticating (effectiveExpiresAt), saying so
+// when the workspace's maximum lifetime, not the key's own expiry, decides
+// it (docs/access.md#workspace-key-policy).
+func (p *printer) expiry(k client.ApiKey) string {
+	s := p.Date(k.EffectiveExpiresAt, "never")
+	if k.EffectiveExpiresAt != nil && (k.ExpiresAt == nil || !k.EffectiveExpiresAt.Equal(*k.ExpiresAt)) {
+		s += " (workspace maximum lifetime)"
+	}
+	return s
 }
 
 // keyLimits shows the limits that apply to k: its own, else the workspace's
@@ -125,7 +136,7 @@ func (p *printer) readDefaults(ctx context.Context, c *client.Client) {
 func (p *printer) apiKeyTable(keys []client.ApiKey) {
 	rows := make([][]string, len(keys))
 	for i, k := range keys {
-		rows[i] = []string{k.Name, k.Id, keyDisplay(k), p.Status(string(k.Status)), p.Time(k.ExpiresAt, "never"), p.Time(k.LastUsedAt, "never")}
+		rows[i] = []string{k.Name, k.Id, keyDisplay(k), p.Status(string(k.Status)), p.Time(k.EffectiveExpiresAt, "never"), p.Time(k.LastUsedAt, "never")}
 	}
 	// On a narrow terminal (docs/design.md#narrow-terminals): the display
 	// prefix, the same for every key of the workspace, goes first; then the

@@ -148,11 +148,26 @@ func (k *APIKey) Status(now time.Time) KeyStatus {
 	switch {
 	case k.RevokedAt != nil:
 		return KeyRevoked
-	case k.ExpiresAt != nil && !now.Before(*k.ExpiresAt),
-		k.PolicyExpiresAt != nil && !now.Before(*k.PolicyExpiresAt):
+	case k.EffectiveExpiresAt() != nil && !now.Before(*k.EffectiveExpiresAt()):
 		return KeyExpired
 	}
 	return KeyActive
+}
+
+// EffectiveExpiresAt is when the key stops authenticating: the earlier of
+// its own ExpiresAt and its workspace's maximum lifetime (PolicyExpiresAt);
+// nil for never (docs/access.md#workspace-key-policy).
+func (k *APIKey) EffectiveExpiresAt() *time.Time {
+	if k.PolicyExpiresAt != nil && (k.ExpiresAt == nil || k.PolicyExpiresAt.Before(*k.ExpiresAt)) {
+		return k.PolicyExpiresAt
+	}
+	return k.ExpiresAt
+}
+
+// ExpiresByPolicy reports that the workspace's maximum lifetime, not the
+// key's own expiry, decides EffectiveExpiresAt.
+func (k *APIKey) ExpiresByPolicy() bool {
+	return k.PolicyExpiresAt != nil && k.EffectiveExpiresAt() == k.PolicyExpiresAt
 }
 
 // AuditAction is what happened to a key, in the key audit log.

@@ -124,8 +124,10 @@ type ApiKey struct {
 	RateLimitPerMinute *int `json:"rateLimitPerMinute"`
 	// Per-key override of the per-day limit; null inherits the workspace default.
 	RateLimitPerDay *int `json:"rateLimitPerDay"`
-	// When the key stops authenticating; null for never.
+	// The expiry given to the key (createApiKey, rotateApiKey; rotation inherits it); null for none. When the key actually stops authenticating is effectiveExpiresAt.
 	ExpiresAt *time.Time `json:"expiresAt"`
+	// When the key stops authenticating: the earlier of expiresAt and the end of the workspace's maximum key lifetime (createdAt + keyPolicy.maxLifetimeDays); null for never.
+	EffectiveExpiresAt *time.Time `json:"effectiveExpiresAt"`
 	// The key's scopes. A key with scopes may call only what the server's access rules grant them (deny by default at the gateway); empty = unrestricted.
 	Scopes []string `json:"scopes"`
 	// Networks the key may be used from (IPv4/IPv6 CIDR ranges or addresses); empty = from anywhere.
@@ -167,6 +169,9 @@ func (v *ApiKey) GetRateLimitPerDay() *int { return v.RateLimitPerDay }
 
 // GetExpiresAt returns ApiKey.ExpiresAt, and is useful for accessing the field via an interface.
 func (v *ApiKey) GetExpiresAt() *time.Time { return v.ExpiresAt }
+
+// GetEffectiveExpiresAt returns ApiKey.EffectiveExpiresAt, and is useful for accessing the field via an interface.
+func (v *ApiKey) GetEffectiveExpiresAt() *time.Time { return v.EffectiveExpiresAt }
 
 // GetScopes returns ApiKey.Scopes, and is useful for accessing the field via an interface.
 func (v *ApiKey) GetScopes() []string { return v.Scopes }
@@ -287,6 +292,11 @@ func (v *ApiKeyByHashApiKeyByHashApiKey) GetRateLimitPerDay() *int { return v.Ap
 // GetExpiresAt returns ApiKeyByHashApiKeyByHashApiKey.ExpiresAt, and is useful for accessing the field via an interface.
 func (v *ApiKeyByHashApiKeyByHashApiKey) GetExpiresAt() *time.Time { return v.ApiKey.ExpiresAt }
 
+// GetEffectiveExpiresAt returns ApiKeyByHashApiKeyByHashApiKey.EffectiveExpiresAt, and is useful for accessing the field via an interface.
+func (v *ApiKeyByHashApiKeyByHashApiKey) GetEffectiveExpiresAt() *time.Time {
+	return v.ApiKey.EffectiveExpiresAt
+}
+
 // GetScopes returns ApiKeyByHashApiKeyByHashApiKey.Scopes, and is useful for accessing the field via an interface.
 func (v *ApiKeyByHashApiKeyByHashApiKey) GetScopes() []string { return v.ApiKey.Scopes }
 
@@ -355,6 +365,8 @@ type __premarshalApiKeyByHashApiKeyByHashApiKey struct {
 
 	ExpiresAt *time.Time `json:"expiresAt"`
 
+	EffectiveExpiresAt *time.Time `json:"effectiveExpiresAt"`
+
 	Scopes []string `json:"scopes"`
 
 	AllowedCidrs []string `json:"allowedCidrs"`
@@ -392,6 +404,7 @@ func (v *ApiKeyByHashApiKeyByHashApiKey) __premarshalJSON() (*__premarshalApiKey
 	retval.RateLimitPerMinute = v.ApiKey.RateLimitPerMinute
 	retval.RateLimitPerDay = v.ApiKey.RateLimitPerDay
 	retval.ExpiresAt = v.ApiKey.ExpiresAt
+	retval.EffectiveExpiresAt = v.ApiKey.EffectiveExpiresAt
 	retval.Scopes = v.ApiKey.Scopes
 	retval.AllowedCidrs = v.ApiKey.AllowedCidrs
 	retval.CreatedAt = v.ApiKey.CreatedAt
@@ -2304,6 +2317,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerMinute
 	rateLimitPerDay
 	expiresAt
+	effectiveExpiresAt
 	scopes
 	allowedCidrs
 	createdAt
@@ -2363,6 +2377,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerMinute
 	rateLimitPerDay
 	expiresAt
+	effectiveExpiresAt
 	scopes
 	allowedCidrs
 	createdAt
@@ -2621,6 +2636,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerMinute
 	rateLimitPerDay
 	expiresAt
+	effectiveExpiresAt
 	scopes
 	allowedCidrs
 	createdAt
@@ -2920,6 +2936,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerMinute
 	rateLimitPerDay
 	expiresAt
+	effectiveExpiresAt
 	scopes
 	allowedCidrs
 	createdAt
@@ -3311,6 +3328,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerMinute
 	rateLimitPerDay
 	expiresAt
+	effectiveExpiresAt
 	scopes
 	allowedCidrs
 	createdAt
@@ -3372,6 +3390,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerMinute
 	rateLimitPerDay
 	expiresAt
+	effectiveExpiresAt
 	scopes
 	allowedCidrs
 	createdAt
@@ -3436,6 +3455,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerMinute
 	rateLimitPerDay
 	expiresAt
+	effectiveExpiresAt
 	scopes
 	allowedCidrs
 	createdAt
@@ -3729,6 +3749,7 @@ fragment ApiKey on ApiKey {
 	rateLimitPerMinute
 	rateLimitPerDay
 	expiresAt
+	effectiveExpiresAt
 	scopes
 	allowedCidrs
 	createdAt

@@ -50,7 +50,7 @@ func apiKey(k *btk.APIKey, now time.Time) *graph.APIKey {
 		ID: k.ID, Name: k.Name, DisplayPrefix: k.DisplayPrefix, Hint: k.Hint,
 		Status:             k.Status(now),
 		RateLimitPerMinute: k.RateLimitPerMinute, RateLimitPerDay: k.RateLimitPerDay,
-		ExpiresAt: k.ExpiresAt, Scopes: nonNil(k.Scopes), AllowedCidrs: nonNil(k.AllowedCIDRs), CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt,
+		ExpiresAt: k.ExpiresAt, EffectiveExpiresAt: k.EffectiveExpiresAt(), Scopes: nonNil(k.Scopes), AllowedCidrs: nonNil(k.AllowedCIDRs), CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt,
 		RevokedAt: k.RevokedAt, RotatedFromID: optString(k.RotatedFromID), ReplacedByID: optString(k.ReplacedByID),
 		Canary: k.Canary,
 	}

@@ -127,7 +127,7 @@ func (c smallDocuments) Add(ctx context.Context, query string, doc *ast.QueryDoc
 
 // pageCost is the complexity of a paged field: its fields for each 20 of
 // its rows, so that an operation reads at most about 10,000 fields' worth
-// of rows (the CLI's largest page, 500 keys, costs under 400).
+// of rows (the CLI's pages of 250 keys cost about 260).
 func pageCost(child int, first *int) int {
 	rows := btk.DefaultPageSize
 	if first != nil && *first > 0 {

@@ -435,6 +435,33 @@ func TestWorkspaceKeyPolicy(t *testing.T) {
 	}
 	soon := e.clock.Now().Add(20 * 24 * time.Hour).Format(time.RFC3339)
 	fresh := e.createKeyWith(owner, "fresh", `expiresAt:"`+soon+`"`)
+	// effectiveExpiresAt is the earlier of expiresAt and the policy's end;
+	// expiresAt stays what was given.
+	expiry := func(id string) (given, effective *time.Time, created time.Time) {
+		var got struct {
+			APIKey struct {
+				ExpiresAt, EffectiveExpiresAt *time.Time
+				CreatedAt                     time.Time
+			}
+		}
+		e.must(owner, `query($id:ID!){apiKey(id:$id){expiresAt effectiveExpiresAt createdAt}}`, map[string]any{"id": id}, &got)
+		return got.APIKey.ExpiresAt, got.APIKey.EffectiveExpiresAt, got.APIKey.CreatedAt
+	}
+	if given, eff, created := expiry(old.ID); given != nil || eff == nil || !eff.Equal(created.Add(30*24*time.Hour)) {
+		t.Errorf("key without expiry under a 30-day policy: expiresAt %v, effectiveExpiresAt %v, want createdAt %v + 30 days", given, eff, created)
+	}
+	if given, eff, _ := expiry(fresh.ID); given == nil || eff == nil || !eff.Equal(*given) || given.Format(time.RFC3339) != soon {
+		t.Errorf("key expiring before the policy's end: expiresAt %v, effectiveExpiresAt %v, want both %s", given, eff, soon)
+	}
+	var list struct {
+		ApiKeys struct{ Nodes []struct{ ID, EffectiveExpiresAt string } }
+	}
+	e.must(owner, `{apiKeys{nodes{id effectiveExpiresAt}}}`, nil, &list)
+	for _, n := range list.ApiKeys.Nodes {
+		if n.EffectiveExpiresAt == "" {
+			t.Errorf("apiKeys: key %s has no effectiveExpiresAt under a lifetime policy", n.ID)
+		}
+	}
 	if r := e.do(e.elevated(owner, adminPassword), `mutation($id:ID!){rotateApiKey(id:$id){plaintextKey}}`, map[string]any{"id": old.ID}); r.Code() != "BAD_USER_INPUT" {
 		t.Errorf("rotate inheriting no expiry: %s", r.Code())
 	}
@@ -463,6 +490,9 @@ func TestWorkspaceKeyPolicy(t *testing.T) {
 	wantAccepted(t, "old key, policy off", p.authorize(old.Plaintext, "", ""))
 	if s := status(); s != "ACTIVE" {
 		t.Errorf("with the policy off the key shows %s, want ACTIVE", s)
+	}
+	if given, eff, _ := expiry(old.ID); given != nil || eff != nil {
+		t.Errorf("with the policy off: expiresAt %v, effectiveExpiresAt %v, want both null", given, eff)
 	}
 
 	var evs struct {

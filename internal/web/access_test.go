@@ -49,6 +49,19 @@ func TestDashboardLeastPrivilege(t *testing.T) {
 	if !strings.Contains(page.Body, `id="expiry-note"`) || !strings.Contains(page.Body, want) {
 		t.Errorf("/keys under a 30-day policy does not say the key expires on %s", want)
 	}
+	// The key issued before the policy, without an expiry, shows when the
+	// policy ends it, not "Never".
+	ends := res.Key.CreatedAt.Add(30 * 24 * time.Hour).UTC()
+	row := keyRowOf(t, page.Body, res.Key.ID)
+	cell, _, _ := strings.Cut(row[strings.Index(row, `data-label="Expires"`):], "</td>")
+	if !strings.Contains(cell, `datetime="`+ends.Format(time.RFC3339)+`"`) || !strings.Contains(cell, "max lifetime") || strings.Contains(cell, "Never") {
+		t.Errorf("/keys under a 30-day policy shows the expiry of the key without one as:\n%s", cell)
+	}
+	detail = b.get("/keys/" + res.Key.ID)
+	if !strings.Contains(detail.Body, `<dt>Expires</dt><dd><time datetime="`+ends.Format(time.RFC3339)+`">`) ||
+		!strings.Contains(detail.Body, "the workspace's maximum key lifetime") {
+		t.Errorf("/keys/{id} under a 30-day policy does not show the key expiring at %s by the policy", ends.Format(time.RFC3339))
+	}
 	if n := strings.Count(page.Body[strings.Index(page.Body, `<form method="post" action="/keys"`):], "<input"); n < 3 {
 		t.Errorf("create form has %d inputs", n)
 	}
@@ -65,4 +78,16 @@ func TestDashboardLeastPrivilege(t *testing.T) {
 			t.Errorf("dashboard key expires at %v", k.ExpiresAt)
 		}
 	}
+}
+
+// keyRowOf is the table row of the key id on the API Keys page.
+func keyRowOf(t *testing.T, page, id string) string {
+	t.Helper()
+	i := strings.Index(page, `href="/keys/`+id+`"`)
+	if i < 0 {
+		t.Fatalf("no row for key %s", id)
+	}
+	start := strings.LastIndex(page[:i], "<tr")
+	end := strings.Index(page[i:], "</tr>")
+	return page[start : i+end]
 }

@@ -62,7 +62,7 @@ func (h *Handler) keyDetail(w http.ResponseWriter, r *http.Request, a *btk.Actor
 		Key: keyRow{
 			ID: k.ID, Name: k.Name, Prefix: k.DisplayPrefix, Hint: k.Hint, Status: k.Status(now),
 			PerMinute: lim.PerMinute, PerDay: lim.PerDay, OwnLimits: k.RateLimitPerMinute != nil || k.RateLimitPerDay != nil,
-			Expires: optTime(k.ExpiresAt, now), LastUsed: optTime(k.LastUsedAt, now), Created: newTime(k.CreatedAt, now),
+			Expires: optTime(k.EffectiveExpiresAt(), now), ByPolicy: k.ExpiresByPolicy(), LastUsed: optTime(k.LastUsedAt, now), Created: newTime(k.CreatedAt, now),
 		},
 		Scopes: k.Scopes, Networks: k.AllowedCIDRs, Canary: k.Canary, RotatedFrom: k.RotatedFromID, ReplacedBy: k.ReplacedByID,
 		ByHour: r.URL.Query().Get("by") == "hour",

@@ -211,8 +211,11 @@ type keyRow struct {
 	Status                 btk.KeyStatus
 	PerMinute, PerDay      int
 	OwnLimits              bool
-	Expires, LastUsed      *timeValue
-	Created                timeValue
+	// Expires is when the key stops authenticating: its own expiry or, if
+	// earlier (ByPolicy), the workspace's maximum lifetime.
+	Expires, LastUsed *timeValue
+	ByPolicy          bool
+	Created           timeValue
 	// Scopes and Networks are the key's restrictions (docs/access.md).
 	Scopes, Networks []string
 	// Spark is the key's last 7 days (nil when they could not be read).
@@ -263,7 +266,7 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, a *btk.Actor)
 			ID: k.ID, Name: k.Name, Prefix: k.DisplayPrefix, Hint: k.Hint, Status: k.Status(now),
 			PerMinute: lim.PerMinute, PerDay: lim.PerDay,
 			OwnLimits: k.RateLimitPerMinute != nil || k.RateLimitPerDay != nil,
-			Expires:   optTime(k.ExpiresAt, now), LastUsed: optTime(k.LastUsedAt, now), Created: newTime(k.CreatedAt, now),
+			Expires:   optTime(k.EffectiveExpiresAt(), now), ByPolicy: k.ExpiresByPolicy(), LastUsed: optTime(k.LastUsedAt, now), Created: newTime(k.CreatedAt, now),
 			Scopes: k.Scopes, Networks: k.AllowedCIDRs,
 		}
 		if pts, err := h.svc.KeyUsage(r.Context(), a, k.ID, btk.UsageRange{Since: &weekAgo, Until: &now, Granularity: btk.GranularityDay}); err == nil {

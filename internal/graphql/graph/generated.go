@@ -54,6 +54,7 @@ type ComplexityRoot struct {
 		Canary             func(childComplexity int) int
 		CreatedAt          func(childComplexity int) int
 		DisplayPrefix      func(childComplexity int) int
+		EffectiveExpiresAt func(childComplexity int) int
 		ExpiresAt          func(childComplexity int) int
 		Hint               func(childComplexity int) int
 		ID                 func(childComplexity int) int
@@ -439,6 +440,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ApiKey.DisplayPrefix(childComplexity), true
+	case "ApiKey.effectiveExpiresAt":
+		if e.ComplexityRoot.ApiKey.EffectiveExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.EffectiveExpiresAt(childComplexity), true
 	case "ApiKey.expiresAt":
 		if e.ComplexityRoot.ApiKey.ExpiresAt == nil {
 			break
@@ -1819,8 +1826,10 @@ type ApiKey {
   rateLimitPerMinute: Int
   "Per-key override of the per-day limit; null inherits the workspace default."
   rateLimitPerDay: Int
-  "When the key stops authenticating; null for never."
+  "The expiry given to the key (createApiKey, rotateApiKey; rotation inherits it); null for none. When the key actually stops authenticating is effectiveExpiresAt."
   expiresAt: Time
+  "When the key stops authenticating: the earlier of expiresAt and the end of the workspace's maximum key lifetime (createdAt + keyPolicy.maxLifetimeDays); null for never."
+  effectiveExpiresAt: Time
   "The key's scopes. A key with scopes may call only what the server's access rules grant them (deny by default at the gateway); empty = unrestricted."
   scopes: [String!]!
   "Networks the key may be used from (IPv4/IPv6 CIDR ranges or addresses); empty = from anywhere."
@@ -2372,6 +2381,8 @@ func (ec *executionContext) childFields_ApiKey(ctx context.Context, field graphq
 		return ec.fieldContext_ApiKey_rateLimitPerDay(ctx, field)
 	case "expiresAt":
 		return ec.fieldContext_ApiKey_expiresAt(ctx, field)
+	case "effectiveExpiresAt":
+		return ec.fieldContext_ApiKey_effectiveExpiresAt(ctx, field)
 	case "scopes":
 		return ec.fieldContext_ApiKey_scopes(ctx, field)
 	case "allowedCidrs":
@@ -4067,6 +4078,29 @@ func (ec *executionContext) _ApiKey_expiresAt(ctx context.Context, field graphql
 	)
 }
 func (ec *executionContext) fieldContext_ApiKey_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_effectiveExpiresAt(ctx context.Context, field graphql.CollectedField, obj *APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_effectiveExpiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EffectiveExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_effectiveExpiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
@@ -10100,6 +10134,11 @@ func (ec *executionContext) _ApiKey(ctx context.Context, sel ast.SelectionSet, o
 			}
 		case "expiresAt":
 			out.Values[i] = ec._ApiKey_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "effectiveExpiresAt":
+			out.Values[i] = ec._ApiKey_effectiveExpiresAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}

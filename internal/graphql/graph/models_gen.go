@@ -43,8 +43,10 @@ type APIKey struct {
 	RateLimitPerMinute *int `json:"rateLimitPerMinute,omitempty"`
 	// Per-key override of the per-day limit; null inherits the workspace default.
 	RateLimitPerDay *int `json:"rateLimitPerDay,omitempty"`
-	// When the key stops authenticating; null for never.
+	// The expiry given to the key (createApiKey, rotateApiKey; rotation inherits it); null for none. When the key actually stops authenticating is effectiveExpiresAt.
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	// When the key stops authenticating: the earlier of expiresAt and the end of the workspace's maximum key lifetime (createdAt + keyPolicy.maxLifetimeDays); null for never.
+	EffectiveExpiresAt *time.Time `json:"effectiveExpiresAt,omitempty"`
 	// The key's scopes. A key with scopes may call only what the server's access rules grant them (deny by default at the gateway); empty = unrestricted.
 	Scopes []string `json:"scopes"`
 	// Networks the key may be used from (IPv4/IPv6 CIDR ranges or addresses); empty = from anywhere.
