@@ -454,7 +454,9 @@ func TestWorkspaceKeyPolicy(t *testing.T) {
 		t.Errorf("key expiring before the policy's end: expiresAt %v, effectiveExpiresAt %v, want both %s", given, eff, soon)
 	}
 	var list struct {
-		ApiKeys struct{ Nodes []struct{ ID, EffectiveExpiresAt string } }
+		ApiKeys struct {
+			Nodes []struct{ ID, EffectiveExpiresAt string }
+		}
 	}
 	e.must(owner, `{apiKeys{nodes{id effectiveExpiresAt}}}`, nil, &list)
 	for _, n := range list.ApiKeys.Nodes {
