@@ -1,8 +1,10 @@
 // Package gateway is btk's one key check and what stands on it: the
 // credential decision every entry point makes (/graphql, /v1/authorize, the
-// reverse proxy), forward-auth at /v1/authorize, the reverse proxy, the
-// client address (trusted proxies), and the request-level error answers
-// (401, 429, 503). See docs/design.md, "Authentication" and "Gateway".
+// reverse proxy), with a key's networks and scopes (docs/access.md);
+// forward-auth at /v1/authorize and the reverse proxy (docs/gateway.md); leak
+// reports at POST /v1/leaks (leaks.go, docs/leaks.md); the client address
+// (trusted proxies); and the one table from an error code to the HTTP status
+// of a request-level answer (status.go). See docs/design.md#credentials.
 package gateway
 
 import (

@@ -3,7 +3,7 @@
 // bounds a document must meet before it runs (body size, tokens, field
 // expansion, cost), and the error presenter that gives every error its
 // code. Credentials are decided by the gateway's one key check. See
-// docs/design.md, "GraphQL API".
+// docs/design.md#graphql and docs/security.md#bounds-on-a-request.
 package graphql
 
 import (

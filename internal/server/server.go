@@ -1,8 +1,10 @@
 // Package server wires btk's HTTP surface together: the main listener's
-// routes (POST /graphql from internal/graphql, /v1/authorize and the proxy
-// from internal/gateway, the dashboard, /healthz and /readyz), the access
-// log, TLS with reload, and Prometheus metrics on their own listener. The
-// rules live in internal/btk; this package only mounts them.
+// routes (POST /graphql from internal/graphql; /v1/authorize, POST /v1/leaks
+// and the proxy from internal/gateway; the dashboard, /healthz and /readyz),
+// the access log, TLS with reload, Prometheus metrics on their own listener,
+// and the connection guard that bounds the connections of every listener by
+// the descriptor limit (conns.go, docs/security.md). The rules live in
+// internal/btk; this package only mounts them.
 package server
 
 import (
@@ -17,8 +19,7 @@ import (
 )
 
 // Handler serves the main listener: POST /graphql, /v1/authorize, POST
-// /v1/leaks (docs/leaks.md), GET
-// /healthz, GET /readyz and what Mount adds.
+// /v1/leaks (docs/leaks.md), GET /healthz, GET /readyz and what Mount adds.
 type Handler struct {
 	svc      *btk.Service
 	store    btk.Store
