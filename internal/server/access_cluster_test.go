@@ -58,8 +58,9 @@ func startInstanceWith(t *testing.T, dbURL, prefix string, clk *clock, wrap func
 
 // TestAccessAcrossInstances: an updateApiKey or a key policy made on one
 // instance applies to the next request on the other, widening as well as
-// narrowing, at every entry point; and two instances sweeping unused keys
-// at once revoke (and audit) each exactly once.
+// narrowing, at every entry point; two instances sweeping unused keys at
+// once revoke (and audit) each exactly once; and requests one instance
+// refuses for a restriction use none of the limits both share.
 func TestAccessAcrossInstances(t *testing.T) {
 	if os.Getenv(pgtest.Env) == "" || os.Getenv("BTK_TEST_REDIS") == "" {
 		t.Skip(pgtest.Env + " or BTK_TEST_REDIS is not set: skipping the two-instance test on PostgreSQL + Redis")
@@ -187,6 +188,25 @@ func TestAccessAcrossInstances(t *testing.T) {
 	}
 	if status("after sweep")[0] != 200 {
 		t.Error("the sweep revoked the key in use")
+	}
+
+	// Requests B refuses for the network count nothing of the limits the
+	// instances share in Redis: A then has all of them.
+	tight := ea.createKeyWith(owner, "tight", `rateLimitPerMinute:2,rateLimitPerDay:2,allowedCidrs:["10.0.0.0/8"]`)
+	for range 5 {
+		if r := pb.authorize(tight.Plaintext, "GET", "/orders/1"); r.Status != 403 {
+			t.Fatalf("B, key of another network: HTTP %d", r.Status)
+		}
+	}
+	updateKey(t, ea, owner, tight.ID, `allowedCidrs:null`).decode(t, &struct{}{})
+	pa := &entryPoints{e: ea}
+	for i := range 2 {
+		if r := pa.authorize(tight.Plaintext, "", ""); r.Status != 200 || remaining(t, r) != 1-i {
+			t.Fatalf("A, request %d after B's refusals: HTTP %d, remaining %s", i+1, r.Status, r.Header.Get("RateLimit-Remaining"))
+		}
+	}
+	if r := pb.authorize(tight.Plaintext, "", ""); r.Status != 429 {
+		t.Errorf("B, third request of a limit of 2: HTTP %d, want 429", r.Status)
 	}
 	_ = http.StatusOK
 }
