@@ -9,7 +9,8 @@ import (
 	"testing"
 )
 
-// Issue 15, row 8: a caller's User-Agent is stored cut to 256 bytes, so
+// Stored client strings are bounded (docs/security.md#what-a-client-can-make-the-server-hold):
+// a caller's User-Agent is stored cut to 256 bytes, so
 // twenty elevations with a 60 KB User-Agent cannot grow the audit (or the
 // owner's audit page) by megabytes.
 func TestClientStringsTruncatedBeforeStored(t *testing.T) {
@@ -45,7 +46,8 @@ func TestClientStringsTruncatedBeforeStored(t *testing.T) {
 	}
 }
 
-// Issue 15, rows 1 and 1b: conflicting aliases made the validator report
+// Fields sharing one response name, and the errors of one answer, are bounded
+// (docs/security.md#bounds-on-a-request): conflicting aliases made the validator report
 // one error per conflicting pair: a logged-in member's 3.6 KB query got
 // 27,225 errors (7 MB), an anonymous one 1,089. An answer now carries at
 // most 100 errors and one saying how many were left out, and stays under

@@ -16,7 +16,7 @@ import (
 
 // BenchmarkCostliestRequestByCaller measures the costliest requests each
 // kind of caller (anonymous, API key, MEMBER, OWNER) can construct after
-// the bounds of issue 15, through the real handler (SQLite store, no
+// the bounds of docs/security.md#what-a-client-can-make-the-server-hold, through the real handler (SQLite store, no
 // network). cpu-ns/op is the process's user+system CPU per request
 // (getrusage, garbage collection included), alloc-B/op the bytes allocated
 // (runtime.MemStats), answer-B the answer's size. docs/security.md lists

@@ -166,7 +166,7 @@ func TestAuditEventsInTheChangesTransaction(t *testing.T) {
 			fail.Store(true)
 			r := tc.run()
 			fail.Store(false)
-			// The code is the error presenter's business (issue 7); here
+			// The code is the error presenter's business (internal/graphql); here
 			// it matters only that the operation failed.
 			if len(r.Errors) == 0 {
 				t.Fatalf("with the audit write failing: no error")

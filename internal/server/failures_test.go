@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// Issue 2 §8: a failed operation writes nothing. A rotation that fails after
+// A failed operation writes nothing: a change and its audit rows are one
+// transaction (docs/design.md#key-lifecycle). A rotation that fails after
 // its revocation step (the new name is taken) must leave the old key active.
 func TestFailedRotationChangesNothing(t *testing.T) {
 	t.Parallel()

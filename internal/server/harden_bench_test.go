@@ -14,7 +14,7 @@ import (
 )
 
 // BenchmarkCostliestAnonymousRequests measures what the costliest requests
-// an anonymous caller can make cost the server after the bounds of issue 7,
+// an anonymous caller can make cost the server after the bounds of docs/security.md#bounds-on-a-request,
 // each refused or answered in full by the real handler (SQLite store, no
 // network). Each request is a new document (a comment makes it unique), so
 // the query cache does not help. cpu-ns/op is the process's user+system CPU

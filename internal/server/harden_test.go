@@ -15,7 +15,8 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 )
 
-// Regression tests of issue 7 ("Hardening"), one per finding, through HTTP.
+// Regression tests of the bounds on a request (docs/security.md#bounds-on-a-request),
+// one per finding of a hardening review, through HTTP.
 
 // fragmentBomb is the document of finding 1: fragment Fi spreads F(i+1)
 // twice, depth levels deep (1 KB for 22 levels; 2^22 fields expanded).

@@ -2,7 +2,7 @@
 
 package server_test
 
-// In-process benchmarks of the request hot path (issue 4, docs/design.md#budgets):
+// In-process benchmarks of the request hot path (docs/design.md#budgets):
 //
 //	go test ./internal/server -run '^$' -bench HotPath -benchmem
 //	BTK_BENCH_LARGE=1 go test ./internal/server -run '^$' -bench HotPath -benchmem -timeout 30m

@@ -33,7 +33,7 @@ func (e *env) raw(method, path, contentType string, body io.Reader, header map[s
 	return res.StatusCode, res.Header, string(b)
 }
 
-// docs/design.md#http and issue 2 §7: GraphQL is served over POST with a JSON body
+// docs/design.md#http: GraphQL is served over POST with a JSON body
 // only; every other transport is refused without running the operation.
 func TestOnlyPOSTJSONTransport(t *testing.T) {
 	t.Parallel()

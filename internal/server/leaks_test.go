@@ -295,7 +295,7 @@ func TestAPIKeyByHash(t *testing.T) {
 	}
 }
 
-// Issue 22 item 7: session.login events carry the user agent and address.
+// session.login events carry the user agent and address (docs/webhooks.md#events).
 func TestLoginEventCarriesUserAgent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

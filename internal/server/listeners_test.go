@@ -75,7 +75,8 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
-// Issue 15, row 3: idle keep-alive connections used up the descriptors
+// Connections are bounded by the descriptor limit (docs/security.md#what-a-client-can-make-the-server-hold):
+// idle keep-alive connections used up the descriptors
 // and active clients timed out. With a guard of 40 connections, 300 idle
 // ones cost at most 40 server descriptors (the oldest idle are closed), and
 // an active client is still served.
@@ -138,7 +139,8 @@ func isTimeout(err error) bool {
 	return ok && ne.Timeout()
 }
 
-// Issue 15, row 7: a header block near Go's 1 MB default took 21 ms of CPU
+// The header block is bounded (docs/security.md#what-a-client-can-make-the-server-hold):
+// a header block near Go's 1 MB default took 21 ms of CPU
 // to refuse. 70,000 headers are refused with 431 after reading at most
 // about MaxHeaderBytes.
 func TestHugeHeaderBlockRefusedCheaply(t *testing.T) {
@@ -198,7 +200,8 @@ func selfSigned(t *testing.T) (*server.Certificate, *x509.CertPool) {
 	return cert, pool
 }
 
-// Issue 15, row 10: TLS 1.2 offered two CBC/SHA-1 suites and no HSTS. A
+// TLS is AEAD only, with HSTS (docs/security.md#what-a-client-can-make-the-server-hold):
+// TLS 1.2 offered two CBC/SHA-1 suites and no HSTS. A
 // client offering only CBC suites cannot connect; answers over TLS carry
 // Strict-Transport-Security.
 func TestTLSIsAEADOnlyWithHSTS(t *testing.T) {

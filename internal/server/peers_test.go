@@ -73,7 +73,7 @@ func newPeerSetup(t *testing.T) *peerSetup {
 	return &peerSetup{e: e, rec: rec, upstream: up, btkAddr: strings.TrimPrefix(behind.URL, "http://"), peerAddr: testproc.FreeAddr(t)}
 }
 
-// checkPeer runs the checks of issue 8 through a peer: accepted (the
+// checkPeer runs the gateway's checks (docs/gateway.md) through a peer: accepted (the
 // upstream sees X-Tenant-Id, never X-Api-Key), a bearer, revoked and no key
 // (401 with the documented message), over the limit (429 with Retry-After).
 func (p *peerSetup) check(t *testing.T, rateLimitHeaders bool) {

@@ -37,7 +37,8 @@ func (e *env) proxyWith(upstream string, opts ...server.Option) *httptest.Server
 	return p
 }
 
-// Issue 15, row 4: requests to an upstream that never answers held their
+// Waiting for an upstream is bounded (docs/security.md#what-a-client-can-make-the-server-hold):
+// requests to an upstream that never answers held their
 // goroutines and descriptors indefinitely. Past --upstream-timeout they
 // are answered 504 GATEWAY_TIMEOUT, and what they held is given back.
 func TestProxyUpstreamTimeout(t *testing.T) {
@@ -89,7 +90,8 @@ func TestProxyUpstreamTimeout(t *testing.T) {
 	}
 }
 
-// Issue 15, row 5: a WebSocket opened through the proxy kept passing data
+// A proxied stream lasts while its key is valid (docs/security.md#what-a-client-can-make-the-server-hold):
+// a WebSocket opened through the proxy kept passing data
 // after its key was revoked. It is closed after the revoke answered, within
 // a bounded wait; and so is a long response stream when its key is
 // rotated, and one whose key expires.
@@ -164,7 +166,7 @@ func TestProxyCutsConnectionsWhenKeyInvalid(t *testing.T) {
 	})
 }
 
-// Issue 15, row 5, on every instance: two instances share PostgreSQL and
+// The same on every instance: two instances share PostgreSQL and
 // Redis; a WebSocket opened through instance B's proxy is closed when the
 // key is revoked through instance A.
 func TestProxyCutsConnectionsOnEveryInstance(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 	"github.com/btk-project/btk/internal/store"
 )
 
-// Rate limits over HTTP (docs/design.md#rate-limits; issue 4). Every test
+// Rate limits over HTTP (docs/design.md#rate-limits). Every test
 // runs on the injected clock: time only moves when a test advances it.
 
 // limitedKey creates a key in the admin's workspace with the given overrides

@@ -144,7 +144,7 @@ func storageScenario(t *testing.T, e *env) (secrets *secretSet, keys []newKey) {
 	return secrets, []newKey{a, rotated, b}
 }
 
-// docs/design.md#storage and issue 2 §10: no plaintext key, password or token is ever
+// docs/security.md#storage-logs-and-revocation: no plaintext key, password or token is ever
 // written to the database, its WAL or the server log.
 func TestNoSecretsStored(t *testing.T) {
 	t.Parallel()

@@ -63,7 +63,7 @@ func TestOwnerLogsInAfterFailuresElsewhere(t *testing.T) {
 	}
 }
 
-// Issue 15, row 6: an attacker spends the account's budget from many
+// Device tokens (docs/security.md#password-throttles): an attacker spends the account's budget from many
 // addresses; the owner, whose own address failed once, logs in 21 times in
 // that minute with the device token of an earlier login (and is refused
 // without it).
