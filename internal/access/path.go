@@ -10,7 +10,7 @@ import (
 // cut off; an absolute URI gives its path. It reports false for what cannot
 // be normalised: an empty or relative path, a bad percent escape, a control
 // character, or dot segments that climb above the root. Such a request is
-// refused (docs/access.md §Paths). A path that needs no change is returned
+// refused (docs/access.md#paths). A path that needs no change is returned
 // without allocating.
 func Normalize(raw string) (string, bool) {
 	for i := 0; i < len(raw); i++ { // IndexAny(raw, "?#") builds its byte set on every call

@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// Issue 15, row 2: logins with 62 KB made-up emails from distinct addresses
+// Password throttles in memory are bounded (docs/security.md#what-a-client-can-make-the-server-hold):
+// logins with 62 KB made-up emails from distinct addresses
 // grew the in-memory throttle by the whole email per key, for 24 hours.
 // Keys are digests now, and the map is bounded: the heap stays flat.
 func TestThrottleMemoryBoundedUnderLongEmails(t *testing.T) {
@@ -48,7 +49,7 @@ func TestThrottleMemoryBoundedUnderLongEmails(t *testing.T) {
 	}
 }
 
-// Issue 15, row 2 (eviction) and row 6 (device tokens): a flood of made-up
+// The throttle's eviction and device tokens (docs/security.md#password-throttles): a flood of made-up
 // emails and addresses that fills the bounded throttle neither gives a
 // guesser back the account's budget nor a free attempt per address; the
 // owner presenting the device token of an earlier login still logs in.
@@ -131,7 +132,8 @@ func (t lookupTx) APIKeyByHash(context.Context, []byte) (*APIKey, error) {
 	return nil, ErrNotFound
 }
 
-// Issue 15, row 9: a flood of unknown keys reached the database one lookup
+// Unknown keys are bounded (docs/security.md#what-a-client-can-make-the-server-hold):
+// a flood of unknown keys reached the database one lookup
 // each. The same unknown key again is answered from the negative cache; an
 // address that presents many distinct unknown keys is refused without a
 // lookup once its budget is spent; another address is not.

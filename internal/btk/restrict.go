@@ -111,7 +111,7 @@ func policyExpired(k *APIKey, w *Workspace, now time.Time) bool {
 }
 
 // restrict applies a key's networks and, for the gateway, the access rules,
-// in that order (docs/access.md §Order).
+// in that order (docs/access.md: the numbered order of the key check).
 func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 	r := k.restrictions
 	if r == nil {

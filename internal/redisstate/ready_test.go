@@ -13,7 +13,7 @@ import (
 )
 
 // A Redis that answers but refuses writes (an old primary come back as a
-// replica) is not ready, although it answers PING (issue 15, row 12); once
+// replica) is not ready, although it answers PING (docs/security.md); once
 // it accepts writes again it is.
 func TestReadyNeedsWrites(t *testing.T) {
 	bin, err := exec.LookPath("redis-server")

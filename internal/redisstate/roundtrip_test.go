@@ -40,7 +40,7 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // A key-authenticated request whose key is cached costs one round trip to
-// Redis (the target of issue 9); the first one on an instance, and the
+// Redis (docs/clusters.md#what-a-key-check-costs); the first one on an instance, and the
 // first after a change elsewhere, cost one more (the stale answer).
 func TestOneRoundTripPerRequest(t *testing.T) {
 	c := newCluster(t)

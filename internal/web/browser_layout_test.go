@@ -36,7 +36,7 @@ type axeViolation struct {
 	} `json:"nodes"`
 }
 
-// TestBrowserLayout (issue 22 item 5, docs/usage.md): with five keys in use,
+// TestBrowserLayout (docs/design.md#dashboard, docs/usage.md): with five keys in use,
 // the keys list, a key's page and the audit log fit at 1440, 1280, 1024 and
 // 375 px (no horizontal overflow of the page or of any card), the key page
 // can be used with the keyboard alone, and axe-core reports no violation on

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Issue 15, row 6: the dashboard keeps the device token in the cookie
+// Device tokens (docs/security.md#password-throttles): the dashboard keeps the device token in the cookie
 // btk_device; a browser presenting it logs in although others spent the
 // account's budgets from its address.
 func TestDeviceCookieExemptsFromOthersFailures(t *testing.T) {

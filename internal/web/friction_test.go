@@ -10,7 +10,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 )
 
-// Issue 22 item 5: what each role and plan is offered, the audit log's
+// The dashboard offers only what works (docs/design.md#dashboard): what each role and plan is offered, the audit log's
 // addresses and filters, and a key's own page.
 func TestDashboardOffersWhatWorks(t *testing.T) {
 	t.Parallel()

@@ -298,7 +298,7 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, counts []bt
 		// The rows are locked first, in id order (the locking CTE is
 		// materialised, and LockRows sits above the sort): instances flushing
 		// overlapping batches at once wait for each other instead of taking the
-		// rows in the join's order and deadlocking (issue 15, row 11).
+		// rows in the join's order and deadlocking (docs/security.md#what-a-client-can-make-the-server-hold).
 		_, err := t.Exec(ctx, `WITH locked AS MATERIALIZED (
 				SELECT id FROM api_keys WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
 			)

@@ -126,7 +126,7 @@ func BenchmarkAPIKeyByHash(b *testing.B) {
 // BenchmarkRecordUsage writes the usage of 10,000 keys in one transaction:
 // "batched" as RecordUsage does (UPDATE … FROM (VALUES …), 500 keys a
 // statement), "per-key" one prepared UPDATE per key (RecordUsage before
-// issue 8). Each op is the whole flush of 10,000 keys.
+// it batched). Each op is the whole flush of 10,000 keys.
 func BenchmarkRecordUsage(b *testing.B) {
 	const n = 10_000
 	db, err := Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"))

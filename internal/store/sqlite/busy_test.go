@@ -10,7 +10,7 @@ import (
 )
 
 // A database held by another writer past busy_timeout (a second SQLite
-// client, as in finding 3 of issue 7) is ErrUnavailable, which the server
+// client, say) is ErrUnavailable, which the server
 // answers UNAVAILABLE, not an internal error. (The test waits out the 5 s
 // busy_timeout.)
 func TestBusyDatabaseIsUnavailable(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 )
 
-// The filters of issue 11: a rotation chain (APIKeyIDs), the actor's email,
+// The audit filters (docs/design.md#the-audit-commands): a rotation chain (APIKeyIDs), the actor's email,
 // an event action, and the server-wide events (no workspace).
 func testAuditFiltersOfIssue11(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)

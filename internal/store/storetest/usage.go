@@ -58,7 +58,7 @@ func testRecordUsageBatches(t *testing.T, db btk.Store) {
 }
 
 // Instances flush their usage batches at the same time, each listing the
-// same keys in its own order (issue 15, row 11): every flush succeeds, none
+// same keys in its own order (docs/usage.md#how-it-is-counted-and-why-it-is-exact): every flush succeeds, none
 // is picked as a deadlock victim, because the store takes the rows in one
 // fixed order whatever the order of the batch.
 func testRecordUsageConcurrentOrders(t *testing.T, db btk.Store) {
