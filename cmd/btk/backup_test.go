@@ -200,7 +200,7 @@ func TestBackupRefusals(t *testing.T) {
 	}
 }
 
-// issue 22.8: success is reported on stdout, without the "btk:" of errors;
+// docs/design.md#output: success is reported on stdout, without the "btk:" of errors;
 // stderr stays empty. With -o json it is a JSON object.
 func TestBackupReportsOnStdout(t *testing.T) {
 	isolate(t)

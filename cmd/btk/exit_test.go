@@ -143,7 +143,7 @@ func TestExitCodesCoverTheDomain(t *testing.T) {
 	}
 }
 
-// issue 22.8: login finds the server down before asking for anything.
+// docs/design.md#exit-codes: login finds the server down before asking for anything.
 func TestLoginUnreachableBeforePassword(t *testing.T) {
 	isolate(t)
 	addr := testproc.FreeAddr(t) // nothing listens there

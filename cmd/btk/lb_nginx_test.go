@@ -19,7 +19,7 @@ import (
 // TestNginxLoadBalancerExample runs Debian's nginx with the load-balancer
 // example of docs/clusters.md (docs/gateway/nginx-lb.conf, only addresses and
 // certificate paths changed) in front of `btk serve --trusted-proxies`, and a
-// client that forges X-Forwarded-For (issue 22.2). The client talks from
+// client that forges X-Forwarded-For (docs/clusters.md#a-load-balancer-in-front). The client talks from
 // 127.0.0.2 and nginx to btk from 127.0.0.1, the one trusted proxy.
 func TestNginxLoadBalancerExample(t *testing.T) {
 	if testing.Short() {

@@ -44,7 +44,7 @@ func testKeys() []client.ApiKey {
 	}
 }
 
-// issue 22.6: at 80 columns `btk list` keeps NAME, the hint that tells keys
+// docs/design.md#narrow-terminals: at 80 columns `btk list` keeps NAME, the hint that tells keys
 // apart, and STATUS, whole; the shared display prefix goes first, then
 // whole columns of low priority, and only then are names cut.
 func TestListAt80Columns(t *testing.T) {
@@ -96,7 +96,7 @@ func testEvents() []client.AuditEvent {
 	}
 }
 
-// issue 22.6: at 80 columns `btk events` drops the repeated workspace id
+// docs/design.md#narrow-terminals: at 80 columns `btk events` drops the repeated workspace id
 // first, then the target (a key event's DETAIL names the key), and keeps
 // TIME, ACTION and ACTOR whole.
 func TestEventsAt80Columns(t *testing.T) {

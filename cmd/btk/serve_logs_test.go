@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// issue 22.8: under --log-format json every line btk serve logs is JSON,
+// docs/operating.md#settings-of-btk-serve: under --log-format json every line btk serve logs is JSON,
 // go-redis's own messages included (a Redis that does not answer at start);
 // only the final error line is for people.
 func TestServeRedisMessagesAreJSON(t *testing.T) {

@@ -277,7 +277,7 @@ func TestServeOpsSettingsRefused(t *testing.T) {
 	}
 }
 
-// issue 22.8: --cacert (BTK_CACERT) trusts a private CA's server, without
+// docs/design.md#configuration: --cacert (BTK_CACERT) trusts a private CA's server, without
 // which the CLI refuses it as unreachable (unknown authority).
 func TestCACert(t *testing.T) {
 	isolate(t)
