@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/scan.sh — `btk scan` against `grep -rE` over the same trees, in one
-# run (issue 19; the figures are in docs/leaks.md, "How fast btk scan is").
+# run (the figures are in docs/leaks.md#how-fast-btk-scan-is).
 #
 #   bench/scan.sh                # from the repository root (or anywhere inside it)
 #   SIZE_MB=256 bench/scan.sh    # a smaller generated tree

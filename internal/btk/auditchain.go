@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The tamper-evident audit (docs/webhooks.md, "The audit chain"): every
+// The tamper-evident audit (docs/webhooks.md#the-audit-chain): every
 // audit_events row of a chain (a workspace's rows, or the server-wide rows
 // that belong to no workspace) carries its position in the chain (1, 2, …)
 // and hash_n = SHA-256(hash_{n-1} ‖ canonical(row_n)), hash_0 being 32 zero

@@ -15,8 +15,7 @@ type SigningKey struct {
 	Secret []byte
 }
 
-// Keyring holds the session signing keys (docs/security.md, "Session
-// signing keys"). Keys[0] signs every new session and elevation token with
+// Keyring holds the session signing keys (docs/security.md#session-signing-keys). Keys[0] signs every new session and elevation token with
 // its id as kid; every key of the ring verifies the tokens that name it,
 // so a key that is no longer first keeps its sessions alive until they
 // expire, and a key removed from the ring ends them. A token naming a kid

@@ -28,7 +28,7 @@ func errLacksScope(scope string) error {
 
 // KeyRequest is what the key check knows of the request it decides.
 type KeyRequest struct {
-	// Addr is the client's address (docs/access.md, "Client address"); the
+	// Addr is the client's address (docs/access.md#client-address); the
 	// zero Addr is unknown, which a key with networks is refused for.
 	Addr netip.Addr
 	// From is the client as the usage counts and the unknown-key throttle

@@ -26,8 +26,7 @@ const (
 
 // Client is who presented a key, as the HTTP layer determines it.
 type Client struct {
-	// IP is the client's address (the gateway's, docs/access.md "Client
-	// address"); the zero IP: the context's (WithClientIP), or none. It is
+	// IP is the client's address (the gateway's, docs/access.md#client-address); the zero IP: the context's (WithClientIP), or none. It is
 	// formatted only where a string is stored, so the key check of an
 	// accepted, known key does not pay for it.
 	IP netip.Addr
