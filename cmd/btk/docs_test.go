@@ -148,10 +148,16 @@ func anchors(content string) map[string]bool {
 
 // Code and docs cite the documentation as docs/FILE.md#anchor: every cited
 // file and section must exist, so that a renamed heading breaks a test
-// rather than a reader's link.
+// rather than a reader's link. Sections are not cited by title, and Go
+// comments cite no issue numbers.
 func TestDocCitationsResolve(t *testing.T) {
 	cite := regexp.MustCompile(`docs/([a-z0-9_/-]+\.md)(#[a-z0-9_-]+)?`)
 	docLink := regexp.MustCompile(`\]\(([a-z0-9_./-]+\.md)(#[a-z0-9_-]+)?\)`)
+	// A section named by its title after the file (§Heading, or the heading
+	// in quotes) is one no test checks; an issue number points at a tracker
+	// a clone does not have.
+	byTitle := regexp.MustCompile(`docs/[a-z0-9_/-]+\.md,? *(§|")`)
+	issue := regexp.MustCompile(`(?i)\bissues? [0-9]`)
 	cache := map[string]map[string]bool{}
 	check := func(where, file, anchor string) {
 		a, ok := cache[file]
@@ -182,6 +188,12 @@ func TestDocCitationsResolve(t *testing.T) {
 			}
 			for _, m := range cite.FindAllStringSubmatch(line, -1) {
 				check(where, "docs/"+m[1], m[2])
+			}
+			if byTitle.MatchString(line) {
+				t.Errorf("%s cites a section by its title (%s): write docs/FILE.md#anchor, which this test checks", where, strings.TrimSpace(line))
+			}
+			if issue.MatchString(line) && strings.HasSuffix(path, ".go") {
+				t.Errorf("%s cites an issue, which a clone cannot read: cite docs/ or say why in words: %s", where, strings.TrimSpace(line))
 			}
 			if strings.HasSuffix(path, ".md") {
 				for _, m := range docLink.FindAllStringSubmatch(line, -1) {
