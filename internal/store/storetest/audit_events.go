@@ -9,7 +9,7 @@ import (
 
 // The audit filters (docs/design.md#the-audit-commands): a rotation chain (APIKeyIDs), the actor's email,
 // an event action, and the server-wide events (no workspace).
-func testAuditFiltersOfIssue11(t *testing.T, db btk.Store) {
+func testEventAuditFilters(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	write(t, db, func(tx btk.Tx) error {
 		for i, e := range []*btk.AuditEntry{

@@ -48,7 +48,7 @@ var tests = []struct {
 	{"AuditRoundTrip", testAuditRoundTrip},
 	{"AuditFilters", testAuditFilters},
 	{"AuditPaging", testAuditPaging},
-	{"AuditFiltersOfIssue11", testAuditFiltersOfIssue11},
+	{"EventAuditFilters", testEventAuditFilters},
 	{"AccountsAndWorkspaceMembers", testAccountsAndWorkspaceMembers},
 	{"ForeignKeysEnforced", testForeignKeysEnforced},
 	{"WriteRollsBackOnError", testWriteRollsBackOnError},
