@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,18 +124,7 @@ func TestClusterSentinelFailover(t *testing.T) {
 	// The old primary comes back (empty: no persistence) and the sentinels
 	// make it a replica of the new one.
 	g.Primary.Restart()
-	oc := g.Primary.Client()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		info, err := oc.Info(ctx, "replication").Result()
-		cancel()
-		if err == nil && strings.Contains(info, "role:slave") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the old primary was not made a replica: %s %v", info, err)
-		}
-	}
+	g.Primary.WaitRole(t, "slave")
 	for _, k := range []procKey{victims[0], {Plaintext: loadKey.Load().(string)}} {
 		if a, err := call(direct.url, "", k.Plaintext, probeQuery, nil); err != nil || a.status != http.StatusServiceUnavailable || a.code != "UNAVAILABLE" {
 			t.Fatalf("an instance on the old primary, back as a replica: %+v %v", a, err)

@@ -2,16 +2,14 @@ package redisstate
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/ratelimit"
 	"github.com/btk-project/btk/internal/redisstate/redistest"
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 // openAt returns a State on url whose first connection is made (Ready).
@@ -80,68 +78,15 @@ func TestReplicaIsRefused(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP connections to a backend that can be switched (as
-// haproxy or a virtual address in front of a primary); a switch closes
-// the connections to the old one.
-type proxy struct {
-	ln      net.Listener
-	mu      sync.Mutex
-	backend string
-	conns   []net.Conn
-}
-
-func newProxy(t *testing.T, backend string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, backend: backend}
-	t.Cleanup(func() { ln.Close(); p.switchTo("") })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			b := p.backend
-			p.mu.Unlock()
-			u, err := net.DialTimeout("tcp", b, time.Second)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *proxy) url() string { return "redis://" + p.ln.Addr().String() + "/0" }
-
-func (p *proxy) switchTo(backend string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.backend = backend
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
 // A new primary that missed the last change (a lagging replica promoted, a
 // server restored from an older snapshot) answers the token from before a
 // revoke. The instance notices the new server identity on its new
 // connection and reads its cached records again instead of trusting them.
 func TestNewPrimaryMakesCacheStale(t *testing.T) {
 	a, b := redistest.Standalone(t), redistest.Standalone(t)
-	px := newProxy(t, a.Addr())
-	inst := openAt(t, px.url()) // the instance with a record cached
-	other := openAt(t, a.URL()) // the instance that revokes
+	px := testproc.NewRelay(t, a.Addr())       // as haproxy or a virtual address in front of the primary
+	inst := openAt(t, "redis://"+px.Addr+"/0") // the instance with a record cached
+	other := openAt(t, a.URL())                // the instance that revokes
 	ctx := context.Background()
 	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 100, PerDay: 100}, Now: time.Now()}
 	c.Seen = current(t, inst, c)
@@ -155,7 +100,7 @@ func TestNewPrimaryMakesCacheStale(t *testing.T) {
 	if err := b.Client().Set(ctx, inst.revKey(ws[:8]), c.Seen.Token, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	px.switchTo(b.Addr()) // the failover
+	px.Switch(b.Addr()) // the failover: the connections to the old primary close
 	var v btk.KeyVerdict
 	var err error
 	for range 3 { // the first try may fail on a connection the switch closed

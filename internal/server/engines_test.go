@@ -1,18 +1,16 @@
 package server_test
 
 import (
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/store/postgres"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 // onPostgres reports whether t runs under TestPostgres: newEnv then opens a
@@ -78,16 +76,16 @@ func TestPostgres(t *testing.T) {
 func testPostgresUnreachable(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	relay := newRelay(t, hostOf(t, url))
+	relay := testproc.NewRelay(t, hostOf(t, url))
 	// newEnv opens pgtest.URL's schema: point it at the relay instead.
-	e := newEnvOn(t, strings.Replace(url, hostOf(t, url), relay.addr(), 1), nil)
+	e := newEnvOn(t, strings.Replace(url, hostOf(t, url), relay.Addr, 1), nil)
 	login := func() response {
 		return e.do(cred{}, `mutation($e:String!,$p:String!){login(email:$e,password:$p){accessToken}}`,
 			map[string]any{"e": adminEmail, "p": adminPassword})
 	}
 	token := e.login(adminEmail, adminPassword, "")
 
-	relay.cut()
+	relay.Cut()
 	r := login()
 	if r.Code() != string(btk.CodeUnavailable) {
 		t.Fatalf("login with PostgreSQL unreachable: HTTP %d %+v, want UNAVAILABLE", r.Status, r.Errors)
@@ -103,7 +101,7 @@ func testPostgresUnreachable(t *testing.T) {
 		t.Fatalf("session request with PostgreSQL unreachable: HTTP %d %+v, want 503 UNAVAILABLE", r.Status, r.Errors)
 	}
 
-	relay.restore()
+	relay.Restore()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		s, _, _ := e.raw(http.MethodGet, "/readyz", "", nil, nil)
@@ -135,68 +133,3 @@ func hostOf(t *testing.T, url string) string {
 	}
 	return host
 }
-
-// relay is a TCP relay to PostgreSQL that the test can cut (the listener
-// closes and every relayed connection drops) and restore on the same port.
-type relay struct {
-	t      *testing.T
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  []net.Conn
-	port   string
-}
-
-func newRelay(t *testing.T, target string) *relay {
-	r := &relay{t: t, target: target}
-	r.listen("127.0.0.1:0")
-	t.Cleanup(r.cut)
-	return r
-}
-
-func (r *relay) addr() string { return "127.0.0.1:" + r.port }
-
-func (r *relay) listen(addr string) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	_, r.port, _ = net.SplitHostPort(ln.Addr().String())
-	r.mu.Lock()
-	r.ln = ln
-	r.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			d := net.Dialer{Timeout: 5 * time.Second}
-			up, err := d.Dial("tcp", r.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, c, up)
-			r.mu.Unlock()
-			go func() { io.Copy(up, c); up.Close() }()
-			go func() { io.Copy(c, up); c.Close() }()
-		}
-	}()
-}
-
-func (r *relay) cut() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ln != nil {
-		r.ln.Close()
-		r.ln = nil
-	}
-	for _, c := range r.conns {
-		c.Close()
-	}
-	r.conns = nil
-}
-
-func (r *relay) restore() { r.listen(r.addr()) }

@@ -166,6 +166,24 @@ func (s *Server) Restart() {
 	s.run()
 }
 
+// WaitRole waits until the server's replication role (INFO replication)
+// is role: "master" or "slave".
+func (s *Server) WaitRole(t testing.TB, role string) {
+	t.Helper()
+	c := s.Client()
+	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := c.Info(ctx, "replication").Result()
+		cancel()
+		if err == nil && strings.Contains(info, "role:"+role) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is not %s: %s %v", s.Addr(), role, info, err)
+		}
+	}
+}
+
 // Standalone starts one redis-server.
 func Standalone(t testing.TB) *Server {
 	t.Helper()
@@ -273,22 +291,12 @@ func (g *SentinelGroup) PrimaryAddr() string {
 // it answers as one.
 func (g *SentinelGroup) WaitPromoted(t testing.TB) {
 	t.Helper()
-	c := g.Replica.Client()
-	deadline := time.Now().Add(wait)
-	for {
-		if g.PrimaryAddr() == g.Replica.Addr() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			info, err := c.Info(ctx, "replication").Result()
-			cancel()
-			if err == nil && strings.Contains(info, "role:master") {
-				return
-			}
-		}
+	for deadline := time.Now().Add(wait); g.PrimaryAddr() != g.Replica.Addr(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no failover to %s: the sentinels name %q", g.Replica.Addr(), g.PrimaryAddr())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	g.Replica.WaitRole(t, "master")
 }
 
 // ClusterGroup is a three-master Redis Cluster.
