@@ -19,13 +19,7 @@ func TestCanaryAnswerDoesNotWaitForTheRecord(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	owner := e.admin()
-	var out struct {
-		CreateApiKey struct {
-			PlaintextKey string
-			ApiKey       struct{ ID string }
-		}
-	}
-	e.must(owner, `mutation{createApiKey(input:{name:"trap",canary:true}){plaintextKey apiKey{id}}}`, nil, &out)
+	trap := e.createKeyWith(owner, "trap", "canary:true")
 
 	raw, err := sql.Open("sqlite", "file:"+(&url.URL{Path: e.dbPath}).EscapedPath())
 	if err != nil {
@@ -54,7 +48,7 @@ func TestCanaryAnswerDoesNotWaitForTheRecord(t *testing.T) {
 	// answer must come well before that, while the lock is still held.
 	client := &http.Client{Timeout: 3 * time.Second}
 	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/v1/authorize", nil)
-	req.Header.Set("X-Api-Key", out.CreateApiKey.PlaintextKey)
+	req.Header.Set("X-Api-Key", trap.Plaintext)
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("the canary's answer waited for the database: %v", err)
@@ -71,7 +65,7 @@ func TestCanaryAnswerDoesNotWaitForTheRecord(t *testing.T) {
 			AuditEvents struct{ Nodes []struct{ TargetID string } }
 		}
 		e.must(owner, `query($a:String){auditEvents(action:$a){nodes{targetId}}}`, map[string]any{"a": btk.EventCanaryUsed}, &got)
-		if n := got.AuditEvents.Nodes; len(n) == 1 && n[0].TargetID == out.CreateApiKey.ApiKey.ID {
+		if n := got.AuditEvents.Nodes; len(n) == 1 && n[0].TargetID == trap.ID {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -299,26 +299,14 @@ func (e *env) probeStatus(key string) int {
 // e.allIDs(c, "apiKeys", "includeRevoked:true,").
 func (e *env) allIDs(c cred, field, args string) []string {
 	e.t.Helper()
-	q := `query($after:String){c:` + field + `(` + args + `first:500,after:$after){nodes{id} pageInfo{hasNextPage endCursor}}}`
 	var ids []string
-	var after any
+	var after *string
 	for {
-		var out struct {
-			C struct {
-				Nodes    []struct{ ID string }
-				PageInfo struct {
-					HasNextPage bool
-					EndCursor   *string
-				}
-			}
-		}
-		e.must(c, q, map[string]any{"after": after}, &out)
-		for _, n := range out.C.Nodes {
-			ids = append(ids, n.ID)
-		}
-		if !out.C.PageInfo.HasNextPage {
+		p := e.page(c, field, args, 500, after)
+		ids = append(ids, p.ids...)
+		if !p.hasNext {
 			return ids
 		}
-		after = *out.C.PageInfo.EndCursor
+		after = p.endCursor
 	}
 }

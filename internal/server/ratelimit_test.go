@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,18 +46,7 @@ func limitedKey(e *env, owner cred, name string, perMinute, perDay int) newKey {
 // Any answer other than 200 or 429 RATE_LIMITED fails the test.
 func burst(t *testing.T, e *env, key string, n int) (ok, limited int) {
 	t.Helper()
-	results := make([]response, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			results[i] = e.do(cred{Key: key}, probe, nil)
-		})
-	}
-	close(start)
-	wg.Wait()
-	for i, r := range results {
+	for i, r := range concurrently(e, n, cred{Key: key}, probe, nil) {
 		switch {
 		case r.Status == http.StatusOK && len(r.Errors) == 0:
 			ok++
