@@ -20,19 +20,7 @@ const repoRoot = "../.."
 // docs/operating.md's settings table is what operators read instead of
 // --help: every flag of btk serve, and its environment variable, must be in it.
 func TestOperatingDocListsEveryServeSetting(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operating.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(raw)
-	start := strings.Index(text, "## Settings of `btk serve`")
-	if start < 0 {
-		t.Fatal("docs/operating.md has no \"Settings of `btk serve`\" section")
-	}
-	table := text[start:]
-	if end := strings.Index(table[1:], "\n## "); end > 0 {
-		table = table[:end+1]
-	}
+	table := section(t, "docs/operating.md", "## Settings of `btk serve`")
 	newServeCmd(viper.New()).Flags().VisitAll(func(f *pflag.Flag) {
 		if f.Name == "help" {
 			return
@@ -208,21 +196,24 @@ func TestDocCitationsResolve(t *testing.T) {
 	})
 }
 
-// section returns the text of a markdown file's "## title" section.
-func section(t *testing.T, file, title string) string {
+// section returns the text of a markdown file's section under heading
+// ("## Error codes", "### Configuration"), up to the next heading of its
+// level.
+func section(t *testing.T, file, heading string) string {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(repoRoot, file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(raw)
-	start := strings.Index(text, "\n## "+title+"\n")
+	start := strings.Index(text, "\n"+heading+"\n")
 	if start < 0 {
-		t.Fatalf("%s has no section %q", file, title)
+		t.Fatalf("%s has no section %q", file, heading)
 	}
 	text = text[start+1:]
-	if end := strings.Index(text[3:], "\n## "); end > 0 {
-		text = text[:end+3]
+	level, _, _ := strings.Cut(heading, " ")
+	if end := strings.Index(text[len(heading):], "\n"+level+" "); end > 0 {
+		text = text[:end+len(heading)]
 	}
 	return text
 }
@@ -230,7 +221,7 @@ func section(t *testing.T, file, title string) string {
 // docs/design.md#error-codes names every code the domain declares, and the
 // client's own.
 func TestDesignListsEveryErrorCode(t *testing.T) {
-	table := section(t, "docs/design.md", "Error codes")
+	table := section(t, "docs/design.md", "## Error codes")
 	decl := regexp.MustCompile(`Code\s*=\s*"([A-Z_]+)"`)
 	files, _ := filepath.Glob(filepath.Join(repoRoot, "internal", "btk", "*.go"))
 	clientFiles, _ := filepath.Glob(filepath.Join(repoRoot, "internal", "client", "*.go"))
@@ -258,7 +249,7 @@ func TestDesignListsEveryErrorCode(t *testing.T) {
 
 // docs/design.md#exit-codes has a row for every exit code of the CLI.
 func TestDesignListsEveryExitCode(t *testing.T) {
-	table := section(t, "docs/design.md", "Exit codes")
+	table := section(t, "docs/design.md", "## Exit codes")
 	b, err := os.ReadFile("exit.go")
 	if err != nil {
 		t.Fatal(err)
@@ -277,17 +268,7 @@ func TestDesignListsEveryExitCode(t *testing.T) {
 
 // docs/design.md#configuration has a row for every global flag of the CLI.
 func TestDesignListsEveryGlobalFlag(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "design.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(raw)
-	start := strings.Index(text, "\n### Configuration\n")
-	if start < 0 {
-		t.Fatal("docs/design.md has no Configuration section")
-	}
-	table := text[start+1:]
-	table = table[:strings.Index(table[4:], "\n### ")+4]
+	table := section(t, "docs/design.md", "### Configuration")
 	streams := &iostreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard}
 	f := &factory{io: streams, v: viper.New(), getenv: func(string) string { return "" }, now: time.Now}
 	newCommandTree(f).PersistentFlags().VisitAll(func(fl *pflag.Flag) {
