@@ -61,16 +61,7 @@ func TestProxyUpstreamTimeout(t *testing.T) {
 	results := make(chan authResponse, n)
 	for range n {
 		wg.Go(func() {
-			req, _ := http.NewRequest("GET", p.URL+"/never", nil)
-			req.Header.Set("X-Api-Key", k.Plaintext)
-			res, err := client.Do(req)
-			if err != nil {
-				results <- authResponse{Body: err.Error()}
-				return
-			}
-			b, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			results <- authResponse{Status: res.StatusCode, Body: string(b)}
+			results <- getWithKey(client, p.URL+"/never", k.Plaintext)
 		})
 	}
 	wg.Wait()

@@ -331,6 +331,20 @@ func TestProxyUpstreamDown(t *testing.T) {
 	}
 }
 
+// getWithKey sends GET url with an API key, from any goroutine: a request
+// that fails is an answer of status 0 with the error as its body.
+func getWithKey(client *http.Client, url, key string) authResponse {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("X-Api-Key", key)
+	res, err := client.Do(req)
+	if err != nil {
+		return authResponse{Body: err.Error()}
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return authResponse{Status: res.StatusCode, Body: string(b)}
+}
+
 // docs/design.md#key-lifecycle: a revocation takes effect on the very next proxied request,
 // while other requests with the key are still in flight.
 func TestProxyRevokeWhileInFlight(t *testing.T) {
@@ -358,16 +372,7 @@ func TestProxyRevokeWhileInFlight(t *testing.T) {
 	results := make(chan authResponse, inFlight)
 	for range inFlight {
 		go func() {
-			req, _ := http.NewRequest("GET", p.URL+"/slow", nil)
-			req.Header.Set("X-Api-Key", k.Plaintext)
-			res, err := client.Do(req)
-			if err != nil {
-				results <- authResponse{Body: err.Error()}
-				return
-			}
-			b, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			results <- authResponse{Status: res.StatusCode, Body: string(b)}
+			results <- getWithKey(client, p.URL+"/slow", k.Plaintext)
 		}()
 	}
 	for range inFlight {
