@@ -27,46 +27,63 @@ func TestPostgres(t *testing.T) {
 	if os.Getenv(pgtest.Env) == "" {
 		t.Skip(pgtest.Env + " is not set: skipping the HTTP tests on PostgreSQL")
 	}
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"TestCreateKeyAuthenticatesAndIsAudited", TestCreateKeyAuthenticatesAndIsAudited},
-		{"TestRotateInheritsAndRevokesOldKeyAtOnce", TestRotateInheritsAndRevokesOldKeyAtOnce},
-		{"TestRotateRefusals", TestRotateRefusals},
-		{"TestRevoke", TestRevoke},
-		{"TestRevokeAll", TestRevokeAll},
-		{"TestPlanGating", TestPlanGating},
-		{"TestErrorsOfSpec", TestErrorsOfSpec},
-		{"TestLogout", TestLogout},
-		{"TestClientTenantHeaderIgnored", TestClientTenantHeaderIgnored},
-		{"TestConcurrentCreateSameName", TestConcurrentCreateSameName},
-		{"TestRevokeUnderLoad", TestRevokeUnderLoad},
-		{"TestRotateUnderLoad", TestRotateUnderLoad},
-		{"TestRevokeAllUnderLoad", TestRevokeAllUnderLoad},
-		{"TestRevokeUnderLoadColdCache", TestRevokeUnderLoadColdCache},
-		{"TestConcurrentRotateSameKey", TestConcurrentRotateSameKey},
-		{"TestConcurrentRevokeSameKey", TestConcurrentRevokeSameKey},
-		{"TestRoleMatrix", TestRoleMatrix},
-		{"TestAuditEventsInTheChangesTransaction", TestAuditEventsInTheChangesTransaction},
-		{"TestKeyHistoryAcrossRotations", TestKeyHistoryAcrossRotations},
-		{"TestRateLimitDayCountsSurviveRestart", TestRateLimitDayCountsSurviveRestart},
-		{"TestLastUsedAt", TestLastUsedAt},
-		{"TestHealthEndpoints", TestHealthEndpoints},
-		{"TestLeakReportSigned", TestLeakReportSigned},
-		{"TestCanaryAnswersAsUnknownAndIsRecorded", TestCanaryAnswersAsUnknownAndIsRecorded},
-		{"TestWebhooksOverGraphQL", TestWebhooksOverGraphQL},
-		{"TestKeyNetworksAtEveryEntryPoint", TestKeyNetworksAtEveryEntryPoint},
-		{"TestAccessRulesAtEveryEntryPoint", TestAccessRulesAtEveryEntryPoint},
-		{"TestRestrictionRefusalsCountNothing", TestRestrictionRefusalsCountNothing},
-		{"TestCreateKeyRestrictionsValidated", TestCreateKeyRestrictionsValidated},
-		{"TestUpdateAPIKey", TestUpdateAPIKey},
-		{"TestWorkspaceKeyPolicy", TestWorkspaceKeyPolicy},
-		{"TestRevokeUnusedSweep", TestRevokeUnusedSweep},
-		{"TestPostgresUnreachable", testPostgresUnreachable},
-	} {
+	runAll(t, storeTests)
+	runAll(t, sharedStateTests)
+}
+
+// namedTest is a test function run once more on other engines.
+type namedTest struct {
+	name string
+	fn   func(*testing.T)
+}
+
+func runAll(t *testing.T, tests []namedTest) {
+	for _, tc := range tests {
 		t.Run(tc.name, tc.fn)
 	}
+}
+
+// storeTests run once more on PostgreSQL: what the store alone decides.
+var storeTests = []namedTest{
+	{"TestRotateRefusals", TestRotateRefusals},
+	{"TestPlanGating", TestPlanGating},
+	{"TestErrorsOfSpec", TestErrorsOfSpec},
+	{"TestClientTenantHeaderIgnored", TestClientTenantHeaderIgnored},
+	{"TestConcurrentCreateSameName", TestConcurrentCreateSameName},
+	{"TestRotateUnderLoad", TestRotateUnderLoad},
+	{"TestRevokeAllUnderLoad", TestRevokeAllUnderLoad},
+	{"TestConcurrentRotateSameKey", TestConcurrentRotateSameKey},
+	{"TestConcurrentRevokeSameKey", TestConcurrentRevokeSameKey},
+	{"TestRoleMatrix", TestRoleMatrix},
+	{"TestAuditEventsInTheChangesTransaction", TestAuditEventsInTheChangesTransaction},
+	{"TestKeyHistoryAcrossRotations", TestKeyHistoryAcrossRotations},
+	{"TestWebhooksOverGraphQL", TestWebhooksOverGraphQL},
+	{"TestPostgresUnreachable", testPostgresUnreachable},
+}
+
+// sharedStateTests run once more on PostgreSQL and on PostgreSQL + Redis:
+// what the shared state (revocation, rate limits, usage, health, the
+// access checks that decide before the limits count) decides as well.
+var sharedStateTests = []namedTest{
+	{"TestLeakReportSigned", TestLeakReportSigned},
+	{"TestCanaryAnswersAsUnknownAndIsRecorded", TestCanaryAnswersAsUnknownAndIsRecorded},
+	{"TestCreateKeyAuthenticatesAndIsAudited", TestCreateKeyAuthenticatesAndIsAudited},
+	{"TestRotateInheritsAndRevokesOldKeyAtOnce", TestRotateInheritsAndRevokesOldKeyAtOnce},
+	{"TestRevoke", TestRevoke},
+	{"TestRevokeAll", TestRevokeAll},
+	{"TestLogout", TestLogout},
+	{"TestRevokeUnderLoad", TestRevokeUnderLoad},
+	{"TestRevokeUnderLoadColdCache", TestRevokeUnderLoadColdCache},
+	{"TestRateLimitDayCountsSurviveRestart", TestRateLimitDayCountsSurviveRestart},
+	{"TestLastUsedAt", TestLastUsedAt},
+	{"TestHealthEndpoints", TestHealthEndpoints},
+	{"TestKeyNetworksAtEveryEntryPoint", TestKeyNetworksAtEveryEntryPoint},
+	{"TestAccessRulesAtEveryEntryPoint", TestAccessRulesAtEveryEntryPoint},
+	{"TestRestrictionRefusalsCountNothing", TestRestrictionRefusalsCountNothing},
+	{"TestCreateKeyRestrictionsValidated", TestCreateKeyRestrictionsValidated},
+	{"TestUpdateAPIKey", TestUpdateAPIKey},
+	{"TestWorkspaceKeyPolicy", TestWorkspaceKeyPolicy},
+	{"TestRevokeUnusedSweep", TestRevokeUnusedSweep},
 }
 
 // PostgreSQL unreachable: an operation that needs the database answers

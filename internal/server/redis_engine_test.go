@@ -60,32 +60,9 @@ func TestPostgresRedis(t *testing.T) {
 	if os.Getenv(pgtest.Env) == "" || os.Getenv("BTK_TEST_REDIS") == "" {
 		t.Skip(pgtest.Env + " or BTK_TEST_REDIS is not set: skipping the HTTP tests on PostgreSQL + Redis")
 	}
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"TestLeakReportSigned", TestLeakReportSigned},
-		{"TestCanaryAnswersAsUnknownAndIsRecorded", TestCanaryAnswersAsUnknownAndIsRecorded},
-		{"TestCreateKeyAuthenticatesAndIsAudited", TestCreateKeyAuthenticatesAndIsAudited},
-		{"TestRotateInheritsAndRevokesOldKeyAtOnce", TestRotateInheritsAndRevokesOldKeyAtOnce},
-		{"TestRevoke", TestRevoke},
-		{"TestRevokeAll", TestRevokeAll},
-		{"TestLogout", TestLogout},
-		{"TestRevokeUnderLoad", TestRevokeUnderLoad},
-		{"TestRevokeUnderLoadColdCache", TestRevokeUnderLoadColdCache},
-		{"TestRateLimitDayCountsSurviveRestart", TestRateLimitDayCountsSurviveRestart},
-		{"TestLastUsedAt", TestLastUsedAt},
-		{"TestHealthEndpoints", TestHealthEndpoints},
-		{"TestKeyNetworksAtEveryEntryPoint", TestKeyNetworksAtEveryEntryPoint},
-		{"TestAccessRulesAtEveryEntryPoint", TestAccessRulesAtEveryEntryPoint},
-		{"TestRestrictionRefusalsCountNothing", TestRestrictionRefusalsCountNothing},
-		{"TestCreateKeyRestrictionsValidated", TestCreateKeyRestrictionsValidated},
-		{"TestUpdateAPIKey", TestUpdateAPIKey},
-		{"TestWorkspaceKeyPolicy", TestWorkspaceKeyPolicy},
-		{"TestRevokeUnusedSweep", TestRevokeUnusedSweep},
+	runAll(t, sharedStateTests)
+	runAll(t, []namedTest{
 		{"TestNginxAuthRequest", TestNginxAuthRequest},
 		{"TestCaddyForwardAuth", TestCaddyForwardAuth},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	})
 }
