@@ -19,19 +19,26 @@ import (
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
-// instance is one of two btk instances on one PostgreSQL schema and one
-// Redis prefix, as `btk serve --db postgres://… --redis …` runs them.
-type instance struct {
-	svc *btk.Service
-	srv *httptest.Server
+// twoInstances starts instances A and B as `btk serve --db postgres://…
+// --redis …` runs them, on one PostgreSQL schema and one Redis prefix, with
+// one clock, and returns an env sending requests to each; wrapB wraps B's
+// store. The test is skipped without PostgreSQL and Redis.
+func twoInstances(t *testing.T, wrapB func(btk.Store) btk.Store) (a, b *env) {
+	t.Helper()
+	if os.Getenv(pgtest.Env) == "" || os.Getenv("BTK_TEST_REDIS") == "" {
+		t.Skip(pgtest.Env + " or BTK_TEST_REDIS is not set: skipping the two-instance test on PostgreSQL + Redis")
+	}
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	prefix := redistest.Prefix()
+	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
+	a = startInstance(t, dbURL, prefix, clk, func(db btk.Store) btk.Store { return db })
+	b = startInstance(t, dbURL, prefix, clk, wrapB)
+	return a, b
 }
 
-func startInstance(t *testing.T, dbURL, prefix string, clk *clock) *instance {
-	return startInstanceWith(t, dbURL, prefix, clk, func(db btk.Store) btk.Store { return db })
-}
-
-// startInstanceWith is startInstance with the service's store wrapped.
-func startInstanceWith(t *testing.T, dbURL, prefix string, clk *clock, wrap func(btk.Store) btk.Store) *instance {
+// startInstance starts one instance, its service's store wrapped by wrap.
+func startInstance(t *testing.T, dbURL, prefix string, clk *clock, wrap func(btk.Store) btk.Store) *env {
 	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, dbURL, true)
@@ -53,7 +60,7 @@ func startInstanceWith(t *testing.T, dbURL, prefix string, clk *clock, wrap func
 		srv.Close()
 		db.Close()
 	})
-	return &instance{svc: svc, srv: srv}
+	return &env{t: t, svc: svc, srv: srv, clock: clk}
 }
 
 // TestAccessAcrossInstances: an updateApiKey or a key policy made on one
@@ -62,28 +69,17 @@ func startInstanceWith(t *testing.T, dbURL, prefix string, clk *clock, wrap func
 // once revoke (and audit) each exactly once; and requests one instance
 // refuses for a restriction use none of the limits both share.
 func TestAccessAcrossInstances(t *testing.T) {
-	if os.Getenv(pgtest.Env) == "" || os.Getenv("BTK_TEST_REDIS") == "" {
-		t.Skip(pgtest.Env + " or BTK_TEST_REDIS is not set: skipping the two-instance test on PostgreSQL + Redis")
-	}
-	t.Parallel()
-	dbURL := pgtest.URL(t)
-	prefix := redistest.Prefix()
-	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
-	a := startInstance(t, dbURL, prefix, clk)
-	bi := startInstance(t, dbURL, prefix, clk)
-	bi.svc.SetAccessRules(mustRules(t, accessRules))
-	a.svc.SetAccessRules(mustRules(t, accessRules))
-
-	// Requests go to A (changes) and B (uses) through the harness's env.
-	ea := &env{t: t, svc: a.svc, srv: a.srv, clock: clk}
-	eb := &env{t: t, svc: bi.svc, srv: bi.srv, clock: clk}
+	// Requests go to A (changes) and B (uses).
+	ea, eb := twoInstances(t, func(db btk.Store) btk.Store { return db })
+	eb.svc.SetAccessRules(mustRules(t, accessRules))
+	ea.svc.SetAccessRules(mustRules(t, accessRules))
 	owner := ea.admin()
 	k := ea.createKeyWith(owner, "shared", `allowedCidrs:["10.0.0.0/8"]`)
 	pb := &entryPoints{e: eb}
 	rec := &recorder{}
 	up := httptest.NewServer(rec)
 	defer up.Close()
-	proxyB := httptest.NewServer(server.New(bi.svc, nil, slog.New(slog.DiscardHandler)).Proxy(mustURL(t, up.URL)))
+	proxyB := httptest.NewServer(server.New(eb.svc, nil, slog.New(slog.DiscardHandler)).Proxy(mustURL(t, up.URL)))
 	defer proxyB.Close()
 	pb.proxy = proxyB
 	status := func(what string) [3]int {
@@ -148,7 +144,7 @@ func TestAccessAcrossInstances(t *testing.T) {
 	ea.must(owner, `mutation($w:ID!){setWorkspaceKeyPolicy(workspaceId:$w,revokeUnusedAfterDays:1){id}}`, map[string]any{"w": ws.TenantInfo.ID}, &out)
 	ea.flush()
 	eb.flush()
-	clk.Advance(25 * time.Hour)
+	ea.clock.Advance(25 * time.Hour)
 	if status("used")[0] != 200 { // k is in use: it stays
 		t.Fatal("the key in use was refused")
 	}
@@ -157,7 +153,7 @@ func TestAccessAcrossInstances(t *testing.T) {
 	var n [2]int
 	var errs [2]error
 	var wg sync.WaitGroup
-	for i, svc := range []*btk.Service{a.svc, bi.svc} {
+	for i, svc := range []*btk.Service{ea.svc, eb.svc} {
 		wg.Go(func() { n[i], errs[i] = svc.SweepUnusedKeys(context.Background()) })
 	}
 	wg.Wait()
@@ -238,19 +234,10 @@ func (tx keyReadCountingTx) APIKeyByHash(ctx context.Context, hash []byte) (*btk
 // at B's next request (one read), with none of the key's limit spent by
 // the refusals.
 func TestRefusalsReadNoDatabase(t *testing.T) {
-	if os.Getenv(pgtest.Env) == "" || os.Getenv("BTK_TEST_REDIS") == "" {
-		t.Skip(pgtest.Env + " or BTK_TEST_REDIS is not set: skipping the two-instance test on PostgreSQL + Redis")
-	}
-	t.Parallel()
-	dbURL := pgtest.URL(t)
-	prefix := redistest.Prefix()
-	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
-	a := startInstance(t, dbURL, prefix, clk)
 	counter := &keyReadCounter{}
-	bi := startInstanceWith(t, dbURL, prefix, clk, func(db btk.Store) btk.Store { counter.Store = db; return counter })
-	bi.svc.SetAccessRules(mustRules(t, accessRules))
-	ea := &env{t: t, svc: a.svc, srv: a.srv, clock: clk}
-	pb := &entryPoints{e: &env{t: t, svc: bi.svc, srv: bi.srv, clock: clk}}
+	ea, eb := twoInstances(t, func(db btk.Store) btk.Store { counter.Store = db; return counter })
+	eb.svc.SetAccessRules(mustRules(t, accessRules))
+	pb := &entryPoints{e: eb}
 	owner := ea.admin()
 	k := ea.createKeyWith(owner, "restricted", `rateLimitPerMinute:2,allowedCidrs:["10.0.0.0/8"]`)
 
