@@ -18,9 +18,7 @@ func accessServer(t *testing.T) *fakeServer {
 		"TenantInfo":            `{"data":{"tenantInfo":` + tenantJSON + `}}`,
 		"SetWorkspaceKeyPolicy": `{"data":{"setWorkspaceKeyPolicy":` + tenantJSON + `}}`,
 	})
-	cfg := isolate(t)
-	writeFile(t, cfg, "server: "+srv.URL+"\ntoken: session-jwt\n")
-	return srv
+	return loggedInTo(t, srv)
 }
 
 // btk update sends only what its flags name; the list flags replace, and

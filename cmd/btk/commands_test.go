@@ -24,9 +24,7 @@ func fakeKeyServer(t *testing.T) *fakeServer {
 		"RevokeAllApiKeys":     `{"data":{"revokeAllApiKeys":{"revokedCount":3}}}`,
 		"TenantInfo":           `{"data":{"tenantInfo":` + tenantJSON + `}}`,
 	})
-	cfg := isolate(t)
-	writeFile(t, cfg, "server: "+srv.URL+"\ntoken: session-jwt\n")
-	return srv
+	return loggedInTo(t, srv)
 }
 
 func TestCreate(t *testing.T) {

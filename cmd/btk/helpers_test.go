@@ -55,6 +55,14 @@ func isolate(t *testing.T) string {
 	return filepath.Join(dir, "config", "btk", "config.yaml")
 }
 
+// loggedInTo isolates the test (isolate) with a config logged in to srv
+// with a session token, and returns srv.
+func loggedInTo(t *testing.T, srv *fakeServer) *fakeServer {
+	t.Helper()
+	writeFile(t, isolate(t), "server: "+srv.URL+"\ntoken: session-jwt\n")
+	return srv
+}
+
 // btkRun runs the command line with the given streams.
 func btkRun(s *iostreams, args ...string) int {
 	return runWith(context.Background(), args, s)

@@ -20,9 +20,7 @@ func fakeUsageServer(t *testing.T) *fakeServer {
 		"WorkspaceUsage": `{"data":{"workspaceUsage":{"since":"2026-11-20T00:00:00Z","until":"2026-11-23T00:00:00Z","granularity":"DAY",
 			"points":` + usagePointsJSON + `,"topKeys":[{"apiKey":{"id":"` + keyID + `","name":"ci"},"accepted":50,"rateLimited":5,"refused":2}]}}}`,
 	})
-	cfg := isolate(t)
-	writeFile(t, cfg, "server: "+srv.URL+"\ntoken: session-jwt\n")
-	return srv
+	return loggedInTo(t, srv)
 }
 
 // btk usage: plain numbers in a pipe, bars on a terminal, the points array
