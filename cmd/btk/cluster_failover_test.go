@@ -20,9 +20,7 @@ import (
 // primary alone (redis://, no Sentinel) fails closed once it is back as a
 // replica: its key checks answer 503 and its /readyz fails.
 func TestClusterSentinelFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve, redis-server and redis-sentinel processes")
-	}
+	skipIfShort(t, "starts btk serve, redis-server and redis-sentinel processes")
 	g := redistest.Sentinels(t)
 	db := pgtest.URL(t)
 	procs := startCluster(t, 3, db, "--redis", g.URL())

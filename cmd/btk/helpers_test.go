@@ -159,13 +159,19 @@ func keysPage(nodes ...string) string {
 	return `{"data":{"apiKeys":{"nodes":[` + strings.Join(nodes, ",") + `],"pageInfo":{"hasNextPage":false,"endCursor":null}}}}`
 }
 
-// parallelUnlessShort marks a test that starts processes or builds btk: -short
-// skips it (reason says what it would start), otherwise it runs alongside the
-// other such tests, which spend most of their time waiting on those processes.
-func parallelUnlessShort(t *testing.T, reason string) {
+// skipIfShort marks a test that starts processes or builds btk: -short
+// skips it (reason says what it would start).
+func skipIfShort(t *testing.T, reason string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip(reason)
 	}
+}
+
+// parallelUnlessShort is skipIfShort for a test that runs alongside the
+// other such tests, which spend most of their time waiting on processes.
+func parallelUnlessShort(t *testing.T, reason string) {
+	t.Helper()
+	skipIfShort(t, reason)
 	t.Parallel()
 }

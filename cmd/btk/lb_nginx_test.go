@@ -22,9 +22,7 @@ import (
 // client that forges X-Forwarded-For (docs/clusters.md#a-load-balancer-in-front). The client talks from
 // 127.0.0.2 and nginx to btk from 127.0.0.1, the one trusted proxy.
 func TestNginxLoadBalancerExample(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve and nginx")
-	}
+	skipIfShort(t, "starts btk serve and nginx")
 	bin := testproc.Need(t, "nginx", "nginx")
 	// The client needs an address of its own, apart from nginx's 127.0.0.1.
 	if ln, err := net.Listen("tcp", "127.0.0.2:0"); err != nil {

@@ -34,9 +34,7 @@ func runProcessEnv(t *testing.T, env []string, stdin string, args ...string) (in
 // docs/design.md#configuration: a server whose certificate comes from a
 // private CA is trusted through SSL_CERT_FILE.
 func TestPrivateCAThroughSSLCertFile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve")
-	}
+	skipIfShort(t, "starts btk serve")
 	dir := t.TempDir()
 	ca := newTestCA(t)
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")

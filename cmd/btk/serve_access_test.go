@@ -16,9 +16,7 @@ import (
 // the line and the reason (before the database is touched); on SIGHUP a bad
 // file keeps the rules in use and says why, a good one applies.
 func TestServeAccessRules(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve")
-	}
+	skipIfShort(t, "starts btk serve")
 	t.Parallel()
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")

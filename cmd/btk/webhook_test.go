@@ -125,9 +125,7 @@ func TestServeKillLosesNoWebhook(t *testing.T) {
 // docs/webhooks.md#the-audit-chain: rows edited, deleted or inserted in the
 // database behind btk's back are named by `btk audit verify` (exit 1).
 func TestAuditVerifyNamesTamperedRow(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
+	skipIfShort(t, "starts btk serve processes")
 	isolate(t)
 	db := filepath.Join(t.TempDir(), "btk.db")
 	p := startServe(t, db)
@@ -197,9 +195,7 @@ func TestAuditVerifyNamesTamperedRow(t *testing.T) {
 
 // btk webhook add|list|deliveries|rm against a real server.
 func TestWebhookCommands(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts btk serve processes")
-	}
+	skipIfShort(t, "starts btk serve processes")
 	isolate(t)
 	rcv := newWebhookReceiver(t)
 	p := startServe(t, filepath.Join(t.TempDir(), "btk.db"), "--webhook-allow-private")
