@@ -270,6 +270,22 @@ func (e *env) createKey(c cred, name string) newKey {
 	return e.createKeyWith(c, name, "")
 }
 
+// serveGraphQL posts a GraphQL request body to h in the process, as who
+// (cred{} for an anonymous caller), and returns the answer.
+func serveGraphQL(h http.Handler, body []byte, who cred) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/graphql", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if who.Bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+who.Bearer)
+	}
+	if who.Key != "" {
+		req.Header.Set("X-Api-Key", who.Key)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
 // probe is the workspace-identity probe of docs/design.md#graphql.
 const probe = `{tenantInfo{id name}}`
 
