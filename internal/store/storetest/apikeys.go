@@ -96,30 +96,12 @@ func testAPIKeyNameRace(t *testing.T, db btk.Store) {
 	ws := newWorkspace(t, db)
 	const n = 16
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			// No check before the insert: the partial unique index alone
-			// must hold under concurrent writers.
-			errs[i] = db.Write(ctx, func(tx btk.Tx) error { return tx.CreateAPIKey(ctx, key(ws, "deploy")) })
-		})
-	}
-	close(start)
-	wg.Wait()
-	ok := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case err != btk.ErrNameTaken:
-			t.Errorf("unexpected error %v", err)
-		}
-	}
-	if ok != 1 {
-		t.Fatalf("%d creations succeeded, want exactly 1", ok)
-	}
+	race(db, n, func(i int) {
+		// No check before the insert: the partial unique index alone
+		// must hold under concurrent writers.
+		errs[i] = db.Write(ctx, func(tx btk.Tx) error { return tx.CreateAPIKey(ctx, key(ws, "deploy")) })
+	})
+	oneWon(t, "creations", errs, btk.ErrNameTaken)
 }
 
 func testAPIKeyNameRaceWithoutCheck(t *testing.T, db btk.Store) {
