@@ -170,11 +170,7 @@ func testWebhookOutbox(t *testing.T, db btk.Store) {
 	}
 
 	// Claims: due ones only, each once while leased.
-	var claimed []*btk.WebhookDelivery
-	write(t, db, func(tx btk.Tx) (err error) {
-		claimed, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(time.Minute), time.Minute, "c1", 10, btk.DeliveryCaps{})
-		return err
-	})
+	claimed := claim(t, db, t0.Add(time.Minute), "c1")
 	if len(claimed) != 3 {
 		t.Fatalf("claimed %d deliveries, want 3", len(claimed))
 	}
@@ -187,11 +183,7 @@ func testWebhookOutbox(t *testing.T, db btk.Store) {
 			t.Errorf("event id %q, want msg_%s", d.EventID, created.ID)
 		}
 	}
-	var again []*btk.WebhookDelivery
-	write(t, db, func(tx btk.Tx) (err error) {
-		again, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(90*time.Second), time.Minute, "c2", 10, btk.DeliveryCaps{})
-		return err
-	})
+	again := claim(t, db, t0.Add(90*time.Second), "c2")
 	if len(again) != 0 {
 		t.Fatalf("a leased delivery was claimed again: %d", len(again))
 	}
@@ -212,10 +204,7 @@ func testWebhookOutbox(t *testing.T, db btk.Store) {
 		stale.Status = btk.DeliveryDelivered
 		return tx.FinishWebhookDelivery(ctx, &stale, "not-mine")
 	})
-	write(t, db, func(tx btk.Tx) (err error) {
-		again, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(3*time.Minute), time.Minute, "c3", 10, btk.DeliveryCaps{})
-		return err
-	})
+	again = claim(t, db, t0.Add(3*time.Minute), "c3")
 	if len(again) != 1 || again[0].ID != claimed[2].ID {
 		t.Fatalf("after the lease ran out: claimed %d, want the third", len(again))
 	}
@@ -453,11 +442,7 @@ func testPruneDeliveries(t *testing.T, db btk.Store) {
 	for i := range 4 {
 		addEvent(t, db, ws.ID, "api_key.created", t0.Add(time.Duration(i)*time.Hour))
 	}
-	var claimed []*btk.WebhookDelivery
-	write(t, db, func(tx btk.Tx) (err error) {
-		claimed, err = tx.ClaimWebhookDeliveries(ctx, t0.Add(5*time.Hour), time.Minute, "c", 10, btk.DeliveryCaps{})
-		return err
-	})
+	claimed := claim(t, db, t0.Add(5*time.Hour), "c")
 	if len(claimed) != 4 {
 		t.Fatalf("claimed %d, want 4", len(claimed))
 	}
@@ -544,4 +529,16 @@ func testWebhookClaimsFair(t *testing.T, db btk.Store) {
 	if len(perHook) < 4 {
 		t.Errorf("only %d webhooks served", len(perHook))
 	}
+}
+
+// claim claims up to 10 due deliveries at at, leased for a minute to
+// claimer.
+func claim(t *testing.T, db btk.Store, at time.Time, claimer string) []*btk.WebhookDelivery {
+	t.Helper()
+	var ds []*btk.WebhookDelivery
+	write(t, db, func(tx btk.Tx) (err error) {
+		ds, err = tx.ClaimWebhookDeliveries(ctx, at, time.Minute, claimer, 10, btk.DeliveryCaps{})
+		return err
+	})
+	return ds
 }
