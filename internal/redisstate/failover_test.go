@@ -15,11 +15,7 @@ import (
 // openAt returns a State on url whose first connection is made (Ready).
 func openAt(t *testing.T, url string) *State {
 	t.Helper()
-	s, err := Open(url, "btktest:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := open(t, url, "btktest:")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.Ready(ctx); err != nil {

@@ -46,7 +46,7 @@ func open(t testing.TB, url, prefix string) *State {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.Ping(ctx); err != nil {
-		t.Fatalf("BTK_TEST_REDIS does not answer: %v", err)
+		t.Fatalf("Redis at %s does not answer: %v", url, err)
 	}
 	return s
 }
