@@ -24,19 +24,25 @@ type keyJSON struct {
 	Hint               string
 }
 
-// docs/design.md#key-lifecycle: (none) --createApiKey--> active, plaintext once, two audit entries.
-func TestCreateKeyAuthenticatesAndIsAudited(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+// createKeyFull creates a key with input (createApiKey's input fields)
+// and returns its plaintext and its record.
+func (e *env) createKeyFull(c cred, input string) (string, keyJSON) {
+	e.t.Helper()
 	var out struct {
 		CreateApiKey struct {
 			PlaintextKey string
 			ApiKey       keyJSON
 		}
 	}
-	e.must(owner, `mutation{createApiKey(input:{name:" ci-deploy ",rateLimitPerMinute:10,rateLimitPerDay:1000,scopes:["keys:read"],expiresAt:"2099-01-01T00:00:00Z"}){plaintextKey apiKey{`+keyFields+`}}}`, nil, &out)
-	k := out.CreateApiKey.ApiKey
-	plain := out.CreateApiKey.PlaintextKey
+	e.must(c, `mutation{createApiKey(input:{`+input+`}){plaintextKey apiKey{`+keyFields+`}}}`, nil, &out)
+	return out.CreateApiKey.PlaintextKey, out.CreateApiKey.ApiKey
+}
+
+// docs/design.md#key-lifecycle: (none) --createApiKey--> active, plaintext once, two audit entries.
+func TestCreateKeyAuthenticatesAndIsAudited(t *testing.T) {
+	e := newEnv(t)
+	owner := e.admin()
+	plain, k := e.createKeyFull(owner, `name:" ci-deploy ",rateLimitPerMinute:10,rateLimitPerDay:1000,scopes:["keys:read"],expiresAt:"2099-01-01T00:00:00Z"`)
 	prefix := "btk_" + e.adminWS[:8] + "_"
 	if !strings.HasPrefix(plain, prefix) || len(plain) != 56 {
 		t.Fatalf("plaintext %q: want %s + 43 characters", plain, prefix)
@@ -72,14 +78,7 @@ func TestCreateKeyAuthenticatesAndIsAudited(t *testing.T) {
 func TestRotateInheritsAndRevokesOldKeyAtOnce(t *testing.T) {
 	e := newEnv(t)
 	owner := e.admin()
-	var created struct {
-		CreateApiKey struct {
-			PlaintextKey string
-			ApiKey       keyJSON
-		}
-	}
-	e.must(owner, `mutation{createApiKey(input:{name:"batch",rateLimitPerMinute:5,rateLimitPerDay:50,scopes:["a","b"],expiresAt:"2099-01-01T00:00:00Z"}){plaintextKey apiKey{`+keyFields+`}}}`, nil, &created)
-	old := created.CreateApiKey
+	prevPlain, old := e.createKeyFull(owner, `name:"batch",rateLimitPerMinute:5,rateLimitPerDay:50,scopes:["a","b"],expiresAt:"2099-01-01T00:00:00Z"`)
 
 	tests := []struct {
 		name      string
@@ -92,7 +91,7 @@ func TestRotateInheritsAndRevokesOldKeyAtOnce(t *testing.T) {
 		{"override name and expiry", `,input:{name:"batch-2",expiresAt:"2098-06-01T00:00:00Z"}`, "batch-2", 2098, nil},
 		{"explicit null clears expiry", `,input:{expiresAt:null}`, "batch-2", 0, nil},
 	}
-	prevID, prevPlain := old.ApiKey.ID, old.PlaintextKey
+	prevID := old.ID
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out struct {
