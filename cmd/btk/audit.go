@@ -45,7 +45,7 @@ and accounts are in 'btk events'.`,
 	opts.log.addFlags(f, cmd, "entries", "only this `action`: created, rotated, revoked or revoked_all", enumNames(client.AllApiKeyAuditAction))
 	cmd.Flags().StringVar(&opts.key, "key", "", "only entries about this `KEY` and its rotations (id or name; a name whose keys are all revoked means its newest key)")
 	cmd.AddCommand(newAuditVerifyCmd(f))
-	cmd.RegisterFlagCompletionFunc("key", f.completeKeys)
+	completeFlag(cmd, "key", f.completeKeys)
 	return cmd
 }
 
@@ -65,8 +65,8 @@ func (o *logOptions) addFlags(f *factory, cmd *cobra.Command, what, actionHelp s
 	fl.StringVar(&o.since, "since", "", "only "+what+" since this `time`: a duration ago (24h, 7d) or an RFC 3339 time")
 	fl.StringVar(&o.until, "until", "", "only "+what+" before this `time`: a duration ago (1h, 2d) or an RFC 3339 time")
 	fl.IntVar(&o.limit, "limit", 50, "show at most this many "+what)
-	cmd.RegisterFlagCompletionFunc("action", fixedCompletion(actions...))
-	cmd.RegisterFlagCompletionFunc("workspace", f.completeWorkspaces)
+	completeFlag(cmd, "action", fixedCompletion(actions...))
+	completeFlag(cmd, "workspace", f.completeWorkspaces)
 }
 
 // connect checks the log flags, connects, and completes filter with the

@@ -108,3 +108,12 @@ var (
 	completePlans = fixedCompletion(enumNames(client.AllPlan)...)
 	completeRoles = fixedCompletion(append(enumNames(client.AllRole), "none")...)
 )
+
+// completeFlag registers fn as the completion of cmd's flag name. Cobra
+// refuses only a flag that does not exist or is completed already: a bug,
+// which panics in every test that builds the commands.
+func completeFlag(cmd *cobra.Command, name string, fn cobra.CompletionFunc) {
+	if err := cmd.RegisterFlagCompletionFunc(name, fn); err != nil {
+		panic(err)
+	}
+}

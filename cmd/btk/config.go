@@ -47,7 +47,7 @@ func bindGlobalFlags(root *cobra.Command, v *viper.Viper) {
 	bind(v, keyTimeout, pf.Lookup("timeout"))
 	pf.String("cacert", "", "also trust the CA certificate(s) in this PEM `file`, for a server with a private CA (env BTK_CACERT; SSL_CERT_FILE replaces the system's)")
 	bind(v, keyCACert, pf.Lookup("cacert"))
-	root.RegisterFlagCompletionFunc("output", fixedCompletion(formatTable, formatJSON, formatPlain))
+	completeFlag(root, "output", fixedCompletion(formatTable, formatJSON, formatPlain))
 }
 
 // configPath is where the config file is: --config, BTK_CONFIG, or
@@ -172,7 +172,7 @@ func updateConfig(path string, set map[string]string, unset ...string) error {
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(out); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return fmt.Errorf("writing config: %w", err)
 	}
 	if err := tmp.Close(); err != nil {

@@ -152,7 +152,7 @@ func (o *opsState) registerer() prometheus.Registerer {
 func (o *opsState) shutdown() {
 	signal.Stop(o.hup)
 	if o.metricsLn != nil {
-		o.metricsLn.Close()
+		_ = o.metricsLn.Close()
 	}
 }
 

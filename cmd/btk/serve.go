@@ -313,9 +313,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // (dashes become underscores): flags beat env beat the config file.
 func bind(v *viper.Viper, name string, flag *pflag.Flag) {
 	if flag != nil {
-		v.BindPFlag(name, flag)
+		_ = v.BindPFlag(name, flag) // fails only for a nil flag
 	}
-	v.BindEnv(name, "BTK_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+	_ = v.BindEnv(name, "BTK_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_"))) // fails only without a name
 }
 
 // DefaultGCPercent is btk serve's garbage collector target when neither

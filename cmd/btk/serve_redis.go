@@ -29,12 +29,12 @@ func openShared(ctx context.Context, cfg serveConfig, svcCfg *btk.Config, log *s
 	defer cancel()
 	// Ready, not a ping: the server must be a primary that takes writes.
 	if err := st.Ready(pctx); err != nil {
-		st.Close()
+		_ = st.Close()
 		return nil, fmt.Errorf("--redis %s: %w", redisstate.Redact(cfg.Redis), err)
 	}
 	svcCfg.KeyGate, svcCfg.Throttle = st, st.Throttle()
 	log.Info("shared state in Redis", "redis", redisstate.Redact(cfg.Redis), "kind", st.Kind().String(), "prefix", cfg.RedisPrefix)
-	return func() { st.Close() }, nil
+	return func() { _ = st.Close() }, nil
 }
 
 // redisLog sends go-redis's own messages (dial failures while Redis is

@@ -54,7 +54,7 @@ tier or ADMIN. At most 90 days by hour, 366 days by day.`,
 	fl.StringVar(&opts.since, "since", "7d", "from this `time`: a duration ago (24h, 7d) or an RFC 3339 time")
 	fl.StringVar(&opts.until, "until", "", "up to this `time` (default now): a duration ago or an RFC 3339 time")
 	fl.StringVar(&opts.by, "by", "day", "one point per `period`: day or hour")
-	cmd.RegisterFlagCompletionFunc("by", fixedCompletion("day", "hour"))
+	completeFlag(cmd, "by", fixedCompletion("day", "hour"))
 	return cmd
 }
 

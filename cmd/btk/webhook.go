@@ -216,7 +216,7 @@ whether the chain still extends it.`,
 	}
 	cmd.Flags().StringVar(&workspace, "workspace", "", "`workspace` (name or id) to verify; your own by default (platform admins: any)")
 	cmd.Flags().BoolVar(&serverWide, "server-wide", false, "verify the chain of the events that belong to no workspace (platform admins)")
-	cmd.RegisterFlagCompletionFunc("workspace", f.completeWorkspaces)
+	completeFlag(cmd, "workspace", f.completeWorkspaces)
 	return cmd
 }
 

@@ -35,7 +35,7 @@ func readKeyInput(s *iostreams) (string, error) {
 	}
 	seen := map[string]bool{}
 	var keys []string
-	keyscan.Reader(strings.NewReader(text), "-", nil, false, func(m keyscan.Match) {
+	_ = keyscan.Reader(strings.NewReader(text), "-", nil, false, func(m keyscan.Match) { // a strings.Reader does not fail
 		if !seen[m.Key] {
 			seen[m.Key] = true
 			keys = append(keys, m.Key)

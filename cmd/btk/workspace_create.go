@@ -30,6 +30,6 @@ func newWorkspaceCreateCmd(f *factory) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&plan, "plan", "self_hosted", "`plan`: cloud_starter, cloud_pro, cloud_enterprise or self_hosted")
-	cmd.RegisterFlagCompletionFunc("plan", completePlans)
+	completeFlag(cmd, "plan", completePlans)
 	return cmd
 }

@@ -64,7 +64,7 @@ Without flags it shows the policy. Owner or platform admin. See docs/access.md.`
 	fl.StringVar(&revokeUnused, "revoke-unused-after", "", "revoke keys unused for this long, in whole days such as 30d")
 	fl.BoolVar(&off, "off", false, "turn the policy off")
 	fl.StringVar(&workspace, "workspace", "", "`workspace` (name or id) to configure; your own by default")
-	cmd.RegisterFlagCompletionFunc("workspace", f.completeWorkspaces)
+	completeFlag(cmd, "workspace", f.completeWorkspaces)
 	return cmd
 }
 

@@ -142,9 +142,9 @@ func (g *passwordGate) checkAttempt(ctx context.Context, now time.Time, at attem
 		// never has one). If the shared throttle cannot be told, the
 		// record stays: stricter.
 		if mark != "" {
-			g.limiter.Forget(ctx, mark)
+			_ = g.limiter.Forget(ctx, mark)
 		}
-		g.limiter.Forget(ctx, pair)
+		_ = g.limiter.Forget(ctx, pair)
 	}
 	return ok, nil
 }

@@ -96,7 +96,7 @@ func (c *Client) Ping(ctx context.Context) error {
 	if err != nil {
 		return toError(err, c.server, nil)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return nil
 }
 

@@ -341,7 +341,7 @@ func (w *Worker) post(ctx context.Context, d *btk.WebhookDelivery) (int, string)
 		return 0, describe(err)
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, MaxResponseBody))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxResponseBody)) // for the connection's reuse: the status is the answer
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return resp.StatusCode, ""

@@ -319,7 +319,7 @@ type errorItem struct {
 func WriteError(w http.ResponseWriter, status int, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(errorBody{Errors: []errorItem{{
+	_ = json.NewEncoder(w).Encode(errorBody{Errors: []errorItem{{ // a client that left is no error of ours
 		Message:    btk.ErrorMessage(err),
 		Extensions: Extensions(err),
 	}}})

@@ -279,7 +279,7 @@ func writeRequestError(w http.ResponseWriter, resp *graphql.Response) {
 	if err != nil {
 		panic(err)
 	}
-	w.Write(b)
+	_, _ = w.Write(b) // a client that left is no error of the request
 }
 
 var (
@@ -296,9 +296,9 @@ func writeResponse(w http.ResponseWriter, resp *graphql.Response) {
 		if len(data) == 0 {
 			data = dataNull
 		}
-		w.Write(dataPrefix)
-		w.Write(data)
-		w.Write(dataSuffix)
+		_, _ = w.Write(dataPrefix) // a client that left is no error of the request
+		_, _ = w.Write(data)
+		_, _ = w.Write(dataSuffix)
 		return
 	}
 	if resp != nil {
@@ -308,7 +308,7 @@ func writeResponse(w http.ResponseWriter, resp *graphql.Response) {
 	if err != nil {
 		panic(err) // as gqlgen's transport does: a bug of the generated code
 	}
-	w.Write(b)
+	_, _ = w.Write(b) // a client that left is no error of the request
 }
 
 // statusForGraphQLResponse is the status of an operation that could not

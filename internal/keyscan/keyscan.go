@@ -197,7 +197,7 @@ func Paths(paths, exclude []string, workers int) Result {
 				}
 				cr := &countingReader{r: f}
 				err = Reader(cr, path, buf, true, func(m Match) { local = append(local, m) })
-				f.Close()
+				_ = f.Close()
 				n++
 				size += cr.n
 				switch {

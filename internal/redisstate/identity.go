@@ -146,7 +146,7 @@ func (s *State) watch() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), watchEvery)
-		s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error { return s.checkIdentity(ctx, c) })
+		_ = s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error { return s.checkIdentity(ctx, c) })
 		cancel()
 	}
 }

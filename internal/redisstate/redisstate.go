@@ -102,7 +102,7 @@ func Open(url, prefix string) (*State, error) {
 	// btk's CPU per check by two thirds and Redis's by half under
 	// concurrency (docs/clusters.md#what-a-key-check-costs).
 	if err := s.usePipeline(); err != nil {
-		rdb.Close()
+		_ = rdb.Close()
 		return nil, err
 	}
 	go s.watch()

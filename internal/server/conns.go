@@ -162,10 +162,10 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 		}
 		g.mu.Unlock()
 		for _, v := range victims {
-			v.Close() // its Close (below) gives its count back
+			_ = v.Close() // its Close (below) gives its count back
 		}
 		if refuse {
-			c.Close()
+			_ = c.Close() // refused: nothing was read from it
 			continue
 		}
 		return &guardedConn{Conn: c, g: g}, nil

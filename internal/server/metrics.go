@@ -314,7 +314,7 @@ func (w *metricsWriter) Flush() {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	http.NewResponseController(w.ResponseWriter).Flush()
+	_ = http.NewResponseController(w.ResponseWriter).Flush() // a client that left is no error of the stream
 }
 
 // Hijack hands the connection over: in net/http that is a protocol switch

@@ -51,7 +51,7 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 	h.mux.HandleFunc("GET /v1/authorize", h.gw.Authorize)
 	h.mux.HandleFunc("POST /v1/leaks", h.gw.Leaks)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ok\n"))
+		_, _ = w.Write([]byte("ok\n"))
 	})
 	h.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := store.Ping(r.Context()); err != nil {
@@ -64,7 +64,7 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 			http.Error(w, "shared state (Redis) unavailable", http.StatusServiceUnavailable)
 			return
 		}
-		w.Write([]byte("ok\n"))
+		_, _ = w.Write([]byte("ok\n"))
 	})
 	return h
 }

@@ -51,14 +51,14 @@ func (r *Relay) listen(addr string) {
 			r.mu.Unlock()
 			up, err := net.DialTimeout("tcp", target, 5*time.Second)
 			if err != nil {
-				c.Close()
+				_ = c.Close()
 				continue
 			}
 			r.mu.Lock()
 			r.conns = append(r.conns, c, up)
 			r.mu.Unlock()
-			go func() { io.Copy(up, c); up.Close() }()
-			go func() { io.Copy(c, up); c.Close() }()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }() // a relay ends when either side does
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
 		}
 	}()
 }
@@ -76,7 +76,7 @@ func (r *Relay) Cut() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ln != nil {
-		r.ln.Close()
+		_ = r.ln.Close()
 		r.ln = nil
 	}
 	r.dropLocked()
@@ -90,7 +90,7 @@ func (r *Relay) Restore() {
 
 func (r *Relay) dropLocked() {
 	for _, c := range r.conns {
-		c.Close()
+		_ = c.Close()
 	}
 	r.conns = nil
 }

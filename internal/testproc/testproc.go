@@ -129,11 +129,11 @@ func (p *Process) End(sig os.Signal) {
 		return
 	default:
 	}
-	p.Cmd.Process.Signal(sig)
+	_ = p.Cmd.Process.Signal(sig) // fails only once it has exited: waited for below
 	select {
 	case <-p.exited:
 	case <-time.After(Grace):
-		p.Cmd.Process.Kill()
+		_ = p.Cmd.Process.Kill()
 		<-p.exited
 	}
 }
@@ -142,7 +142,7 @@ func (p *Process) End(sig os.Signal) {
 func (p *Process) Output() string {
 	s := p.Out.String()
 	for _, f := range p.LogFiles {
-		b, _ := os.ReadFile(f)
+		b, _ := os.ReadFile(f) // #nosec G304 -- a log file the test named for its own program
 		s += "\n" + f + ":\n" + string(b)
 	}
 	return s
@@ -173,7 +173,7 @@ func (p *Process) WaitListening(t T, addr string) {
 	p.WaitFor(t, addr+" to accept connections", 15*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
-			c.Close()
+			_ = c.Close()
 		}
 		return err == nil
 	})

@@ -158,7 +158,7 @@ func newAuditRow(ev *btk.AuditEvent, now time.Time) auditRow {
 		row.Actor = short(ev.ActorID)
 	}
 	var meta map[string]any
-	json.Unmarshal([]byte(ev.Metadata), &meta) // shown as far as it is understood
+	_ = json.Unmarshal([]byte(ev.Metadata), &meta) // shown as far as it is understood
 	str := func(k string) string { v, _ := meta[k].(string); return v }
 	name := str("name")
 	switch {

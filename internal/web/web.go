@@ -192,7 +192,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, st
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	_, _ = w.Write(buf.Bytes()) // a client that left is no error of the page
 }
 
 // message renders a page with a title and a sentence.

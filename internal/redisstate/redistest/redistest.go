@@ -60,7 +60,7 @@ func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 // Client returns a client of the server alone (closed at the test's end).
 func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, ReadTimeout: 5 * time.Second, MaxRetries: -1, Protocol: 2})
-	s.t.Cleanup(func() { c.Close() })
+	s.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
@@ -74,7 +74,7 @@ func freePort(t testing.TB) int {
 			t.Fatal(err)
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
+		_ = ln.Close()
 		if port+10000 > 65535 {
 			continue
 		}
@@ -82,7 +82,7 @@ func freePort(t testing.TB) int {
 		if err != nil {
 			continue
 		}
-		bus.Close()
+		_ = bus.Close()
 		return port
 	}
 	t.Fatal("no free port")
@@ -138,7 +138,7 @@ func (s *Server) Kill() {
 	if s.proc == nil {
 		return
 	}
-	s.proc.Cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies too
+	_ = s.proc.Cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies too
 	s.proc.End(os.Kill)
 	s.proc = nil
 }
@@ -154,7 +154,9 @@ func (s *Server) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proc != nil {
-		s.proc.Cmd.Process.Signal(sig)
+		if err := s.proc.Cmd.Process.Signal(sig); err != nil {
+			s.t.Errorf("redis-server: %v: %v", sig, err) // the test would run against a server not in the state it asked for
+		}
 	}
 }
 

@@ -123,7 +123,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 		}
 	}
 	if err := db.migrate(ctx); err != nil {
-		db.Close()
+		_ = db.Close()
 		return nil, err
 	}
 	return db, nil
@@ -133,7 +133,7 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 // are database-wide, and each schema is its own btk database.
 func (db *DB) lockKey(purpose string) int64 {
 	h := fnv.New64a()
-	io.WriteString(h, "btk\x00"+db.schema+"\x00"+purpose)
+	_, _ = io.WriteString(h, "btk\x00"+db.schema+"\x00"+purpose)
 	return int64(h.Sum64()) // #nosec G115 -- the hash's bits as an advisory-lock key: wrapping is intended
 }
 
@@ -156,11 +156,11 @@ func (db *DB) lockInstance(ctx context.Context) error {
 	}
 	var ok bool
 	if err := conn.QueryRow(ctx, `SELECT `+fn+`($1)`, db.lockKey("instance")).Scan(&ok); err != nil {
-		conn.Close(context.Background())
+		_ = conn.Close(context.Background())
 		return mapErr("lock", err)
 	}
 	if !ok {
-		conn.Close(context.Background())
+		_ = conn.Close(context.Background())
 		if db.shared {
 			return errors.New("store: the PostgreSQL database is in use by a btk serve started without --redis; stop it, or give it --redis too")
 		}
@@ -330,7 +330,7 @@ func (db *DB) Ping(ctx context.Context) error {
 		if !db.instance.IsClosed() && db.instance.Ping(ctx) == nil {
 			return nil
 		}
-		db.instance.Close(context.Background())
+		_ = db.instance.Close(context.Background()) // found dead: replaced below
 		db.instance = nil
 	}
 	return db.lockInstance(ctx)
@@ -348,7 +348,7 @@ func (db *DB) Close() error {
 		// Released before the connection closes: a backend ends after its
 		// client has gone, so without this an instance restarted at once
 		// could find its own lock still held.
-		db.instance.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
+		_, _ = db.instance.Exec(ctx, `SELECT pg_advisory_unlock_all()`) // the backend's end releases it too, a moment later
 		err := db.instance.Close(ctx)
 		db.instance = nil
 		if err != nil {

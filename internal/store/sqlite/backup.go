@@ -44,10 +44,10 @@ func Backup(ctx context.Context, path, dest string, force bool) (err error) {
 		return fmt.Errorf("store: backup: %w", err)
 	}
 	tmpPath := tmp.Name()
-	tmp.Close()
+	_ = tmp.Close()
 	defer func() {
 		if err != nil {
-			os.Remove(tmpPath)
+			_ = os.Remove(tmpPath)
 		}
 	}()
 
@@ -71,7 +71,7 @@ func Backup(ctx context.Context, path, dest string, force bool) (err error) {
 	} else {
 		// A hard link fails if dest exists: never clobber what appeared meanwhile.
 		if err = os.Link(tmpPath, dest); err == nil {
-			os.Remove(tmpPath)
+			_ = os.Remove(tmpPath)
 		} else if errors.Is(err, os.ErrExist) {
 			err = fmt.Errorf("%s: %w", dest, ErrBackupExists)
 		}
@@ -100,7 +100,7 @@ func syncDir(dir string) {
 		return // directories cannot be opened for syncing there
 	}
 	if d, err := os.Open(dir); err == nil { // #nosec G304 -- the directory of the backup file the operator named
-		d.Sync()
-		d.Close()
+		_ = d.Sync()
+		_ = d.Close()
 	}
 }

@@ -19,7 +19,7 @@ func lockFile(path string) (*os.File, error) {
 		return nil, fmt.Errorf("store: lock: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("store: %s is in use by another btk process (one server per database)", path)
 		}

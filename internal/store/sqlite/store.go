@@ -86,7 +86,7 @@ func open(ctx context.Context, path string, beside bool) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
-	f.Close()
+	_ = f.Close()
 	lock, err := lockFile(path)
 	held := err == nil
 	if err != nil && !beside {
@@ -94,7 +94,7 @@ func open(ctx context.Context, path string, beside bool) (*DB, error) {
 	}
 	closeLock := func() {
 		if held {
-			lock.Close()
+			_ = lock.Close()
 		}
 	}
 	w, err := sql.Open("sqlite", dsn(path, false))
@@ -114,7 +114,7 @@ func open(ctx context.Context, path string, beside bool) (*DB, error) {
 		err = schemaCurrent(ctx, w)
 	}
 	if err != nil {
-		w.Close()
+		_ = w.Close()
 		closeLock()
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func open(ctx context.Context, path string, beside bool) (*DB, error) {
 	n := min(max(runtime.GOMAXPROCS(0), 4), 8)
 	r, err := sql.Open("sqlite", dsn(path, true))
 	if err != nil {
-		w.Close()
+		_ = w.Close()
 		closeLock()
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
@@ -138,7 +138,7 @@ func open(ctx context.Context, path string, beside bool) (*DB, error) {
 		}
 	}
 	if err != nil {
-		db.Close()
+		_ = db.Close()
 		return nil, fmt.Errorf("store: prepare: %w", err)
 	}
 	return db, nil
