@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/btk-project/btk/internal/btk"
 )
 
 // counter counts the script calls a client makes: each is one round trip,
@@ -39,6 +41,19 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
+// roundTrips counts the round trips n sees over requests key checks of
+// plaintext at svc, each of which must accept.
+func roundTrips(t *testing.T, n *counter, svc *btk.Service, plaintext string, requests int) int64 {
+	t.Helper()
+	n.n.Store(0)
+	for range requests {
+		if !accepts(t, svc, plaintext) {
+			t.Fatal("refused")
+		}
+	}
+	return n.n.Load()
+}
+
 // A key-authenticated request whose key is cached costs one round trip to
 // Redis (docs/clusters.md#what-a-key-check-costs); the first one on an instance, and the
 // first after a change elsewhere, cost one more (the stale answer).
@@ -54,26 +69,14 @@ func TestOneRoundTripPerRequest(t *testing.T) {
 	if got := n.n.Load(); got != 2 {
 		t.Fatalf("first request on an instance: %d round trips, want 2 (stale, then decided)", got)
 	}
-	n.n.Store(0)
-	for range 100 {
-		if !accepts(t, c.b, k.Plaintext) {
-			t.Fatal("refused")
-		}
-	}
-	if got := n.n.Load(); got != 100 {
+	if got := roundTrips(t, &n, c.b, k.Plaintext, 100); got != 100 {
 		t.Fatalf("100 requests: %d round trips", got)
 	}
 	// A change on the other instance: one stale answer, then one per request.
 	if _, err := c.a.RevokeKey(ctx, c.owner, c.key(t, "other").Key.ID); err != nil {
 		t.Fatal(err)
 	}
-	n.n.Store(0)
-	for range 10 {
-		if !accepts(t, c.b, k.Plaintext) {
-			t.Fatal("refused")
-		}
-	}
-	if got := n.n.Load(); got != 11 {
+	if got := roundTrips(t, &n, c.b, k.Plaintext, 10); got != 11 {
 		t.Fatalf("10 requests after a change elsewhere: %d round trips, want 11", got)
 	}
 }
