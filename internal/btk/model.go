@@ -145,10 +145,10 @@ type APIKey struct {
 // Status derives the key's state at now: an active key past its expiry,
 // or past its workspace's maximum lifetime, is EXPIRED.
 func (k *APIKey) Status(now time.Time) KeyStatus {
-	switch {
-	case k.RevokedAt != nil:
+	if k.RevokedAt != nil {
 		return KeyRevoked
-	case k.EffectiveExpiresAt() != nil && !now.Before(*k.EffectiveExpiresAt()):
+	}
+	if end := k.EffectiveExpiresAt(); end != nil && !now.Before(*end) {
 		return KeyExpired
 	}
 	return KeyActive

@@ -94,20 +94,29 @@ func (k *APIKey) ScopesHeader() string {
 // so that what the service hands out says EXPIRED where the key check
 // refuses (policyExpired).
 func withPolicy(w *Workspace, keys ...*APIKey) {
-	d := w.KeyPolicy.MaxLifetimeDays
 	for _, k := range keys {
-		if d == nil || k == nil {
+		if k == nil {
 			continue
 		}
-		t := k.CreatedAt.Add(time.Duration(*d) * 24 * time.Hour)
-		k.PolicyExpiresAt = &t
+		if t, ok := lifetimeEnd(k, w); ok {
+			k.PolicyExpiresAt = &t
+		}
 	}
 }
 
 // policyExpired reports a key older than its workspace's maximum lifetime.
 func policyExpired(k *APIKey, w *Workspace, now time.Time) bool {
+	t, ok := lifetimeEnd(k, w)
+	return ok && !now.Before(t)
+}
+
+// lifetimeEnd is when w's maximum key lifetime ends k; false when w has none.
+func lifetimeEnd(k *APIKey, w *Workspace) (time.Time, bool) {
 	d := w.KeyPolicy.MaxLifetimeDays
-	return d != nil && !now.Before(k.CreatedAt.Add(time.Duration(*d)*24*time.Hour))
+	if d == nil {
+		return time.Time{}, false
+	}
+	return k.CreatedAt.Add(time.Duration(*d) * 24 * time.Hour), true
 }
 
 // restrict applies a key's networks and, for the gateway, the access rules,
