@@ -12,8 +12,7 @@ import (
 
 // Least privilege (docs/access.md): networks, updates, key policy, sweep.
 
-func testAPIKeyNetworksAndUpdate(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testAPIKeyNetworksAndUpdate(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	k := key(ws, "net")
 	k.AllowedCIDRs = []string{"192.0.2.0/24", "2001:db8::1"}
 	k.Scopes = []string{"orders:read"}
@@ -52,8 +51,7 @@ func testAPIKeyNetworksAndUpdate(t *testing.T, db btk.Store) {
 	mustBe(t, db.Write(ctx, func(tx btk.Tx) error { return tx.UpdateAPIKey(ctx, &dup) }), btk.ErrNotFound)
 }
 
-func testWorkspaceKeyPolicy(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testWorkspaceKeyPolicy(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	ws.KeyPolicy = btk.KeyPolicy{MaxLifetimeDays: ptr(90), RevokeUnusedAfterDays: ptr(30)}
 	write(t, db, func(tx btk.Tx) error { return tx.UpdateWorkspace(ctx, ws) })
 	read(t, db, func(tx btk.Tx) error {
@@ -81,8 +79,7 @@ func testWorkspaceKeyPolicy(t *testing.T, db btk.Store) {
 
 // testRevokeUnusedOnce races sweeps over the same keys: each unused key is
 // revoked, and returned (audited), by exactly one of them.
-func testRevokeUnusedOnce(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testRevokeUnusedOnce(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	unused := map[string]bool{}
 	for i := range 20 {
 		k := key(ws, "k"+string(rune('a'+i)))

@@ -13,8 +13,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 )
 
-func testAPIKeyRoundTrip(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testAPIKeyRoundTrip(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	old := createKey(t, db, key(ws, "old"))
 	for name, fill := range map[string]func(*btk.APIKey){
 		"unset": func(k *btk.APIKey) { k.CreatedBy = "" },
@@ -31,18 +30,8 @@ func testAPIKeyRoundTrip(t *testing.T, db btk.Store) {
 			k := key(ws, name)
 			fill(k)
 			createKey(t, db, k)
-			read(t, db, func(tx btk.Tx) error {
-				for how, get := range map[string]func() (*btk.APIKey, error){
-					"APIKey":       func() (*btk.APIKey, error) { return tx.APIKey(ctx, k.ID) },
-					"APIKeyByHash": func() (*btk.APIKey, error) { return tx.APIKeyByHash(ctx, k.Hash) },
-				} {
-					got, err := get()
-					if err != nil || !reflect.DeepEqual(got, k) {
-						t.Errorf("%s = %+v, %v;\nwant %+v", how, got, err, k)
-					}
-				}
-				return nil
-			})
+			readBack(t, db, "APIKey", k, func(tx btk.Tx) (*btk.APIKey, error) { return tx.APIKey(ctx, k.ID) })
+			readBack(t, db, "APIKeyByHash", k, func(tx btk.Tx) (*btk.APIKey, error) { return tx.APIKeyByHash(ctx, k.Hash) })
 		})
 	}
 	read(t, db, func(tx btk.Tx) error {
@@ -60,8 +49,8 @@ func testAPIKeyRoundTrip(t *testing.T, db btk.Store) {
 	})
 }
 
-func testAPIKeyNameUniqueAmongActive(t *testing.T, db btk.Store) {
-	ws, other := newWorkspace(t, db), newWorkspace(t, db)
+func testAPIKeyNameUniqueAmongActive(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	other := newWorkspace(t, db)
 	first := createKey(t, db, key(ws, "ci"))
 	createKey(t, db, key(other, "ci")) // another workspace: fine
 
@@ -92,8 +81,7 @@ func testAPIKeyNameUniqueAmongActive(t *testing.T, db btk.Store) {
 	})
 }
 
-func testAPIKeyNameRace(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testAPIKeyNameRace(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	const n = 16
 	errs := make([]error, n)
 	race(db, n, func(i int) {
@@ -104,10 +92,9 @@ func testAPIKeyNameRace(t *testing.T, db btk.Store) {
 	oneWon(t, "creations", errs, btk.ErrNameTaken)
 }
 
-func testAPIKeyNameRaceWithoutCheck(t *testing.T, db btk.Store) {
+func testAPIKeyNameRaceWithoutCheck(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	// Without the read-then-insert check the partial unique index alone
 	// refuses the duplicates.
-	ws := newWorkspace(t, db)
 	const n = 16
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
@@ -129,8 +116,7 @@ func testAPIKeyNameRaceWithoutCheck(t *testing.T, db btk.Store) {
 	}
 }
 
-func testRevokeAPIKey(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testRevokeAPIKey(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	old, repl := createKey(t, db, key(ws, "old")), createKey(t, db, key(ws, "new"))
 	at := t0.Add(time.Hour)
 	write(t, db, func(tx btk.Tx) error { return tx.RevokeAPIKey(ctx, old.ID, at, "acct-9", repl.ID) })
@@ -173,8 +159,8 @@ func testRevokeAPIKey(t *testing.T, db btk.Store) {
 	})
 }
 
-func testRevokeAllAPIKeys(t *testing.T, db btk.Store) {
-	ws, other := newWorkspace(t, db), newWorkspace(t, db)
+func testRevokeAllAPIKeys(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	other := newWorkspace(t, db)
 	createKey(t, db, key(ws, "a"))
 	createKey(t, db, key(ws, "b"))
 	exp := key(ws, "expired")
@@ -211,8 +197,8 @@ func testRevokeAllAPIKeys(t *testing.T, db btk.Store) {
 	})
 }
 
-func testAPIKeysPaging(t *testing.T, db btk.Store) {
-	ws, other := newWorkspace(t, db), newWorkspace(t, db)
+func testAPIKeysPaging(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	other := newWorkspace(t, db)
 	var ids []string // newest first
 	for i := range 7 {
 		k := createKey(t, db, key(ws, fmt.Sprint("k", i)))
@@ -277,8 +263,7 @@ func testAPIKeysPaging(t *testing.T, db btk.Store) {
 	})
 }
 
-func testBadCursor(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testBadCursor(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	for range 3 {
 		createKey(t, db, key(ws, uuid.NewString()))
 	}
@@ -318,8 +303,7 @@ func testBadCursor(t *testing.T, db btk.Store) {
 	})
 }
 
-func testRecordUsage(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testRecordUsage(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	a, b := key(ws, "a"), key(ws, "b")
 	b.LastUsedAt = ptr(t0.Add(time.Hour))
 	createKey(t, db, a)

@@ -10,8 +10,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 )
 
-func testAuditRoundTrip(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testAuditRoundTrip(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	full := &btk.AuditEntry{ID: uuid.NewString(), WorkspaceID: ws.ID, Action: btk.AuditRotated,
 		APIKeyID: "old", APIKeyName: "ci", NewAPIKeyID: "new", RevokedCount: ptr(0), ActorID: "acct",
 		ActorEmail: "a@example.com", ImpersonatorID: "admin", IP: "192.0.2.1", UserAgent: "btk/1", CreatedAt: t0}
@@ -50,8 +49,8 @@ func testAuditRoundTrip(t *testing.T, db btk.Store) {
 	}
 }
 
-func testAuditFilters(t *testing.T, db btk.Store) {
-	ws, other := newWorkspace(t, db), newWorkspace(t, db)
+func testAuditFilters(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	other := newWorkspace(t, db)
 	type row struct {
 		action      btk.AuditAction
 		key, newKey string
@@ -146,8 +145,7 @@ func testAuditFilters(t *testing.T, db btk.Store) {
 	})
 }
 
-func testAuditPaging(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testAuditPaging(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	var want []string
 	write(t, db, func(tx btk.Tx) error {
 		for i := range 7 {

@@ -9,8 +9,7 @@ import (
 
 // The audit filters (docs/design.md#the-audit-commands): a rotation chain (APIKeyIDs), the actor's email,
 // an event action, and the server-wide events (no workspace).
-func testEventAuditFilters(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testEventAuditFilters(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	write(t, db, func(tx btk.Tx) error {
 		for i, e := range []*btk.AuditEntry{
 			{Action: btk.AuditCreated, APIKeyID: "k1", ActorEmail: "a@example.com"},
@@ -77,8 +76,7 @@ func testEventAuditFilters(t *testing.T, db btk.Store) {
 	})
 }
 
-func testAccountsAndWorkspaceMembers(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testAccountsAndWorkspaceMembers(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	a, b := newAccount(t, db, "a@example.com"), newAccount(t, db, "b@example.com")
 	write(t, db, func(tx btk.Tx) error {
 		if err := tx.SetMembership(ctx, btk.Membership{WorkspaceID: ws.ID, AccountID: b.ID, Role: btk.RoleAdmin}); err != nil {

@@ -111,8 +111,7 @@ func rotate(db btk.Store, ws *btk.Workspace, id string) (*btk.APIKey, error) {
 
 // Two revocations of one key: the second reads the key after the first has
 // committed and finds it revoked.
-func testConcurrentRevokeSameKey(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testConcurrentRevokeSameKey(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	k := createKey(t, db, key(ws, "k"))
 	errs := make([]error, 8)
 	race(db, len(errs), func(i int) {
@@ -133,8 +132,7 @@ func testConcurrentRevokeSameKey(t *testing.T, db btk.Store) {
 
 // Concurrent rotations of one key: one wins, the others read it revoked; one
 // active key has the name and one rotation is audited.
-func testConcurrentRotateSameKey(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testConcurrentRotateSameKey(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	k := createKey(t, db, key(ws, "k"))
 	errs := make([]error, 8)
 	race(db, len(errs), func(i int) { _, errs[i] = rotate(db, ws, k.ID) })
@@ -154,8 +152,7 @@ func testConcurrentRotateSameKey(t *testing.T, db btk.Store) {
 // Revoke-all racing rotations: a rotation that succeeds came before the
 // revoke-all (after it, the old key is revoked), so its replacement must be
 // revoked too. Nothing stays active, and revoke-all counts each key once.
-func testRevokeAllRacesRotations(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testRevokeAllRacesRotations(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	const n = 6
 	var ids []string
 	for i := range n {
@@ -191,8 +188,7 @@ func testRevokeAllRacesRotations(t *testing.T, db btk.Store) {
 }
 
 // Read-modify-write of a workspace loses no concurrent update.
-func testConcurrentWorkspaceUpdates(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testConcurrentWorkspaceUpdates(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	const n = 10
 	race(db, n, func(int) {
 		err := db.Write(ctx, func(tx btk.Tx) error {

@@ -56,8 +56,8 @@ func checkChain(t testing.TB, db btk.Store, chain string) int64 {
 	return head.Count
 }
 
-func testAuditChain(t *testing.T, db btk.Store) {
-	ws, other := newWorkspace(t, db), newWorkspace(t, db)
+func testAuditChain(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	other := newWorkspace(t, db)
 	var head btk.AuditHead
 	read(t, db, func(tx btk.Tx) (err error) { head, err = tx.AuditChainHead(ctx, ws.ID); return err })
 	if head.Count != 0 || head.Hash != btk.ZeroChainHash || head.At != nil {
@@ -97,8 +97,7 @@ func testAuditChain(t *testing.T, db btk.Store) {
 
 // 50 concurrent writers on one workspace's chain (and the server-wide one)
 // leave both chains linear and intact.
-func testAuditChainConcurrent(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testAuditChainConcurrent(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 100)
 	for i := range 50 {
@@ -137,8 +136,8 @@ func newWebhook(t testing.TB, db btk.Store, ws *btk.Workspace, events ...string)
 	return w
 }
 
-func testWebhookOutbox(t *testing.T, db btk.Store) {
-	ws, other := newWorkspace(t, db), newWorkspace(t, db)
+func testWebhookOutbox(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	other := newWorkspace(t, db)
 	all := newWebhook(t, db, ws)
 	revokes := newWebhook(t, db, ws, "api_key.revoked", "api_key.expiring")
 	newWebhook(t, db, other)
@@ -246,8 +245,7 @@ func testWebhookOutbox(t *testing.T, db btk.Store) {
 }
 
 // Several claimers at once never get the same delivery.
-func testWebhookClaimsConcurrent(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testWebhookClaimsConcurrent(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	newWebhook(t, db, ws)
 	write(t, db, func(tx btk.Tx) error {
 		for i := range 200 {
@@ -297,8 +295,7 @@ func testWebhookClaimsConcurrent(t *testing.T, db btk.Store) {
 	}
 }
 
-func testExpiryNotices(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testExpiryNotices(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	now := t0.Add(24 * time.Hour)
 	soon, later, far := key(ws, "soon"), key(ws, "later"), key(ws, "far")
 	soon.ExpiresAt, later.ExpiresAt, far.ExpiresAt = ptr(now.Add(12*time.Hour)), ptr(now.Add(3*24*time.Hour)), ptr(now.Add(30*24*time.Hour))
@@ -436,8 +433,7 @@ func Tamper(t *testing.T, open Opener, exec func(t *testing.T, db btk.Store, que
 // Retention deletes the finished deliveries (delivered or failed) created
 // before the cut, never a pending one however old; twice (two instances)
 // deletes nothing more.
-func testPruneDeliveries(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testPruneDeliveries(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	newWebhook(t, db, ws)
 	for i := range 4 {
 		addEvent(t, db, ws.ID, "api_key.created", t0.Add(time.Duration(i)*time.Hour))

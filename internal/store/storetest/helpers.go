@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +32,19 @@ func read(t testing.TB, db btk.Store, fn func(btk.Tx) error) {
 	if err := db.Read(context.Background(), fn); err != nil {
 		t.Fatalf("Read: %v", err)
 	}
+}
+
+// readBack reads a row back with get and wants it to equal want in every
+// field: what was written round-trips.
+func readBack[T any](t testing.TB, db btk.Store, what string, want T, get func(btk.Tx) (T, error)) {
+	t.Helper()
+	read(t, db, func(tx btk.Tx) error {
+		got, err := get(tx)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s = %+v, %v;\nwant %+v", what, got, err, want)
+		}
+		return nil
+	})
 }
 
 func mustBe(t testing.TB, err, want error) {

@@ -11,8 +11,7 @@ import (
 
 // The account lifecycle's store methods: password, disabled state, ending
 // every session but one, an audit event alone.
-func testAccountLifecycle(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testAccountLifecycle(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	a := newAccount(t, db, "user@example.com")
 	other := newAccount(t, db, "other@example.com")
 	var sessions []*btk.Session

@@ -22,8 +22,7 @@ func testForeignKeysEnforced(t *testing.T, db btk.Store) {
 	}
 }
 
-func testWriteRollsBackOnError(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testWriteRollsBackOnError(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	k := key(ws, "doomed")
 	boom := errors.New("boom")
 	err := db.Write(ctx, func(tx btk.Tx) error {
@@ -71,8 +70,7 @@ func testWriteRollsBackOnPanic(t *testing.T, db btk.Store) {
 	}
 }
 
-func testReadRefusesWrites(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testReadRefusesWrites(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	writes := map[string]func(btk.Tx) error{
 		"SetSetting": func(tx btk.Tx) error { return tx.SetSetting(ctx, "a", "b") },
 		"CreateAccount": func(tx btk.Tx) error {
@@ -110,8 +108,7 @@ func testPing(t *testing.T, db btk.Store) {
 	}
 }
 
-func testTimeOutOfRange(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testTimeOutOfRange(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	k := key(ws, "far")
 	k.ExpiresAt = ptr(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
 	err := db.Write(ctx, func(tx btk.Tx) error { return tx.CreateAPIKey(ctx, k) })
@@ -127,8 +124,7 @@ func testTimeOutOfRange(t *testing.T, db btk.Store) {
 	}
 }
 
-func testUnknownConstraintIsInternal(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testUnknownConstraintIsInternal(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	k := createKey(t, db, key(ws, "a"))
 	dup := key(ws, "b")
 	dup.ID = k.ID
@@ -139,8 +135,7 @@ func testUnknownConstraintIsInternal(t *testing.T, db btk.Store) {
 	}
 }
 
-func testConcurrentReadsAndWrites(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testConcurrentReadsAndWrites(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {

@@ -13,8 +13,8 @@ import (
 // Opener opens a fresh, empty store for t and closes it when t ends.
 type Opener func(t *testing.T) btk.Store
 
-// tests is every conformance test; each gets a store of its own.
-var tests = []struct {
+// storeTests are the conformance tests that each get a store of their own.
+var storeTests = []struct {
 	name string
 	fn   func(*testing.T, btk.Store)
 }{
@@ -25,8 +25,24 @@ var tests = []struct {
 	{"AccountRoundTripAndEmail", testAccountRoundTripAndEmail},
 	{"Memberships", testMemberships},
 	{"SessionRoundTripAndRevoke", testSessionRoundTripAndRevoke},
-	{"AccountLifecycle", testAccountLifecycle},
 	{"TimesComeBackUTC", testTimesComeBackUTC},
+	{"WebhookClaimsFair", testWebhookClaimsFair},
+	{"ForeignKeysEnforced", testForeignKeysEnforced},
+	{"WriteRollsBackOnPanic", testWriteRollsBackOnPanic},
+	{"Ping", testPing},
+	{"BootstrapOnce", testBootstrapOnce},
+	{"SettingMadeOnce", testSettingMadeOnce},
+	{"CanaryMarkOncePerWindow", testCanaryMarkOncePerWindow},
+}
+
+// workspaceTests are the conformance tests of one workspace: each gets a store
+// of its own with a workspace in it (plan CLOUD_PRO, see newWorkspace) and
+// makes any other it needs.
+var workspaceTests = []struct {
+	name string
+	fn   func(*testing.T, btk.Store, *btk.Workspace)
+}{
+	{"AccountLifecycle", testAccountLifecycle},
 	{"APIKeyRoundTrip", testAPIKeyRoundTrip},
 	{"APIKeyNameUniqueAmongActive", testAPIKeyNameUniqueAmongActive},
 	{"APIKeyNameRace", testAPIKeyNameRace},
@@ -44,17 +60,13 @@ var tests = []struct {
 	{"KeyClientLatestWins", testKeyClientLatestWins},
 	{"PruneUsage", testPruneUsage},
 	{"PruneDeliveries", testPruneDeliveries},
-	{"WebhookClaimsFair", testWebhookClaimsFair},
 	{"AuditRoundTrip", testAuditRoundTrip},
 	{"AuditFilters", testAuditFilters},
 	{"AuditPaging", testAuditPaging},
 	{"EventAuditFilters", testEventAuditFilters},
 	{"AccountsAndWorkspaceMembers", testAccountsAndWorkspaceMembers},
-	{"ForeignKeysEnforced", testForeignKeysEnforced},
 	{"WriteRollsBackOnError", testWriteRollsBackOnError},
-	{"WriteRollsBackOnPanic", testWriteRollsBackOnPanic},
 	{"ReadRefusesWrites", testReadRefusesWrites},
-	{"Ping", testPing},
 	{"TimeOutOfRange", testTimeOutOfRange},
 	{"UnknownConstraintIsInternal", testUnknownConstraintIsInternal},
 	{"ConcurrentReadsAndWrites", testConcurrentReadsAndWrites},
@@ -63,15 +75,12 @@ var tests = []struct {
 	{"ConcurrentRotateSameKey", testConcurrentRotateSameKey},
 	{"RevokeAllRacesRotations", testRevokeAllRacesRotations},
 	{"ConcurrentWorkspaceUpdates", testConcurrentWorkspaceUpdates},
-	{"BootstrapOnce", testBootstrapOnce},
-	{"SettingMadeOnce", testSettingMadeOnce},
 	// The event stream (docs/webhooks.md).
 	{"AuditChain", testAuditChain},
 	{"AuditChainConcurrent", testAuditChainConcurrent},
 	{"WebhookOutbox", testWebhookOutbox},
 	{"WebhookClaimsConcurrent", testWebhookClaimsConcurrent},
 	{"ExpiryNotices", testExpiryNotices},
-	{"CanaryMarkOncePerWindow", testCanaryMarkOncePerWindow},
 	{"APIKeyNetworksAndUpdate", testAPIKeyNetworksAndUpdate},
 	{"WorkspaceKeyPolicy", testWorkspaceKeyPolicy},
 	{"RevokeUnusedOnce", testRevokeUnusedOnce},
@@ -83,12 +92,18 @@ var tests = []struct {
 func Run(t *testing.T, open Opener) {
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
-	for _, tc := range tests {
+	run := func(name string, fn func(*testing.T, btk.Store)) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+			t.Run(name, func(t *testing.T) { fn(t, open(t)) })
 		})
+	}
+	for _, tc := range storeTests {
+		run(tc.name, tc.fn)
+	}
+	for _, tc := range workspaceTests {
+		run(tc.name, func(t *testing.T, db btk.Store) { tc.fn(t, db, newWorkspace(t, db)) })
 	}
 	wg.Wait()
 }

@@ -16,8 +16,7 @@ import (
 // RecordUsage over several batched statements (more keys than one carries)
 // and for a single key (the prepared statement): every row is written, and
 // last_used_at never moves back.
-func testRecordUsageBatches(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testRecordUsageBatches(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	const n = 1201 // three statements: 500, 500, 201
 	keys := make([]*btk.APIKey, n)
 	usage := make([]btk.KeyUsage, n)
@@ -61,8 +60,7 @@ func testRecordUsageBatches(t *testing.T, db btk.Store) {
 // same keys in its own order (docs/usage.md#how-it-is-counted-and-why-it-is-exact): every flush succeeds, none
 // is picked as a deadlock victim, because the store takes the rows in one
 // fixed order whatever the order of the batch.
-func testRecordUsageConcurrentOrders(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testRecordUsageConcurrentOrders(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	const n, flushers, rounds = 200, 3, 15
 	ids := make([]string, n)
 	write(t, db, func(tx btk.Tx) error {
@@ -111,8 +109,7 @@ func series(t *testing.T, db btk.Store, f btk.UsageFilter) []btk.UsageCount {
 // Counts of the same key and hour add up (each instance adds what it
 // counted), in one transaction with last_used_at, and many rows at once
 // (more than one statement carries).
-func testUsageCountsAdd(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testUsageCountsAdd(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	k := createKey(t, db, key(ws, "k"))
 	c := btk.UsageCount{KeyID: k.ID, WorkspaceID: ws.ID, Start: hourOf(0), Accepted: 3, RateLimited: 2, Refused: 1}
 	for range 2 {
@@ -141,8 +138,7 @@ func testUsageCountsAdd(t *testing.T, db btk.Store) {
 // Writers adding to the same rows at once (instances flushing together)
 // lose nothing and do not deadlock: every batch takes the rows in the same
 // order.
-func testUsageCountsConcurrent(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testUsageCountsConcurrent(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	keys := make([]*btk.APIKey, 5)
 	for i := range keys {
 		keys[i] = createKey(t, db, key(ws, fmt.Sprintf("k%d", i)))
@@ -195,8 +191,8 @@ func testUsageCountsConcurrent(t *testing.T, db btk.Store) {
 
 // A workspace's series sums its keys per hour, within [Since, Until) and
 // never another workspace's; TopKeys ranks keys by all their uses.
-func testUsageSeriesAndTopKeys(t *testing.T, db btk.Store) {
-	ws, other := newWorkspace(t, db), newWorkspace(t, db)
+func testUsageSeriesAndTopKeys(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	other := newWorkspace(t, db)
 	a, b, c := createKey(t, db, key(ws, "a")), createKey(t, db, key(ws, "b")), createKey(t, db, key(ws, "c"))
 	o := createKey(t, db, key(other, "o"))
 	rows := []btk.UsageCount{
@@ -234,8 +230,7 @@ func testUsageSeriesAndTopKeys(t *testing.T, db btk.Store) {
 
 // The latest client of a key is kept; an older one (a late flush of
 // another instance) does not replace it. Unknown: ErrNotFound.
-func testKeyClientLatestWins(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testKeyClientLatestWins(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	k := createKey(t, db, key(ws, "k"))
 	read(t, db, func(tx btk.Tx) error {
 		_, err := tx.KeyClient(ctx, k.ID)
@@ -264,8 +259,7 @@ func testKeyClientLatestWins(t *testing.T, db btk.Store) {
 
 // Retention deletes the hours before the cut and nothing after; running it
 // twice (two instances) deletes nothing more.
-func testPruneUsage(t *testing.T, db btk.Store) {
-	ws := newWorkspace(t, db)
+func testPruneUsage(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	k := createKey(t, db, key(ws, "k"))
 	var rows []btk.UsageCount
 	for h := range 5 {
