@@ -205,15 +205,9 @@ func (s *Service) Accounts(ctx context.Context, a *Actor) ([]*Account, error) {
 // (rotatedFromId back, replacedById forward), so that one logical key's
 // history shows whole. A key of another workspace is NOT_FOUND.
 func keyChain(ctx context.Context, tx Tx, workspaceID, id string) ([]string, error) {
-	if uuid.Validate(id) != nil {
-		return nil, ErrNotFound
-	}
-	k, err := tx.APIKey(ctx, id)
+	k, err := inWorkspace(ctx, tx.APIKey, workspaceID, id)
 	if err != nil {
 		return nil, err
-	}
-	if k.WorkspaceID != workspaceID {
-		return nil, ErrNotFound
 	}
 	ids := []string{k.ID}
 	seen := map[string]bool{k.ID: true}
@@ -243,10 +237,21 @@ func keyChain(ctx context.Context, tx Tx, workspaceID, id string) ([]string, err
 	return ids, nil
 }
 
+// An impersonated row (an audit entry, an audit event) names the platform
+// admin who acted by impersonating its workspace, if any, and has room for
+// that admin's email.
+type impersonated interface {
+	impersonator() (id string, email *string)
+}
+
+func (e *AuditEntry) impersonator() (string, *string) { return e.ImpersonatorID, &e.ImpersonatorEmail }
+func (e *AuditEvent) impersonator() (string, *string) { return e.ImpersonatorID, &e.ImpersonatorEmail }
+
 // impersonatorEmails fills in ImpersonatorEmail from the accounts table.
-func impersonatorEmails(ctx context.Context, tx Tx, ids []string, set func(i int, email string)) error {
+func impersonatorEmails[T impersonated](ctx context.Context, tx Tx, rows []T) error {
 	emails := map[string]string{}
-	for i, id := range ids {
+	for _, row := range rows {
+		id, to := row.impersonator()
 		if id == "" {
 			continue
 		}
@@ -261,7 +266,7 @@ func impersonatorEmails(ctx context.Context, tx Tx, ids []string, set func(i int
 			}
 			emails[id] = email
 		}
-		set(i, email)
+		*to = email
 	}
 	return nil
 }

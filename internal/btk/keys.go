@@ -86,17 +86,31 @@ func applyPolicy(ctx context.Context, tx Tx, workspaceID string, keys ...*APIKey
 
 // ownKey reads a key of the actor's workspace; any other key is NOT_FOUND.
 func ownKey(ctx context.Context, tx Tx, a *Actor, id string) (*APIKey, error) {
+	return inWorkspace(ctx, tx.APIKey, a.WorkspaceID, id)
+}
+
+// A workspaceRow belongs to one workspace: a key, a webhook.
+type workspaceRow interface{ workspace() string }
+
+func (k *APIKey) workspace() string  { return k.WorkspaceID }
+func (w *Webhook) workspace() string { return w.WorkspaceID }
+
+// inWorkspace reads the row id with get. A row of another workspace is
+// NOT_FOUND, like an id that is no UUID or no row's: a workspace cannot tell
+// another's rows from missing ones.
+func inWorkspace[T workspaceRow](ctx context.Context, get func(context.Context, string) (T, error), workspaceID, id string) (T, error) {
+	var none T
 	if uuid.Validate(id) != nil {
-		return nil, ErrNotFound
+		return none, ErrNotFound
 	}
-	k, err := tx.APIKey(ctx, id)
+	row, err := get(ctx, id)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	if k.WorkspaceID != a.WorkspaceID {
-		return nil, ErrNotFound
+	if row.workspace() != workspaceID {
+		return none, ErrNotFound
 	}
-	return k, nil
+	return row, nil
 }
 
 // CreateKey issues a new key. Owner tier; the plan must allow issuing.

@@ -362,17 +362,7 @@ func (s *Service) Webhooks(ctx context.Context, a *Actor) ([]*Webhook, error) {
 // webhookOf reads a webhook of the actor's workspace (another workspace's
 // is NOT_FOUND).
 func webhookOf(ctx context.Context, tx Tx, a *Actor, id string) (*Webhook, error) {
-	if uuid.Validate(id) != nil {
-		return nil, ErrNotFound
-	}
-	w, err := tx.Webhook(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if w.WorkspaceID != a.WorkspaceID {
-		return nil, ErrNotFound
-	}
-	return w, nil
+	return inWorkspace(ctx, tx.Webhook, a.WorkspaceID, id)
 }
 
 // DeleteWebhook removes a webhook and its queued deliveries. Owner tier.

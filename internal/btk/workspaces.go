@@ -292,11 +292,7 @@ func (s *Service) KeyAuditLog(ctx context.Context, a *Actor, f AuditFilter) ([]*
 		if entries, next, err = tx.AuditEntries(ctx, f); err != nil {
 			return err
 		}
-		ids := make([]string, len(entries))
-		for i, e := range entries {
-			ids[i] = e.ImpersonatorID
-		}
-		return impersonatorEmails(ctx, tx, ids, func(i int, email string) { entries[i].ImpersonatorEmail = email })
+		return impersonatorEmails(ctx, tx, entries)
 	})
 	return entries, next, err
 }
@@ -329,11 +325,7 @@ func (s *Service) AuditEvents(ctx context.Context, a *Actor, f AuditFilter) ([]*
 		if events, next, err = tx.AuditEvents(ctx, f); err != nil {
 			return err
 		}
-		ids := make([]string, len(events))
-		for i, e := range events {
-			ids[i] = e.ImpersonatorID
-		}
-		return impersonatorEmails(ctx, tx, ids, func(i int, email string) { events[i].ImpersonatorEmail = email })
+		return impersonatorEmails(ctx, tx, events)
 	})
 	return events, next, err
 }
