@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -62,11 +61,7 @@ func BenchmarkAPIKeyByHash(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			db, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
+			db := tempDB(b)
 			seedKeys(b, db, n)
 
 			lookup := func(h []byte) {
@@ -129,11 +124,7 @@ func BenchmarkAPIKeyByHash(b *testing.B) {
 // it batched). Each op is the whole flush of 10,000 keys.
 func BenchmarkRecordUsage(b *testing.B) {
 	const n = 10_000
-	db, err := Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	db := tempDB(b)
 	seedKeys(b, db, n)
 	usage := make([]btk.KeyUsage, n)
 	for i := range usage {

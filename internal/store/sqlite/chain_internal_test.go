@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,11 +16,7 @@ import (
 // migration's step links them.
 func TestMigrationChainsExistingRows(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "btk.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := tempDB(t)
 	ws := uuid.NewString()
 	if _, err := db.w.ExecContext(ctx, `INSERT INTO workspaces (id, prefix, name, plan, public_client_key, created_at)
 		VALUES (?, ?, 'w', 'SELF_HOSTED', 'bpk_x', 1)`, ws, ws[:8]); err != nil {

@@ -6,13 +6,21 @@ import (
 	"testing"
 )
 
-func TestPragmasOnEveryConnection(t *testing.T) {
-	ctx := context.Background()
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "btk.db"))
+// tempDB opens a fresh database in t's temporary directory, closed when t
+// ends: for the tests and benchmarks inside the package.
+func tempDB(t testing.TB) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "btk.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestPragmasOnEveryConnection(t *testing.T) {
+	ctx := context.Background()
+	db := tempDB(t)
 	want := map[string]string{"journal_mode": "wal", "synchronous": "2", "foreign_keys": "1", "busy_timeout": "5000"}
 	check := func(name string, q func(string) string, queryOnly string) {
 		for p, v := range want {

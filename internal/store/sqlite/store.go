@@ -15,7 +15,6 @@ import (
 	"net/url"
 	"os"
 	"runtime"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -333,21 +332,10 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, counts []bt
 			_, err = t.StmtContext(ctx, db.usage).ExecContext(ctx, at, u.DayState, u.KeyID)
 			return err
 		}
-		args := make([]any, 0, 3*min(len(usage), usageBatchRows))
-		for chunk := range slices.Chunk(usage, usageBatchRows) {
-			args = args[:0]
-			for _, u := range chunk {
-				at, err := sqlshared.UnixNano(u.LastUsedAt)
-				if err != nil {
-					return err
-				}
-				args = append(args, u.KeyID, at, u.DayState)
-			}
-			if _, err := t.ExecContext(ctx, updateUsageBatch(len(chunk)), args...); err != nil {
-				return err
-			}
-		}
-		return nil
+		return execChunks(ctx, t, usage, usageBatchRows, updateUsageBatch, func(args []any, u btk.KeyUsage) ([]any, error) {
+			at, err := sqlshared.UnixNano(u.LastUsedAt)
+			return append(args, u.KeyID, at, u.DayState), err
+		})
 	})
 	return mapErr("record usage", err)
 }

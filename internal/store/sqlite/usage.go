@@ -19,26 +19,12 @@ const usageRowsPerStatement = 200
 // the caller's transaction, in the order given (the service sorts by key and
 // hour). SQLite has one writer, so the order only matters to PostgreSQL.
 func addUsage(ctx context.Context, t *sql.Tx, counts []btk.UsageCount, clients []btk.KeyClient) error {
-	args := make([]any, 0, 6*min(len(counts), usageRowsPerStatement))
-	for chunk := range slices.Chunk(counts, usageRowsPerStatement) {
-		args = args[:0]
-		for _, c := range chunk {
-			hour, err := sqlshared.UnixNano(c.Start)
-			if err != nil {
-				return err
-			}
-			args = append(args, c.KeyID, c.WorkspaceID, hour, c.Accepted, c.RateLimited, c.Refused)
-		}
-		// #nosec G202 -- only placeholders are concatenated; every value is a bound argument
-		q := `INSERT INTO api_key_usage (api_key_id, workspace_id, hour, accepted, rate_limited, refused) VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", len(chunk)), ", ") +
-			` ON CONFLICT (api_key_id, hour) DO UPDATE SET
-				accepted = accepted + excluded.accepted,
-				rate_limited = rate_limited + excluded.rate_limited,
-				refused = refused + excluded.refused`
-		if _, err := t.ExecContext(ctx, q, args...); err != nil {
-			return err
-		}
+	err := execChunks(ctx, t, counts, usageRowsPerStatement, addUsageStatement, func(args []any, c btk.UsageCount) ([]any, error) {
+		hour, err := sqlshared.UnixNano(c.Start)
+		return append(args, c.KeyID, c.WorkspaceID, hour, c.Accepted, c.RateLimited, c.Refused), err
+	})
+	if err != nil {
+		return err
 	}
 	for _, c := range clients {
 		at, err := sqlshared.UnixNano(c.At)
@@ -49,6 +35,38 @@ func addUsage(ctx context.Context, t *sql.Tx, counts []btk.UsageCount, clients [
 			ON CONFLICT (api_key_id) DO UPDATE SET at = excluded.at, ip = excluded.ip, user_agent = excluded.user_agent
 			WHERE excluded.at > api_key_clients.at`, c.KeyID, at, c.IP, c.UserAgent)
 		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addUsageStatement is the upsert of rows hourly counts, added to those
+// stored.
+func addUsageStatement(rows int) string {
+	// #nosec G202 -- only placeholders are concatenated; every value is a bound argument
+	return `INSERT INTO api_key_usage (api_key_id, workspace_id, hour, accepted, rate_limited, refused) VALUES ` +
+		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?), ", rows), ", ") +
+		` ON CONFLICT (api_key_id, hour) DO UPDATE SET
+			accepted = accepted + excluded.accepted,
+			rate_limited = rate_limited + excluded.rate_limited,
+			refused = refused + excluded.refused`
+}
+
+// execChunks writes rows in the caller's transaction, up to perStatement a
+// statement: statement(n) is the statement of n rows, and add appends a
+// row's parameters to args (one slice, reused for every statement).
+func execChunks[T any](ctx context.Context, t *sql.Tx, rows []T, perStatement int, statement func(n int) string, add func(args []any, row T) ([]any, error)) error {
+	var args []any
+	for chunk := range slices.Chunk(rows, perStatement) {
+		args = args[:0]
+		for _, row := range chunk {
+			var err error
+			if args, err = add(args, row); err != nil {
+				return err
+			}
+		}
+		if _, err := t.ExecContext(ctx, statement(len(chunk)), args...); err != nil {
 			return err
 		}
 	}
