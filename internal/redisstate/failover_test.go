@@ -24,8 +24,6 @@ func openAt(t *testing.T, url string) *State {
 	return s
 }
 
-const ws = "0123abcd-0000-4000-8000-000000000000"
-
 // A change is answered only once the replica has it: right after Changed
 // returns, the replica answers the new token. A replica that does not
 // acknowledge makes Changed fail (the caller answers UNAVAILABLE).

@@ -149,11 +149,8 @@ func TestScriptExactUnderConcurrency(t *testing.T) {
 // stale, whatever it cached; so does the loss of Redis's data (a token
 // missing is made anew), and nothing is counted for a stale check.
 func TestRevisionAndEpoch(t *testing.T) {
-	url := testURL(t)
-	prefix := testPrefix(t, url)
-	a, b := open(t, url, prefix), open(t, url, prefix)
+	a, b := instances(t)
 	ctx := context.Background()
-	ws := "0123abcd-0000-4000-8000-000000000000"
 	c := btk.KeyCheck{KeyID: "key", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 2, PerDay: 10}, Now: time.Now()}
 	c.Seen = current(t, b, c)
 	if v, err := b.Allow(ctx, c); err != nil || !v.Allowed || v.Remaining != 1 {
@@ -200,11 +197,8 @@ func TestRevisionAndEpoch(t *testing.T) {
 // Current answers the revision a key check would find — made when missing,
 // moved by a change elsewhere — and counts nothing.
 func TestCurrentCountsNothing(t *testing.T) {
-	url := testURL(t)
-	prefix := testPrefix(t, url)
-	a, b := open(t, url, prefix), open(t, url, prefix)
+	a, b := instances(t)
 	ctx := context.Background()
-	ws := "0123abcd-0000-4000-8000-000000000000"
 	rev := func(s *State) btk.Revision {
 		t.Helper()
 		r, err := s.Current(ctx, ws[:8])
@@ -234,9 +228,8 @@ func TestCurrentCountsNothing(t *testing.T) {
 
 // Password attempts are counted once for all instances.
 func TestThrottleShared(t *testing.T) {
-	url := testURL(t)
-	prefix := testPrefix(t, url)
-	a, b := open(t, url, prefix).Throttle(), open(t, url, prefix).Throttle()
+	sa, sb := instances(t)
+	a, b := sa.Throttle(), sb.Throttle()
 	lim := ratelimit.Limits{PerMinute: 3, PerDay: 100}
 	var got []bool
 	for i := range 5 {

@@ -51,5 +51,17 @@ func open(t testing.TB, url, prefix string) *State {
 	return s
 }
 
+// instances returns two States on one prefix of its own: two btk servers
+// sharing Redis.
+func instances(t testing.TB) (a, b *State) {
+	t.Helper()
+	url := testURL(t)
+	prefix := testPrefix(t, url)
+	return open(t, url, prefix), open(t, url, prefix)
+}
+
+// ws is the workspace of the tests' key checks and changes.
+const ws = "0123abcd-0000-4000-8000-000000000000"
+
 // wipe: see State.Wipe.
 func wipe(ctx context.Context, s *State) error { return s.Wipe(ctx) }

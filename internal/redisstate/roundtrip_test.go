@@ -62,10 +62,7 @@ func TestOneRoundTripPerRequest(t *testing.T) {
 	ctx := context.Background()
 	var n counter
 	c.sb.Client().AddHook(&n)
-	k := c.key(t, "k")
-	if !accepts(t, c.b, k.Plaintext) {
-		t.Fatal("refused")
-	}
+	k := c.acceptedKey(t, "k")
 	if got := n.n.Load(); got != 2 {
 		t.Fatalf("first request on an instance: %d round trips, want 2 (stale, then decided)", got)
 	}

@@ -23,15 +23,14 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	url := testURL(t)
-	prefix := testPrefix(t, url)
+	c := &cluster{}
+	c.sa, c.sb = instances(t)
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "btk.db"), true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	c := &cluster{sa: open(t, url, prefix), sb: open(t, url, prefix)}
 	secret := []byte(strings.Repeat("s", 32))
 	for _, x := range []struct {
 		svc **btk.Service
@@ -64,6 +63,16 @@ func (c *cluster) key(t *testing.T, name string) *btk.NewKeyResult {
 		t.Fatal(err)
 	}
 	return res
+}
+
+// acceptedKey creates a key on a and has b accept it (b caches it).
+func (c *cluster) acceptedKey(t *testing.T, name string) *btk.NewKeyResult {
+	t.Helper()
+	k := c.key(t, name)
+	if !accepts(t, c.b, k.Plaintext) {
+		t.Fatalf("new key %s refused", name)
+	}
+	return k
 }
 
 // accepts reports whether svc accepts the key now.
@@ -130,10 +139,7 @@ func TestRedisLossFailsSafe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	victim := c.key(t, "victim")
-	if !accepts(t, c.b, victim.Plaintext) {
-		t.Fatal("new key refused")
-	}
+	victim := c.acceptedKey(t, "victim")
 	for i := range 3 {
 		if !accepts(t, []*btk.Service{c.a, c.b}[i%2], res.Plaintext) {
 			t.Fatal("refused within the day limit")
@@ -168,10 +174,7 @@ func TestRedisLossFailsSafe(t *testing.T) {
 func TestLimitsAcrossInstances(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	k := c.key(t, "k")
-	if !accepts(t, c.b, k.Plaintext) {
-		t.Fatal("refused")
-	}
+	k := c.acceptedKey(t, "k")
 	one := 1
 	if _, err := c.a.SetWorkspaceRateLimits(ctx, c.admin, c.owner.WorkspaceID, &one, nil); err != nil {
 		t.Fatal(err)
@@ -186,10 +189,7 @@ func TestLimitsAcrossInstances(t *testing.T) {
 func TestUnreachableFailsClosed(t *testing.T) {
 	c := newCluster(t)
 	ctx := context.Background()
-	k := c.key(t, "k")
-	if !accepts(t, c.b, k.Plaintext) {
-		t.Fatal("refused")
-	}
+	k := c.acceptedKey(t, "k")
 	c.sb.Close() // its connections are gone for good
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

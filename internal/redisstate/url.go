@@ -57,6 +57,14 @@ type settings struct {
 	dial, read, write  time.Duration
 }
 
+// tlsConfig is the TLS of a rediss+… URL, nil for plain TCP.
+func (st settings) tlsConfig() *tls.Config {
+	if !st.tls {
+		return nil
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12}
+}
+
 // parse reads a --redis URL into the client it names. The client is not
 // connected yet.
 func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, Kind, error) {
@@ -85,7 +93,6 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 		if err != nil {
 			return nil, 0, err
 		}
-		st.tls = strings.HasPrefix(strings.ToLower(scheme), "rediss")
 		parts := strings.Split(strings.Trim(path, "/"), "/")
 		if parts[0] == "" {
 			return nil, 0, badURL("redis+sentinel needs the primary's name as the path (/MASTER)")
@@ -105,10 +112,7 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 			DialTimeout: st.dial, ReadTimeout: st.read, WriteTimeout: st.write,
 			PoolTimeout: time.Second, MaxRetries: 1,
 			DialerRetries: 2, DialerRetryTimeout: 20 * time.Millisecond,
-			OnConnect: onConnect, Protocol: protocol, DisableIdentity: true,
-		}
-		if st.tls {
-			opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			OnConnect: onConnect, Protocol: protocol, DisableIdentity: true, TLSConfig: st.tlsConfig(),
 		}
 		return redis.NewFailoverClient(opt), Sentinel, nil
 	case "redis+cluster", "rediss+cluster":
@@ -116,7 +120,6 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 		if err != nil {
 			return nil, 0, err
 		}
-		st.tls = strings.HasPrefix(strings.ToLower(scheme), "rediss")
 		if p := strings.Trim(path, "/"); p != "" && p != "0" {
 			return nil, 0, badURL("Redis Cluster has only database 0; remove the path %q", path)
 		}
@@ -125,10 +128,7 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 			DialTimeout: st.dial, ReadTimeout: st.read, WriteTimeout: st.write,
 			PoolTimeout: time.Second, MaxRetries: 1, MaxRedirects: 3,
 			DialerRetries: 2, DialerRetryTimeout: 20 * time.Millisecond,
-			OnConnect: onConnect, Protocol: protocol, DisableIdentity: true,
-		}
-		if st.tls {
-			opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			OnConnect: onConnect, Protocol: protocol, DisableIdentity: true, TLSConfig: st.tlsConfig(),
 		}
 		return redis.NewClusterClient(opt), Cluster, nil
 	}
@@ -147,12 +147,13 @@ func applyDefaults(dial, read, write *time.Duration) {
 	}
 }
 
-// split reads the user part, the comma-separated host:port list, the path
-// and the query of a redis+sentinel:// or redis+cluster:// URL (url.Parse
-// refuses a list of hosts).
+// split reads the TLS of the scheme, the user part, the comma-separated
+// host:port list, the path and the query of a redis+sentinel:// or
+// redis+cluster:// URL, plain or rediss (url.Parse refuses a list of hosts).
 func split(raw string) (settings, []string, string, error) {
 	var st settings
-	_, rest, _ := strings.Cut(raw, "://")
+	scheme, rest, _ := strings.Cut(raw, "://")
+	st.tls = strings.HasPrefix(strings.ToLower(scheme), "rediss")
 	rest, query, _ := strings.Cut(rest, "?")
 	authority, path, _ := strings.Cut(rest, "/")
 	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
