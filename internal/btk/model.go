@@ -181,28 +181,28 @@ const (
 	AuditUpdated    AuditAction = "UPDATED"
 )
 
-// Valid reports whether a is a known action.
-func (a AuditAction) Valid() bool {
-	switch a {
-	case AuditCreated, AuditRotated, AuditRevoked, AuditRevokedAll, AuditUpdated:
-		return true
-	}
-	return false
+// eventActions is every key audit action, with its audit_events name.
+var eventActions = map[AuditAction]string{
+	AuditCreated:    "api_key.created",
+	AuditRotated:    "api_key.rotated",
+	AuditRevoked:    "api_key.revoked",
+	AuditRevokedAll: "api_key.revoked_all",
+	AuditUpdated:    "api_key.updated",
 }
 
-// EventAction is the audit_events name of a key audit action.
+// Valid reports whether a is a known action.
+func (a AuditAction) Valid() bool {
+	_, ok := eventActions[a]
+	return ok
+}
+
+// EventAction is the audit_events name of a key audit action (that of
+// REVOKED_ALL for an unknown one).
 func (a AuditAction) EventAction() string {
-	switch a {
-	case AuditCreated:
-		return "api_key.created"
-	case AuditRotated:
-		return "api_key.rotated"
-	case AuditRevoked:
-		return "api_key.revoked"
-	case AuditUpdated:
-		return "api_key.updated"
+	if name, ok := eventActions[a]; ok {
+		return name
 	}
-	return "api_key.revoked_all"
+	return eventActions[AuditRevokedAll]
 }
 
 // AuditEntry is one row of the key-specific audit table.
