@@ -10,6 +10,7 @@ package btk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -58,33 +59,47 @@ func newBenchKeys(b *testing.B, n int) *benchKeys {
 	return bk
 }
 
+// run benchmarks op over the keys in bk's random order (op gets a key's
+// index): serially as serial, then from every goroutine at once, each from
+// an offset of its own, as parallel.
+func (bk *benchKeys) run(b *testing.B, serial, parallel string, op func(i int) error) {
+	mask := len(bk.order) - 1
+	b.Run(serial, func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if err := op(bk.order[i&mask]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run(parallel, func(b *testing.B) {
+		var seed atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seed.Add(7919))
+			for pb.Next() {
+				if err := op(bk.order[i&mask]); err != nil {
+					b.Error(err)
+					return
+				}
+				i++
+			}
+		})
+	})
+}
+
+var errMiss = errors.New("miss")
+
 func BenchmarkKeyCache(b *testing.B) {
 	for _, n := range []int{1_000, 10_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			bk := newBenchKeys(b, n)
 			c := bk.svc.cache
-			mask := len(bk.order) - 1
-			b.Run("get", func(b *testing.B) {
-				i := 0
-				for b.Loop() {
-					if k, _, _, _ := c.get(bk.hashes[bk.order[i&mask]], ""); k == nil {
-						b.Fatal("miss")
-					}
-					i++
+			bk.run(b, "get", "get/parallel", func(i int) error {
+				if k, _, _, _ := c.get(bk.hashes[i], ""); k == nil {
+					return errMiss
 				}
-			})
-			b.Run("get/parallel", func(b *testing.B) {
-				var seed atomic.Int64
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(seed.Add(7919))
-					for pb.Next() {
-						if k, _, _, _ := c.get(bk.hashes[bk.order[i&mask]], ""); k == nil {
-							b.Error("miss")
-							return
-						}
-						i++
-					}
-				})
+				return nil
 			})
 		})
 	}
@@ -95,33 +110,14 @@ func BenchmarkAuthenticateCached(b *testing.B) {
 	for _, n := range []int{1_000, 10_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			bk := newBenchKeys(b, n)
-			mask := len(bk.order) - 1
 			for _, p := range bk.plain { // the limiter holds every key, as in steady state
 				if _, _, err := bk.svc.AuthenticateKey(ctx, p); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.Run("serial", func(b *testing.B) {
-				i := 0
-				for b.Loop() {
-					if _, _, err := bk.svc.AuthenticateKey(ctx, bk.plain[bk.order[i&mask]]); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-			})
-			b.Run("parallel", func(b *testing.B) {
-				var seed atomic.Int64
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(seed.Add(7919))
-					for pb.Next() {
-						if _, _, err := bk.svc.AuthenticateKey(ctx, bk.plain[bk.order[i&mask]]); err != nil {
-							b.Error(err)
-							return
-						}
-						i++
-					}
-				})
+			bk.run(b, "serial", "parallel", func(i int) error {
+				_, _, err := bk.svc.AuthenticateKey(ctx, bk.plain[i])
+				return err
 			})
 		})
 	}
