@@ -80,14 +80,9 @@ func TestTopKeysCostItsRows(t *testing.T) {
 	t.Parallel()
 	e, cs := newCountingEnv(t)
 	owner := e.admin()
-	var q strings.Builder
-	q.WriteString("query{")
-	for i := range 120 {
-		fmt.Fprintf(&q, "a%d:workspaceUsage{...F} ", i)
-	}
-	q.WriteString("} fragment F on WorkspaceUsage{topKeys(first:100){apiKey{id}}}")
+	q := aliasQuery(120, "workspaceUsage{...F}") + " fragment F on WorkspaceUsage{topKeys(first:100){apiKey{id}}}"
 	cs.top.Store(0)
-	r := e.do(owner, q.String(), nil)
+	r := e.do(owner, q, nil)
 	if r.Code() != "COMPLEXITY_LIMIT_EXCEEDED" {
 		t.Fatalf("120 aliases of topKeys(first:100): HTTP %d code %q (%d top-keys reads)", r.Status, r.Code(), cs.top.Load())
 	}

@@ -59,19 +59,6 @@ func TestConflictingAliasesErrorsBounded(t *testing.T) {
 	e.setMember(admin, e.adminWS, id, "MEMBER")
 	member := cred{Bearer: e.login("member@example.com", "member-password-1", "")}
 	key := cred{Key: e.createKey(admin, "aliases").Plaintext}
-	alternateAs := func(alias string, n int, a, b string) string {
-		var q strings.Builder
-		q.WriteString("{")
-		for i := range n {
-			if i%2 == 0 {
-				q.WriteString(alias + ":" + a + " ")
-			} else {
-				q.WriteString(alias + ":" + b + " ")
-			}
-		}
-		return q.String() + "}"
-	}
-	alternate := func(n int, a, b string) string { return alternateAs("a", n, a, b) }
 	for _, c := range []struct {
 		name  string
 		who   cred
@@ -114,13 +101,7 @@ func TestConflictingAliasesErrorsBounded(t *testing.T) {
 func TestPagesCostTheirRows(t *testing.T) {
 	e := newEnv(t)
 	owner := e.admin()
-	var q strings.Builder
-	q.WriteString("{")
-	for i := range 45 {
-		fmt.Fprintf(&q, "a%d:auditEvents(first:100){nodes{id action metadata createdAt}} ", i)
-	}
-	q.WriteString("}")
-	if r := e.do(owner, q.String(), nil); r.Code() != "COMPLEXITY_LIMIT_EXCEEDED" {
+	if r := e.do(owner, aliasQuery(45, "auditEvents(first:100){nodes{id action metadata createdAt}}"), nil); r.Code() != "COMPLEXITY_LIMIT_EXCEEDED" {
 		t.Fatalf("45 pages of 100 events: %q %+v", r.Code(), r.Errors)
 	}
 	var out struct {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 )
@@ -31,18 +30,6 @@ func BenchmarkCostliestRequestByCaller(b *testing.B) {
 	// An owner's workspace at the page size: 100 keys, hundreds of events.
 	for i := range 100 {
 		e.createKey(owner, fmt.Sprintf("k%03d", i))
-	}
-	alternate := func(n int, a, b string) string {
-		var q strings.Builder
-		q.WriteString("{")
-		for i := range n {
-			if i%2 == 0 {
-				q.WriteString("a:" + a + " ")
-			} else {
-				q.WriteString("a:" + b + " ")
-			}
-		}
-		return q.String() + "}"
 	}
 	const keyFields = `{nodes{id name displayPrefix hint status rateLimitPerMinute rateLimitPerDay expiresAt lastUsedAt createdAt}}`
 	const eventFields = `{nodes{id workspaceId action actorId actorEmail targetType targetId metadata createdAt}}`
@@ -105,15 +92,4 @@ func BenchmarkCostliestRequestByCaller(b *testing.B) {
 			b.ReportMetric(float64(len(bodies[0])), "body-B")
 		})
 	}
-}
-
-// aliasQuery is a query of n aliases of field: the way to make one request
-// ask for n times the work.
-func aliasQuery(n int, field string) string {
-	var q strings.Builder
-	q.WriteString("{")
-	for i := range n {
-		fmt.Fprintf(&q, "a%d:%s ", i, field)
-	}
-	return q.String() + "}"
 }
