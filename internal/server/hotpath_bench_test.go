@@ -274,12 +274,54 @@ func openScopedBenchServer(b *testing.B, bdb *benchDB, keys []string) *benchServ
 	}
 	s := openBenchServer(b, &scoped)
 	s.svc.SetAccessRules(mustRules(b, benchRules(10)))
+	warmKeys(b, s.svc, keys)
+	return s
+}
+
+// authorizeSerially serves req, a GET /v1/authorize, on h with each key of
+// keys in the order ord; each must be accepted, with the scopes given if
+// any.
+func authorizeSerially(h http.Handler, req *http.Request, keys []string, ord []int, scopes string) func(b *testing.B) {
+	mask := len(ord) - 1
+	return func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			req.Header["X-Api-Key"] = []string{keys[ord[i&mask]]}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK || scopes != "" && rec.Header().Get("X-Api-Key-Scopes") != scopes {
+				b.Fatalf("HTTP %d %q: %s", rec.Code, rec.Header().Get("X-Api-Key-Scopes"), rec.Body)
+			}
+			i++
+		}
+	}
+}
+
+// warmKeys authenticates each key once, so that every key is in the key
+// cache and the limiter before a benchmark measures.
+func warmKeys(b *testing.B, svc *btk.Service, keys []string) {
+	b.Helper()
+	ctx := context.Background()
 	for _, k := range keys {
-		if _, _, err := s.svc.AuthenticateKey(ctx, k); err != nil {
+		if _, _, err := svc.AuthenticateKey(ctx, k); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return s
+}
+
+// authenticateSerially is Service.AuthenticateKey on keys in the order ord.
+func authenticateSerially(svc *btk.Service, keys []string, ord []int) func(b *testing.B) {
+	mask := len(ord) - 1
+	return func(b *testing.B) {
+		ctx := context.Background()
+		i := 0
+		for b.Loop() {
+			if _, _, err := svc.AuthenticateKey(ctx, keys[ord[i&mask]]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	}
 }
 
 // order is a random sequence of indexes into n items (a power-of-two length
@@ -401,12 +443,7 @@ func BenchmarkHotPath(b *testing.B) {
 			ord := order(len(keys), 1)
 			mask := len(ord) - 1
 
-			// Warm the key cache and the limiter with every active key.
-			for _, k := range keys {
-				if _, _, err := s.svc.AuthenticateKey(ctx, k); err != nil {
-					b.Fatal(err)
-				}
-			}
+			warmKeys(b, s.svc, keys)
 
 			b.Run("parse+hash", measure(func(b *testing.B) {
 				i := 0
@@ -442,28 +479,11 @@ func BenchmarkHotPath(b *testing.B) {
 				}
 			}))
 
-			b.Run("authenticate", measure(func(b *testing.B) {
-				i := 0
-				for b.Loop() {
-					if _, _, err := s.svc.AuthenticateKey(ctx, keys[ord[i&mask]]); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-			}))
+			b.Run("authenticate", measure(authenticateSerially(s.svc, keys, ord)))
 
 			// The same over only 1,000 of the active keys: with the active set
 			// fixed, what the number of stored keys costs.
-			b.Run("authenticate/active=1000", measure(func(b *testing.B) {
-				few := order(min(len(keys), 1000), 3)
-				i := 0
-				for b.Loop() {
-					if _, _, err := s.svc.AuthenticateKey(ctx, keys[few[i&mask]]); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-			}))
+			b.Run("authenticate/active=1000", measure(authenticateSerially(s.svc, keys, order(min(len(keys), 1000), 3))))
 
 			b.Run("authenticate/parallel", measure(func(b *testing.B) {
 				var seed atomic.Uint64
@@ -485,19 +505,7 @@ func BenchmarkHotPath(b *testing.B) {
 			b.Run("healthz", measure(healthzLoop(s.h)))
 
 			// GET /v1/authorize with a key (docs/design.md#budgets: 85 % of healthz).
-			b.Run("authorize", measure(func(b *testing.B) {
-				req := httptest.NewRequest(http.MethodGet, "/v1/authorize", nil)
-				i := 0
-				for b.Loop() {
-					req.Header["X-Api-Key"] = []string{keys[ord[i&mask]]}
-					rec := httptest.NewRecorder()
-					s.h.ServeHTTP(rec, req)
-					if rec.Code != http.StatusOK {
-						b.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
-					}
-					i++
-				}
-			}))
+			b.Run("authorize", measure(authorizeSerially(s.h, httptest.NewRequest(http.MethodGet, "/v1/authorize", nil), keys, ord, "")))
 
 			// The same with scoped keys under a 10-rule file, as forward-auth
 			// callers send it (X-Forwarded-Method, X-Forwarded-Uri): what
@@ -508,18 +516,7 @@ func BenchmarkHotPath(b *testing.B) {
 				req := httptest.NewRequest(http.MethodGet, "/v1/authorize", nil)
 				req.Header.Set("X-Forwarded-Method", "GET")
 				req.Header.Set("X-Forwarded-Uri", "/orders/42/lines/7")
-				measure(func(b *testing.B) {
-					i := 0
-					for b.Loop() {
-						req.Header["X-Api-Key"] = []string{keys[ord[i&mask]]}
-						rec := httptest.NewRecorder()
-						scoped.h.ServeHTTP(rec, req)
-						if rec.Code != http.StatusOK || rec.Header().Get("X-Api-Key-Scopes") != "orders:read" {
-							b.Fatalf("HTTP %d %q: %s", rec.Code, rec.Header().Get("X-Api-Key-Scopes"), rec.Body)
-						}
-						i++
-					}
-				})(b)
+				measure(authorizeSerially(scoped.h, req, keys, ord, "orders:read"))(b)
 			})
 
 			b.Run("cold-lookup", measure(func(b *testing.B) {

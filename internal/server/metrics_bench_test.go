@@ -57,11 +57,7 @@ func BenchmarkHotPathMetrics(b *testing.B) {
 				h = m.Instrument("other", h)
 				m.CollectStore(db)
 			}
-			for _, k := range keys {
-				if _, _, err := svc.AuthenticateKey(ctx, k); err != nil {
-					b.Fatal(err)
-				}
-			}
+			warmKeys(b, svc, keys)
 			b.Run("middleware", measure(probeSerially(h, keys, ord)))
 			b.Run("middleware/parallel", measure(probeInParallel(h, keys)))
 			b.Run("healthz", measure(healthzLoop(h)))
