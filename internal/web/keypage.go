@@ -89,11 +89,7 @@ func (h *Handler) keyDetail(w http.ResponseWriter, r *http.Request, a *btk.Actor
 		p.Chart.Label = "Uses of " + k.Name + " per hour, last 48 hours"
 	}
 	entries, _, err := h.svc.KeyAuditLog(ctx, a, btk.AuditFilter{APIKeyID: k.ID, Page: btk.Page{First: 50}})
-	switch {
-	case btk.ErrorCode(err) == btk.CodeForbidden:
-		p.HistoryHidden = true
-	case err != nil:
-		h.fail(w, r, l, err)
+	if p.HistoryHidden, ok = h.forbidden(w, r, l, err); !ok {
 		return
 	}
 	for _, e := range entries {
@@ -112,8 +108,7 @@ func (h *Handler) keyDetail(w http.ResponseWriter, r *http.Request, a *btk.Actor
 // switchWorkspace opens a session in another of the account's workspaces
 // (the header's switcher) and ends the one it replaces.
 func (h *Handler) switchWorkspace(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
-	if err := r.ParseForm(); err != nil {
-		h.message(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+	if !h.parseForm(w, r) {
 		return
 	}
 	info, err := h.svc.SwitchWorkspace(r.Context(), a, r.PostForm.Get("workspace"))

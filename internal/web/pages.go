@@ -89,8 +89,7 @@ func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 // login calls the same domain Login as the GraphQL mutation, with the client
 // address in the context: the same password throttles apply.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		h.message(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+	if !h.parseForm(w, r) {
 		return
 	}
 	email, workspace := strings.TrimSpace(r.PostForm.Get("email")), r.PostForm.Get("workspace")
@@ -249,12 +248,7 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, a *btk.Actor)
 	p.DefaultPerMinute, p.DefaultPerDay = h.svc.WorkspaceLimits(l.Workspace)
 	p.Expiry = optTime(btk.MaxExpiry(l.Workspace, h.svc.Now()), h.svc.Now())
 	keys, next, err := h.svc.ListKeys(r.Context(), a, p.ShowAll, btk.Page{First: keysPageSize, After: q.Get("after")})
-	if btk.ErrorCode(err) == btk.CodeForbidden {
-		p.Forbidden = true
-		return p, true
-	}
-	if err != nil {
-		h.fail(w, r, l, err)
+	if p.Forbidden, ok = h.forbidden(w, r, l, err); !ok {
 		return nil, false
 	}
 	p.Next = next
@@ -279,8 +273,7 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, a *btk.Actor)
 }
 
 func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
-	if err := r.ParseForm(); err != nil {
-		h.message(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+	if !h.parseForm(w, r) {
 		return
 	}
 	f := createForm{Name: r.PostForm.Get("name"), PerMinute: r.PostForm.Get("per_minute"), PerDay: r.PostForm.Get("per_day")}
@@ -298,12 +291,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, a *btk.Actor
 	if err == nil {
 		res, err = h.svc.CreateKey(r.Context(), a, in)
 	}
-	status, ok := h.formAnswer(w, r, err, &f.Error)
-	if !ok {
-		return
-	}
-	// The page is read after the change so the list includes the new key.
-	p, ok := h.keysPage(w, r, a)
+	p, status, ok := answerForm(h, w, r, a, err, &f.Error, h.keysPage)
 	if !ok {
 		return
 	}
@@ -315,22 +303,25 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, a *btk.Actor
 	h.render(w, r, "keys", status, p)
 }
 
-// formAnswer is the status of the page that answers a create form after the
-// service answered err (200 on success). A refusal the user can fix is
-// written to *formError, for the form to show again with what was typed; a
-// failure, or an action the role does not allow, gets the error page
-// instead, and ok is false (the answer is written).
-func (h *Handler) formAnswer(w http.ResponseWriter, r *http.Request, err error, formError *string) (status int, ok bool) {
-	if err == nil {
-		return http.StatusOK, true
+// answerForm reads the page that answers a create form after the service
+// answered err, and its status (200 on success). The page is read after the
+// change, so that its list includes what was created. A refusal the user
+// can fix is written to *formError, for the form to show again with what
+// was typed; a failure, or an action the role does not allow, gets the
+// error page instead, and ok is false (the answer is written).
+func answerForm[P any](h *Handler, w http.ResponseWriter, r *http.Request, a *btk.Actor, err error, formError *string,
+	read func(http.ResponseWriter, *http.Request, *btk.Actor) (P, bool)) (p P, status int, ok bool) {
+	status = http.StatusOK
+	if err != nil {
+		status = statusOf(err)
+		if status == http.StatusInternalServerError || btk.ErrorCode(err) == btk.CodeForbidden {
+			h.fail(w, r, nil, err)
+			return p, status, false
+		}
+		*formError = sentence(btk.ErrorMessage(err))
 	}
-	status = statusOf(err)
-	if status == http.StatusInternalServerError || btk.ErrorCode(err) == btk.CodeForbidden {
-		h.fail(w, r, nil, err)
-		return status, false
-	}
-	*formError = sentence(btk.ErrorMessage(err))
-	return status, true
+	p, ok = read(w, r, a)
+	return p, status, ok
 }
 
 type keyPage struct {
@@ -375,8 +366,7 @@ func (h *Handler) rotateForm(w http.ResponseWriter, r *http.Request, a *btk.Acto
 // rotateKey checks the password again (the domain's 5-minute elevation) and
 // rotates with that elevation in the same request.
 func (h *Handler) rotateKey(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
-	if err := r.ParseForm(); err != nil {
-		h.message(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+	if !h.parseForm(w, r) {
 		return
 	}
 	kp, ok := h.keyPage(w, r, a, "Rotate key")
@@ -530,11 +520,8 @@ func (h *Handler) workspaces(w http.ResponseWriter, r *http.Request, a *btk.Acto
 	}
 	p := workspacesPage{layout: *l}
 	ws, err := h.svc.Workspaces(r.Context(), a)
-	switch {
-	case btk.ErrorCode(err) == btk.CodeForbidden:
-		p.Forbidden = true
-	case err != nil:
-		h.fail(w, r, l, err)
+	var ok bool
+	if p.Forbidden, ok = h.forbidden(w, r, l, err); !ok {
 		return
 	}
 	p.Workspaces = ws

@@ -204,6 +204,30 @@ func (h *Handler) message(w http.ResponseWriter, r *http.Request, l *layout, sta
 	h.render(w, r, "message", status, messagePage{layout: *l, Heading: title, Text: text})
 }
 
+// parseForm parses a posted form; one that cannot be read is answered 400
+// and parseForm returns false.
+func (h *Handler) parseForm(w http.ResponseWriter, r *http.Request) bool {
+	if err := r.ParseForm(); err != nil {
+		h.message(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+		return false
+	}
+	return true
+}
+
+// forbidden sorts the error of a page's read: a read the role does not
+// allow is forbidden (the page says so instead of listing); any other
+// failure gets the error page, and ok is false (the answer is written).
+func (h *Handler) forbidden(w http.ResponseWriter, r *http.Request, l *layout, err error) (forbidden, ok bool) {
+	if btk.ErrorCode(err) == btk.CodeForbidden {
+		return true, true
+	}
+	if err != nil {
+		h.fail(w, r, l, err)
+		return false, false
+	}
+	return false, true
+}
+
 // fail renders a domain error as a page; anything that is not the caller's
 // doing is logged and shown as "internal error".
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, l *layout, err error) {

@@ -61,12 +61,7 @@ func (h *Handler) webhooksPage(w http.ResponseWriter, r *http.Request, a *btk.Ac
 	}
 	p := &webhooksPage{layout: *l, Max: btk.MaxWebhooksPerWorkspace}
 	hooks, err := h.svc.Webhooks(r.Context(), a)
-	if btk.ErrorCode(err) == btk.CodeForbidden {
-		p.Forbidden = true
-		return p, true
-	}
-	if err != nil {
-		h.fail(w, r, l, err)
+	if p.Forbidden, ok = h.forbidden(w, r, l, err); !ok {
 		return nil, false
 	}
 	now := h.svc.Now()
@@ -114,18 +109,13 @@ func (h *Handler) webhooks(w http.ResponseWriter, r *http.Request, a *btk.Actor)
 }
 
 func (h *Handler) createWebhook(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
-	if err := r.ParseForm(); err != nil {
-		h.message(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+	if !h.parseForm(w, r) {
 		return
 	}
 	f := webhookForm{URL: strings.TrimSpace(r.PostForm.Get("url")), Events: r.PostForm.Get("events")}
 	events := strings.FieldsFunc(f.Events, func(c rune) bool { return c == ',' || c == ' ' || c == '\n' || c == '\r' || c == '\t' })
 	res, err := h.svc.CreateWebhook(r.Context(), a, f.URL, events)
-	status, ok := h.formAnswer(w, r, err, &f.Error)
-	if !ok {
-		return
-	}
-	p, ok := h.webhooksPage(w, r, a)
+	p, status, ok := answerForm(h, w, r, a, err, &f.Error, h.webhooksPage)
 	if !ok {
 		return
 	}
