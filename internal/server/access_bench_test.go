@@ -31,8 +31,7 @@ func benchRules(n int) string {
 //
 //	go test ./internal/server -run '^$' -bench BenchmarkAuthorizeRules -benchtime 200000x -count 3
 func BenchmarkAuthorizeRules(b *testing.B) {
-	e := newEnv(b)
-	owner := e.admin()
+	e, owner := newAdminEnv(b)
 	h := e.srv.Config.Handler
 	keys := 0
 	run := func(name, path, scopes string, header map[string]string) {
@@ -80,8 +79,7 @@ func BenchmarkAuthorizeRules(b *testing.B) {
 //	go test -c -o wire.test ./internal/server && GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind \
 //	  ./wire.test -test.run '^$' -test.bench 'AuthorizeWire/authorize$' -test.benchtime 5000x
 func BenchmarkAuthorizeWire(b *testing.B) {
-	e := newEnv(b)
-	owner := e.admin()
+	e, owner := newAdminEnv(b)
 	e.svc.SetAccessRules(mustRules(b, benchRules(10)))
 	k := e.createKeyWith(owner, "wire", `scopes:["orders:read"],rateLimitPerMinute:1000000,rateLimitPerDay:100000000`)
 	log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))

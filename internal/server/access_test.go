@@ -57,6 +57,14 @@ func newEntryPoints(e *env) *entryPoints {
 	return &entryPoints{e: e, proxy: e.proxyFor(up.URL), rec: rec}
 }
 
+// newAccessEnv is newAdminEnv under accessRules, with its entry points.
+func newAccessEnv(t *testing.T) (*env, cred, *entryPoints) {
+	t.Helper()
+	e := newEnv(t)
+	e.svc.SetAccessRules(mustRules(t, accessRules))
+	return e, e.admin(), newEntryPoints(e)
+}
+
 func (p *entryPoints) graphql(key string) authResponse {
 	r := p.e.do(cred{Key: key}, probe, nil)
 	out := authResponse{Status: r.Status, Header: r.Header}
@@ -98,8 +106,7 @@ const notFromHere = "API key not allowed from this address"
 
 func TestKeyNetworksAtEveryEntryPoint(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	p := newEntryPoints(e)
 	far := e.createKeyWith(owner, "far", `allowedCidrs:["10.0.0.0/8","2001:db8::/32"]`)
 	near := e.createKeyWith(owner, "near", `allowedCidrs:["127.0.0.1","::1"]`)
@@ -142,10 +149,7 @@ func TestKeyNetworksAtEveryEntryPoint(t *testing.T) {
 
 func TestAccessRulesAtEveryEntryPoint(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.svc.SetAccessRules(mustRules(t, accessRules))
-	owner := e.admin()
-	p := newEntryPoints(e)
+	e, owner, p := newAccessEnv(t)
 	reader := e.createKeyWith(owner, "reader", `scopes:["orders:read"]`)
 	plain := e.createKey(owner, "plain")
 
@@ -214,10 +218,7 @@ func remaining(t *testing.T, r authResponse) int {
 // scope are decided before the limits, so they use none of them.
 func TestRestrictionRefusalsCountNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.svc.SetAccessRules(mustRules(t, accessRules))
-	owner := e.admin()
-	p := newEntryPoints(e)
+	e, owner, p := newAccessEnv(t)
 	k := e.createKeyWith(owner, "tight", `rateLimitPerMinute:3,rateLimitPerDay:3,allowedCidrs:["10.0.0.0/8"],scopes:["orders:read"]`)
 	for range 10 {
 		if r := p.authorize(k.Plaintext, "GET", "/orders/1"); r.Status != 403 || r.Header.Get("RateLimit-Remaining") != "" {
@@ -270,8 +271,7 @@ type keyView struct {
 
 func TestUpdateAPIKey(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKeyWith(owner, "svc", `rateLimitPerMinute:10,scopes:["a:read"],allowedCidrs:["192.0.2.0/24"]`)
 	e.createKey(owner, "taken")
 
@@ -367,8 +367,7 @@ func TestUpdateAPIKey(t *testing.T) {
 // scope gets a clear error, creates nothing and audits nothing.
 func TestCreateKeyRestrictionsValidated(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	many := make([]string, 33)
 	for i := range many {
 		many[i] = `"10.0.0.` + strconv.Itoa(i) + `"`
@@ -404,8 +403,7 @@ func TestCreateKeyRestrictionsValidated(t *testing.T) {
 
 func TestWorkspaceKeyPolicy(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	old := e.createKey(owner, "old")
 	set := func(max, unused any) response {
 		return e.do(owner, `mutation($w:ID!,$m:Int,$u:Int){setWorkspaceKeyPolicy(workspaceId:$w,maxLifetimeDays:$m,revokeUnusedAfterDays:$u){keyPolicy{maxLifetimeDays revokeUnusedAfterDays}}}`,
@@ -514,8 +512,7 @@ func TestWorkspaceKeyPolicy(t *testing.T) {
 
 func TestRevokeUnusedSweep(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	used := e.createKey(owner, "used")
 	idle := e.createKey(owner, "idle")
 	var pol struct{ SetWorkspaceKeyPolicy struct{ ID string } }

@@ -115,8 +115,7 @@ func checkRateLimitHeaders(t testing.TB, h http.Header, perMinute, perDay int, w
 // entry point (docs/design.md#credentials: credentials, messages and headers).
 func TestAuthorize(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	ok := e.createKey(owner, "ok")
 
 	refused := func(t *testing.T, r authResponse, status int, msg, code string) {

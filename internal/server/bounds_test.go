@@ -14,8 +14,7 @@ import (
 // twenty elevations with a 60 KB User-Agent cannot grow the audit (or the
 // owner's audit page) by megabytes.
 func TestClientStringsTruncatedBeforeStored(t *testing.T) {
-	e := newEnv(t)
-	admin := e.admin()
+	e, admin := newAdminEnv(t)
 	admin.Header = map[string]string{"User-Agent": strings.Repeat("é", 30_000)} // 60 KB, two-byte characters
 	for range 20 {
 		e.elevated(admin, adminPassword)
@@ -53,8 +52,7 @@ func TestClientStringsTruncatedBeforeStored(t *testing.T) {
 // most 100 errors and one saying how many were left out, and stays under
 // 64 KiB, for every caller kind.
 func TestConflictingAliasesErrorsBounded(t *testing.T) {
-	e := newEnv(t)
-	admin := e.admin()
+	e, admin := newAdminEnv(t)
 	id := e.createAccount(admin, "member@example.com", "member-password-1", false)
 	e.setMember(admin, e.adminWS, id, "MEMBER")
 	member := cred{Bearer: e.login("member@example.com", "member-password-1", "")}
@@ -99,8 +97,7 @@ func TestConflictingAliasesErrorsBounded(t *testing.T) {
 // (113 ms of CPU). A page now costs its rows: that is refused, and the
 // CLI's largest page (500 keys) still fits.
 func TestPagesCostTheirRows(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	if r := e.do(owner, aliasQuery(45, "auditEvents(first:100){nodes{id action metadata createdAt}}"), nil); r.Code() != "COMPLEXITY_LIMIT_EXCEEDED" {
 		t.Fatalf("45 pages of 100 events: %q %+v", r.Code(), r.Errors)
 	}

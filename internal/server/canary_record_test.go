@@ -17,8 +17,7 @@ import (
 // is free again. A caller cannot tell a trap by a slower answer.
 func TestCanaryAnswerDoesNotWaitForTheRecord(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	trap := e.createKeyWith(owner, "trap", "canary:true")
 
 	raw, err := sql.Open("sqlite", "file:"+(&url.URL{Path: e.dbPath}).EscapedPath())

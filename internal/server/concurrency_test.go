@@ -15,8 +15,7 @@ import (
 // NAME_TAKEN, one key has the name, and one pair of audit rows is written.
 func TestConcurrentCreateSameName(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	results := concurrently(e, 16, owner, `mutation{createApiKey(input:{name:"same"}){plaintextKey apiKey{id}}}`, nil)
 
 	var won []int
@@ -175,8 +174,7 @@ func checkHammer(t *testing.T, results []hammerResult, untouched ...int) {
 // request, whatever caches exist, also under concurrent traffic with the key.
 func TestRevokeUnderLoad(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	for round := range 3 {
 		k := createUnlimitedKey(e, owner, fmt.Sprintf("hammered-%d", round))
 		results := hammer(t, e, []string{k.Plaintext}, func() {
@@ -189,8 +187,7 @@ func TestRevokeUnderLoad(t *testing.T) {
 // docs/design.md#rotation: when a rotation answers, the old key is already revoked.
 func TestRotateUnderLoad(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := createUnlimitedKey(e, owner, "rotated")
 	elevated := e.elevated(owner, adminPassword)
 	var out struct{ RotateApiKey struct{ PlaintextKey string } }
@@ -206,8 +203,7 @@ func TestRotateUnderLoad(t *testing.T) {
 // docs/design.md#key-lifecycle: revokeAllApiKeys takes effect on the very next request of every key.
 func TestRevokeAllUnderLoad(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	a, b := createUnlimitedKey(e, owner, "a"), createUnlimitedKey(e, owner, "b")
 	results := hammer(t, e, []string{a.Plaintext, b.Plaintext}, func() {
 		e.must(owner, `mutation{revokeAllApiKeys{revokedCount}}`, nil, &struct{}{})
@@ -253,8 +249,7 @@ func concurrently(e *env, n int, c cred, query string, vars map[string]any) []re
 // one replacement exists and one ROTATED pair of audit rows.
 func TestConcurrentRotateSameKey(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKey(owner, "contended")
 	results := concurrently(e, 8, e.elevated(owner, adminPassword), `mutation($id:ID!){rotateApiKey(id:$id){plaintextKey apiKey{id}}}`, map[string]any{"id": k.ID})
 	var won []response
@@ -288,8 +283,7 @@ func TestConcurrentRotateSameKey(t *testing.T) {
 // audit rows is written.
 func TestConcurrentRevokeSameKey(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKey(owner, "contended")
 	for i, r := range concurrently(e, 8, owner, `mutation($id:ID!){revokeApiKey(id:$id){id status}}`, map[string]any{"id": k.ID}) {
 		var out struct{ RevokeApiKey struct{ ID, Status string } }

@@ -283,8 +283,7 @@ func (e *env) workspace(t *testing.T) *btk.Workspace {
 // error (after the password check); a workspace name chooses among them.
 func TestLoginChoosesAmongMemberships(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	admin := e.admin()
+	e, admin := newAdminEnv(t)
 	acme := e.createWorkspace(admin, "Acme", "CLOUD_PRO")
 	id := e.createAccount(admin, "two@example.com", "two-password-1", false)
 	e.setMember(admin, e.adminWS, id, "ADMIN")
@@ -323,8 +322,7 @@ func TestLoginChoosesAmongMemberships(t *testing.T) {
 // apiKeyAuditLog(apiKeyId) follows the rotation chain both ways.
 func TestKeyHistoryAcrossRotations(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	admin := e.admin()
+	e, admin := newAdminEnv(t)
 	k1 := e.createKey(admin, "payments")
 	el := e.elevated(admin, adminPassword)
 	var rot struct {

@@ -10,8 +10,7 @@ import (
 // its revocation step (the new name is taken) must leave the old key active.
 func TestFailedRotationChangesNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKey(owner, "rotate-me")
 	e.createKey(owner, "taken")
 	otherID := e.createAccount(owner, "other@example.com", "other-password-1", false)
@@ -72,8 +71,7 @@ func TestFailedRotationChangesNothing(t *testing.T) {
 // a client-sent X-Forwarded-For is not trusted.
 func TestAuditRecordsRequest(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	c := owner
 	c.Header = map[string]string{"User-Agent": "ci-bot/1.0", "X-Forwarded-For": "203.0.113.9", "X-Real-Ip": "203.0.113.9"}
 	e.must(c, `mutation{createApiKey(input:{name:"k"}){plaintextKey}}`, nil, &struct{}{})

@@ -157,8 +157,7 @@ func TestHugeListsRefused(t *testing.T) {
 
 // The body limit leaves room for the largest real operations of the API.
 func TestLargestOperationFits(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	scopes := make([]string, btk.MaxScopes)
 	for i := range scopes {
 		scopes[i] = fmt.Sprintf("%02d", i) + strings.Repeat("s", btk.MaxScopeLen-2)
@@ -200,8 +199,7 @@ fragment TypeRef on __Type { kind name ofType { kind name ofType { kind name ofT
 // Finding 4: introspection and "did you mean" suggestions are for logged-in
 // users; introspection fields count towards the cost.
 func TestIntrospectionForUsersOnly(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	key := e.createKey(owner, "k")
 	for _, c := range []cred{{}, {Key: key.Plaintext}} {
 		for _, q := range []string{`{__schema{queryType{name}}}`, `{__type(name:"Query"){name}}`, `{t:tenantInfo{id} ...S} fragment S on Query{__schema{types{name}}}`} {
@@ -311,8 +309,7 @@ func TestErrorsTellTheTruth(t *testing.T) {
 // disabling an account ends all of them, impersonation included: the next
 // request with an old token is 401. A disabled account cannot log in.
 func TestCompromisedAccountIsCutOff(t *testing.T) {
-	e := newEnv(t)
-	root := e.admin()
+	e, root := newAdminEnv(t)
 	const pw, pw2 = "user-password-1", "user-password-2"
 	userID := e.createAccount(root, "user@example.com", pw, false)
 	e.setMember(root, e.adminWS, userID, "OWNER")
@@ -411,8 +408,7 @@ func TestCompromisedAccountIsCutOff(t *testing.T) {
 // account is for platform admins, and the answer is the same whether the
 // account exists or not.
 func TestOwnerCannotAddNonMember(t *testing.T) {
-	e := newEnv(t)
-	root := e.admin()
+	e, root := newAdminEnv(t)
 	ws := e.createWorkspace(root, "Acme", "CLOUD_PRO")
 	ownerID := e.createAccount(root, "owner@acme.example", "owner-password", false)
 	memberID := e.createAccount(root, "member@acme.example", "member-password", false)
@@ -452,8 +448,7 @@ func TestOwnerCannotAddNonMember(t *testing.T) {
 // Finding 8: names are NFC-normalised before checks and uniqueness; names
 // that look empty or hide characters are refused.
 func TestNames(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	const create = `mutation($n:String!){createApiKey(input:{name:$n}){apiKey{name}}}`
 	for _, tc := range []struct {
 		name, in, want string

@@ -64,6 +64,14 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	return newWrappedEnv(t, nil, opts...)
 }
 
+// newAdminEnv is newEnv and the session of its bootstrap admin (OWNER of
+// Default, platform admin): the opening of most tests.
+func newAdminEnv(t testing.TB, opts ...envOption) (*env, cred) {
+	t.Helper()
+	e := newEnv(t, opts...)
+	return e, e.admin()
+}
+
 // newWrappedEnv is newEnv with the service and handler on wrap(store): a
 // store that fails at the boundary, for the error paths.
 func newWrappedEnv(t testing.TB, wrap func(btk.Store) btk.Store, opts ...envOption) *env {

@@ -37,8 +37,7 @@ func (e *env) raw(method, path, contentType string, body io.Reader, header map[s
 // only; every other transport is refused without running the operation.
 func TestOnlyPOSTJSONTransport(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKey(owner, "k")
 	key := map[string]string{"X-Api-Key": k.Plaintext}
 	query := `{tenantInfo{id}}`
@@ -119,8 +118,7 @@ func TestHealthEndpoints(t *testing.T) {
 // workspace on workspaceBranding (public) and grants nothing else.
 func TestPublicClientKey(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	admin := e.admin()
+	e, admin := newAdminEnv(t)
 	other := e.createWorkspace(admin, "Other Shop", "CLOUD_STARTER")
 	k := e.createKey(admin, "k")
 	pub := map[string]string{}
@@ -174,8 +172,7 @@ func TestPublicClientKey(t *testing.T) {
 // docs/design.md#credentials: with both credentials the bearer token decides.
 func TestBearerBeatsKey(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	admin := e.admin()
+	e, admin := newAdminEnv(t)
 	other := e.createWorkspace(admin, "Other", "CLOUD_PRO")
 	k := e.createKey(cred{Bearer: e.impersonate(admin, other)}, "other-key")
 	var out struct {
@@ -199,8 +196,7 @@ func TestBearerBeatsKey(t *testing.T) {
 // docs/design.md#sessions-and-elevation: a session lives 12 hours.
 func TestSessionExpiry(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	e.clock.Advance(12*time.Hour - time.Second)
 	if r := e.do(owner, `{me{id}}`, nil); r.Status != http.StatusOK || r.Code() != "" {
 		t.Fatalf("just before 12 h: HTTP %d %+v", r.Status, r.Errors)

@@ -186,8 +186,7 @@ func TestLeakReportBearerAndBounds(t *testing.T) {
 // agent and path, once a minute per key with a count.
 func TestCanaryAnswersAsUnknownAndIsRecorded(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	var out struct {
 		CreateApiKey struct {
 			PlaintextKey string
@@ -264,8 +263,7 @@ func TestCanaryAnswersAsUnknownAndIsRecorded(t *testing.T) {
 // workspace, for the owner tier of that workspace and platform admins only.
 func TestAPIKeyByHash(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	admin := e.admin()
+	e, admin := newAdminEnv(t)
 	k := e.createKey(admin, "found")
 	ws := e.createWorkspace(admin, "Acme", "SELF_HOSTED")
 	acct := e.createAccount(admin, "owner@example.com", "owner-password-1", false)

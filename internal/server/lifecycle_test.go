@@ -40,8 +40,7 @@ func (e *env) createKeyFull(c cred, input string) (string, keyJSON) {
 
 // docs/design.md#key-lifecycle: (none) --createApiKey--> active, plaintext once, two audit entries.
 func TestCreateKeyAuthenticatesAndIsAudited(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	plain, k := e.createKeyFull(owner, `name:" ci-deploy ",rateLimitPerMinute:10,rateLimitPerDay:1000,scopes:["keys:read"],expiresAt:"2099-01-01T00:00:00Z"`)
 	prefix := "btk_" + e.adminWS[:8] + "_"
 	if !strings.HasPrefix(plain, prefix) || len(plain) != 56 {
@@ -76,8 +75,7 @@ func TestCreateKeyAuthenticatesAndIsAudited(t *testing.T) {
 
 // docs/design.md#rotation: active --rotate--> revoked; new key inherits; old key fails at once.
 func TestRotateInheritsAndRevokesOldKeyAtOnce(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	prevPlain, old := e.createKeyFull(owner, `name:"batch",rateLimitPerMinute:5,rateLimitPerDay:50,scopes:["a","b"],expiresAt:"2099-01-01T00:00:00Z"`)
 
 	tests := []struct {
@@ -126,8 +124,7 @@ func TestRotateInheritsAndRevokesOldKeyAtOnce(t *testing.T) {
 }
 
 func TestRotateRefusals(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKey(owner, "k")
 	other := e.login(adminEmail, adminPassword, "") // a second session of the same account
 	const rotate = `mutation($id:ID!){rotateApiKey(id:$id){plaintextKey}}`
@@ -196,8 +193,7 @@ func TestRotateRefusals(t *testing.T) {
 
 // docs/design.md#key-lifecycle: active --revoke--> revoked; idempotent; no way back.
 func TestRevoke(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKey(owner, "leaky")
 	const revoke = `mutation($id:ID!){revokeApiKey(id:$id){id status revokedAt}}`
 	var out struct{ RevokeApiKey keyJSON }
@@ -224,8 +220,7 @@ func TestRevoke(t *testing.T) {
 
 // docs/design.md#key-lifecycle: revokeAllApiKeys revokes every key of the workspace, and only it.
 func TestRevokeAll(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	a, b := e.createKey(owner, "a"), e.createKey(owner, "b")
 	otherWS := e.createWorkspace(owner, "Other", "CLOUD_PRO")
 	otherOwner := cred{Bearer: e.impersonate(owner, otherWS)}
@@ -254,8 +249,7 @@ func TestRevokeAll(t *testing.T) {
 
 // docs/design.md#workspaces-and-plans: plan gating for issuing; revoke works and keys keep working on every plan.
 func TestPlanGating(t *testing.T) {
-	e := newEnv(t)
-	admin := e.admin()
+	e, admin := newAdminEnv(t)
 	ws := e.createWorkspace(admin, "Shop", "CLOUD_PRO")
 	owner := cred{Bearer: e.impersonate(admin, ws)}
 	k := e.createKey(owner, "k")
@@ -282,8 +276,7 @@ func TestPlanGating(t *testing.T) {
 
 // docs/design.md#error-codes: the rows not covered above.
 func TestErrorsOfSpec(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKey(owner, "dup")
 
 	t.Run("duplicate active name", func(t *testing.T) {
@@ -359,8 +352,7 @@ func TestErrorsOfSpec(t *testing.T) {
 
 // Sessions: logout ends the session at once.
 func TestLogout(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	var out struct{ Logout bool }
 	e.must(owner, `mutation{logout}`, nil, &out)
 	if r := e.do(owner, probe, nil); r.Status != http.StatusUnauthorized {
@@ -370,8 +362,7 @@ func TestLogout(t *testing.T) {
 
 // The server sets X-Tenant-Id from the key; a client-sent one changes nothing.
 func TestClientTenantHeaderIgnored(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	other := e.createWorkspace(owner, "Other", "CLOUD_PRO")
 	k := e.createKey(owner, "k")
 	var info struct{ TenantInfo struct{ ID string } }

@@ -55,8 +55,7 @@ type matrix struct {
 }
 
 func newMatrix(t *testing.T) *matrix {
-	e := newEnv(t)
-	root := e.admin()
+	e, root := newAdminEnv(t)
 	m := &matrix{e: e, root: root}
 	m.wsA = e.createWorkspace(root, "A", "CLOUD_PRO")
 	m.wsB = e.createWorkspace(root, "B", "CLOUD_PRO")

@@ -87,8 +87,7 @@ func noDuplicates(t *testing.T, what string, ids []string) {
 // handed out twice, also when rows are added between pages.
 func TestCursorPaging(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	var created []string // oldest first
 	for i := range 7 {
 		created = append(created, e.createKey(owner, fmt.Sprintf("k%d", i)).ID)
@@ -222,8 +221,7 @@ func rowsString(rows []auditRow) string {
 // inclusive, until exclusive); auditEvents by time.
 func TestAuditFilters(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	t0 := e.clock.Now()
 	k1 := e.createKey(owner, "one")
 	e.clock.Advance(time.Hour)
@@ -353,8 +351,7 @@ func TestAuditFilters(t *testing.T) {
 // log by workspaceId, an owner of another workspace gets NOT_FOUND.
 func TestAuditAcrossWorkspaces(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	admin := e.admin()
+	e, admin := newAdminEnv(t)
 	var me struct{ Me struct{ ID string } }
 	e.must(admin, `{me{id}}`, nil, &me)
 	ws := e.createWorkspace(admin, "Shop", "CLOUD_PRO")

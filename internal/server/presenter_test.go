@@ -10,8 +10,7 @@ import (
 // Malformed requests are the caller's mistake: never INTERNAL, and a body that
 // cannot be decoded is not quoted back or logged (it may hold a password).
 func TestMalformedRequests(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	tests := []struct {
 		name, query string
 		vars        map[string]any

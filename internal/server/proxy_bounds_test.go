@@ -87,8 +87,7 @@ func TestProxyUpstreamTimeout(t *testing.T) {
 // a bounded wait; and so is a long response stream when its key is
 // rotated, and one whose key expires.
 func TestProxyCutsConnectionsWhenKeyInvalid(t *testing.T) {
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/socket" {
 			echoWebSocket(w, r, "", 30*time.Second)

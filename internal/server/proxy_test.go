@@ -60,8 +60,7 @@ func (e *env) proxyFor(upstream string) *httptest.Server {
 // docs/gateway.md#btks-reverse-proxy: what reaches the upstream, and what does not.
 func TestProxyHeaders(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKey(owner, "proxied")
 	rec := &recorder{}
 	up := httptest.NewServer(rec)
@@ -349,8 +348,7 @@ func getWithKey(client *http.Client, url, key string) authResponse {
 // while other requests with the key are still in flight.
 func TestProxyRevokeWhileInFlight(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKey(owner, "revoked-in-flight")
 	entered := make(chan struct{}, 4)
 	release := make(chan struct{})

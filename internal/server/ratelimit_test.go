@@ -83,8 +83,7 @@ func setWorkspaceLimits(e *env, c cred, ws string, perMinute, perDay any) {
 // N concurrent requests against a per-minute limit L accept exactly min(N, L).
 func TestRateLimitPerMinuteExactUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	for _, c := range []struct{ limit, n int }{{20, 64}, {32, 32}, {50, 16}} {
 		k := limitedKey(e, owner, fmt.Sprintf("minute-%d-%d", c.limit, c.n), c.limit, 100_000)
 		ok, limited := burst(t, e, k.Plaintext, c.n)
@@ -98,8 +97,7 @@ func TestRateLimitPerMinuteExactUnderConcurrency(t *testing.T) {
 // (the per-minute default, 600, is far above it).
 func TestRateLimitPerDayExactUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	for _, c := range []struct{ limit, n int }{{25, 64}, {40, 16}} {
 		k := limitedKey(e, owner, fmt.Sprintf("day-%d-%d", c.limit, c.n), 0, c.limit)
 		ok, limited := burst(t, e, k.Plaintext, c.n)
@@ -178,8 +176,7 @@ func TestRateLimitWindowsDoNotConsumeEachOther(t *testing.T) {
 // key-authenticated response.
 func TestRateLimitResponse(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := limitedKey(e, owner, "seven", 7, 1000) // one request earned back every 60/7 s
 
 	for i := range 7 {
@@ -387,8 +384,7 @@ func restart(e *env, opts ...envOption) {
 // flush); the minute window starts full.
 func TestRateLimitDayCountsSurviveRestart(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	day := limitedKey(e, owner, "day", 0, 5)
 	minute := limitedKey(e, owner, "minute", 3, 1000)
 	t0 := e.clock.Now()
@@ -443,8 +439,7 @@ func TestRateLimitDayCountsSurviveRestart(t *testing.T) {
 // also when they come in a concurrent burst.
 func TestRateLimitRefusalsLeaveLastUsedAt(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := limitedKey(e, owner, "k", 3, 1000)
 	t0 := e.clock.Now()
 	if ok, _ := burst(t, e, k.Plaintext, 10); ok != 3 {

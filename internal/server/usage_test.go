@@ -25,8 +25,7 @@ func (e *env) lastUsedAt(c cred, id string) *time.Time {
 // accepted call and written in batches; refused calls (401, 429) leave it.
 func TestLastUsedAt(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	k := e.createKey(owner, "used")
 	idle := e.createKey(owner, "idle")
 	sameTime := func(what string, got *time.Time, want time.Time) {
@@ -124,8 +123,7 @@ func (e *env) keyUsage(c cred, id, granularity string) (pts []usagePoint, ip, ua
 // ones; ranges are bounded.
 func TestKeyUsageCounts(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	lim := e.createKeyWith(owner, "limited", "rateLimitPerMinute:2")
 	k := e.createKey(owner, "used")
 	ua := strings.Repeat("agent/", 100) // 600 bytes
@@ -222,8 +220,7 @@ func TestKeyUsageCounts(t *testing.T) {
 // may not be used from) or a canary count as refused against that key.
 func TestRestrictedAndCanaryUsesCountRefused(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	owner := e.admin()
+	e, owner := newAdminEnv(t)
 	netKey := e.createKeyWith(owner, "office-only", `allowedCidrs:["10.0.0.0/8"]`)
 	canary := e.createKeyWith(owner, "trap", "canary:true")
 	if s := e.probeStatus(netKey.Plaintext); s != http.StatusForbidden {
