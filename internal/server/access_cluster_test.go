@@ -17,6 +17,7 @@ import (
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+	"github.com/btk-project/btk/internal/testclock"
 )
 
 // twoInstances starts instances A and B as `btk serve --db postgres://…
@@ -31,14 +32,14 @@ func twoInstances(t *testing.T, wrapB func(btk.Store) btk.Store) (a, b *env) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
 	prefix := redistest.Prefix()
-	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
+	clk := testclock.Stopped()
 	a = startInstance(t, dbURL, prefix, clk, func(db btk.Store) btk.Store { return db })
 	b = startInstance(t, dbURL, prefix, clk, wrapB)
 	return a, b
 }
 
 // startInstance starts one instance, its service's store wrapped by wrap.
-func startInstance(t *testing.T, dbURL, prefix string, clk *clock, wrap func(btk.Store) btk.Store) *env {
+func startInstance(t *testing.T, dbURL, prefix string, clk *testclock.Clock, wrap func(btk.Store) btk.Store) *env {
 	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, dbURL, true)

@@ -17,30 +17,13 @@ import (
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+	"github.com/btk-project/btk/internal/testclock"
 )
 
 const (
 	adminEmail    = "admin@example.com"
 	adminPassword = "correct-horse-battery"
 )
-
-// clock is a settable test clock shared by the service and its tokens.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // env is a real btk server: a SQLite file in a temp dir (or, under
 // TestPostgres, a PostgreSQL schema of its own), the service and the HTTP
@@ -51,7 +34,7 @@ type env struct {
 	db      btk.Store
 	dbPath  string // the --db value: a file path or a postgres:// URL
 	srv     *httptest.Server
-	clock   *clock
+	clock   *testclock.Clock
 	logs    *bytes.Buffer
 	logMu   *sync.Mutex
 	adminWS string // the bootstrap workspace "Default"
@@ -88,7 +71,7 @@ func newWrappedEnv(t testing.TB, wrap func(btk.Store) btk.Store, opts ...envOpti
 func newEnvOn(t testing.TB, path string, wrap func(btk.Store) btk.Store, opts ...envOption) *env {
 	t.Helper()
 	ctx := context.Background()
-	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
+	clk := testclock.Stopped()
 	cfg := btk.Config{Now: clk.Now}
 	for _, o := range opts {
 		o(&cfg)

@@ -13,7 +13,7 @@ import (
 func TestDeviceCookieExemptsFromOthersFailures(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.clock.freeze()
+	e.clock.Freeze()
 	owner := e.browser()
 	r := owner.post("/login", url.Values{"email": {ownerEmail}, "password": {ownerPassword}})
 	var device *http.Cookie

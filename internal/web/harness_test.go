@@ -19,6 +19,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store/sqlite"
+	"github.com/btk-project/btk/internal/testclock"
 	"github.com/btk-project/btk/internal/web"
 )
 
@@ -38,7 +39,7 @@ type env struct {
 	svc   *btk.Service
 	srv   *httptest.Server
 	h     http.Handler
-	clock *clock
+	clock *testclock.Clock
 	// ownerActor is the cached actor of owner().
 	ownerActor *btk.Actor
 	ws         *btk.Workspace // "Default", owned by ownerEmail (also platform admin)
@@ -53,7 +54,7 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{}
+	clk := &testclock.Clock{} // runs until a test freezes it
 	svc, err := btk.NewService(ctx, db, nil, btk.Config{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -73,28 +74,6 @@ func newEnv(t testing.TB) *env {
 		db.Close()
 	})
 	return e
-}
-
-// clock is the service's clock: real time until a test freezes it (so that
-// nothing replenishes while a throttle is measured on a slow machine).
-type clock struct {
-	mu     sync.Mutex
-	frozen time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.frozen.IsZero() {
-		return c.frozen
-	}
-	return time.Now()
-}
-
-func (c *clock) freeze() {
-	c.mu.Lock()
-	c.frozen = time.Now()
-	c.mu.Unlock()
 }
 
 type logWriter struct{ e *env }

@@ -417,7 +417,7 @@ func TestPlanGating(t *testing.T) {
 func TestLoginThrottledLikeGraphQL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.clock.freeze()
+	e.clock.Freeze()
 	b := e.browser()
 	var last *resp
 	// 5 attempts a minute per account and address (docs/security.md#password-throttles).
