@@ -22,8 +22,7 @@ func TestDashboardLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := e.browser()
-	b.login(ownerEmail, ownerPassword)
+	b := e.loggedIn(ownerEmail, ownerPassword)
 	page := b.get("/keys")
 	for _, want := range []string{"orders:read", "192.0.2.0/24", "Restrictions"} {
 		if !strings.Contains(page.Body, want) {

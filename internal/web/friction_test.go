@@ -19,8 +19,7 @@ func TestDashboardOffersWhatWorks(t *testing.T) {
 	acme := e.workspace("Acme", btk.PlanCloudPro)
 	e.addUser("boss@example.com", acme.ID, btk.RoleOwner)
 	e.addUser("viewer@example.com", acme.ID, btk.RoleAdmin)
-	boss := e.browser()
-	boss.login("boss@example.com", userPassword)
+	boss := e.loggedIn("boss@example.com", userPassword)
 	created := boss.post("/keys", url.Values{"name": {"payments"}})
 	if !btk.WellFormedKey(newKey(created.Body)) {
 		t.Fatalf("create: %d", created.Status)
@@ -64,8 +63,7 @@ func TestDashboardOffersWhatWorks(t *testing.T) {
 	}
 
 	// ADMIN: no Audit link, no Rotate; the key page without its history.
-	viewer := e.browser()
-	viewer.login("viewer@example.com", userPassword)
+	viewer := e.loggedIn("viewer@example.com", userPassword)
 	list := viewer.get("/keys")
 	if strings.Contains(list.Body, `href="/audit"`) || strings.Contains(list.Body, "/rotate") {
 		t.Error("the ADMIN is offered the audit log or Rotate")

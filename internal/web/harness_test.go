@@ -235,6 +235,14 @@ func (b *browser) login(email, password string) {
 	}
 }
 
+// loggedIn is a new browser logged in as email.
+func (e *env) loggedIn(email, password string) *browser {
+	e.t.Helper()
+	b := e.browser()
+	b.login(email, password)
+	return b
+}
+
 // newKey reads the plaintext shown once on a page.
 func newKey(body string) string {
 	const open = `<code id="new-key" class="secret" tabindex="0" autofocus aria-describedby="newkey-warn">`

@@ -188,8 +188,7 @@ func TestCrossOriginPostRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	k := e.createKey(e.owner(), "target")
-	b := e.browser()
-	b.login(ownerEmail, ownerPassword)
+	b := e.loggedIn(ownerEmail, ownerPassword)
 	posts := []struct {
 		path string
 		form url.Values
@@ -238,8 +237,7 @@ func TestCrossOriginPostRefused(t *testing.T) {
 func TestPlaintextShownOnceInBody(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	b := e.browser()
-	b.login(ownerEmail, ownerPassword)
+	b := e.loggedIn(ownerEmail, ownerPassword)
 	b.get("/keys")
 	created := b.post("/keys", url.Values{"name": {"ci"}, "per_minute": {"60"}, "per_day": {"1,000"}})
 	first := newKey(created.Body)
@@ -321,8 +319,7 @@ func TestRoleGating(t *testing.T) {
 	e.addUser(adminEmail, e.ws.ID, btk.RoleAdmin)
 	e.addUser(memberEmail, e.ws.ID, btk.RoleMember)
 
-	admin := e.browser()
-	admin.login(adminEmail, userPassword)
+	admin := e.loggedIn(adminEmail, userPassword)
 	page := admin.get("/keys")
 	if page.Status != 200 || !strings.Contains(page.Body, "prod-backend") {
 		t.Fatalf("ADMIN /keys: %d\n%s", page.Status, page.Body)
@@ -354,8 +351,7 @@ func TestRoleGating(t *testing.T) {
 		t.Errorf("ADMIN /workspaces: %d", r.Status)
 	}
 
-	member := e.browser()
-	member.login(memberEmail, userPassword)
+	member := e.loggedIn(memberEmail, userPassword)
 	page = member.get("/keys")
 	if page.Status != 200 || strings.Contains(page.Body, "prod-backend") || !strings.Contains(page.Body, "managed by workspace owners") {
 		t.Errorf("MEMBER /keys: %d\n%s", page.Status, page.Body)
@@ -382,8 +378,7 @@ func TestPlanGating(t *testing.T) {
 	if _, err := e.svc.SetWorkspacePlan(context.Background(), e.owner(), starter.ID, btk.PlanCloudStarter); err != nil {
 		t.Fatal(err)
 	}
-	b := e.browser()
-	b.login("starter@example.com", userPassword)
+	b := e.loggedIn("starter@example.com", userPassword)
 	page := b.get("/keys")
 	if !strings.Contains(page.Body, `id="plan-note"`) || strings.Contains(page.Body, `action="/keys"`) || !strings.Contains(page.Body, "Cloud Starter") {
 		t.Errorf("CLOUD_STARTER /keys lacks the plan note or shows the form:\n%s", page.Body)
@@ -517,8 +512,7 @@ func TestImpersonate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	acme := e.workspace("Acme", btk.PlanCloudPro)
-	b := e.browser()
-	b.login(ownerEmail, ownerPassword) // platform admin and OWNER of Default
+	b := e.loggedIn(ownerEmail, ownerPassword) // platform admin and OWNER of Default
 	before := sessionCookie(t, b.seen[0]).Value
 	list := b.get("/workspaces")
 	if !strings.Contains(list.Body, "Acme") || !strings.Contains(list.Body, `action="/workspaces/`+acme.ID+`/impersonate"`) {
@@ -546,8 +540,7 @@ func TestImpersonate(t *testing.T) {
 	}
 
 	e.addUser(memberEmail, acme.ID, btk.RoleOwner)
-	other := e.browser()
-	other.login(memberEmail, userPassword)
+	other := e.loggedIn(memberEmail, userPassword)
 	if r := other.post("/workspaces/"+e.ws.ID+"/impersonate", nil); r.Status != http.StatusForbidden {
 		t.Errorf("a non-admin impersonating: %d", r.Status)
 	}
@@ -561,8 +554,7 @@ func TestAuditPaging(t *testing.T) {
 	for i := range 30 {
 		e.createKey(owner, fmt.Sprintf("key-%02d", i))
 	}
-	b := e.browser()
-	b.login(ownerEmail, ownerPassword)
+	b := e.loggedIn(ownerEmail, ownerPassword)
 	// 30 keys created, and the logins that audit_events records too.
 	all, _, err := e.svc.AuditEvents(context.Background(), owner, btk.AuditFilter{Page: btk.Page{First: 100}})
 	if err != nil || len(all) < 31 || len(all) > 50 {

@@ -14,8 +14,7 @@ import (
 // their status, and delete it; other roles are told who manages them.
 func TestWebhooksPage(t *testing.T) {
 	e := newEnv(t)
-	b := e.browser()
-	b.login(ownerEmail, ownerPassword)
+	b := e.loggedIn(ownerEmail, ownerPassword)
 
 	r := b.get("/webhooks")
 	if r.Status != http.StatusOK || !strings.Contains(r.Body, "Add webhook") || !strings.Contains(r.Body, `href="/webhooks" aria-current="page"`) {
@@ -60,8 +59,7 @@ func TestWebhooksPage(t *testing.T) {
 	}
 	// Another role is told who manages webhooks; it cannot delete.
 	e.addUser("member@example.com", e.ws.ID, btk.RoleAdmin)
-	m := e.browser()
-	m.login("member@example.com", userPassword)
+	m := e.loggedIn("member@example.com", userPassword)
 	if r := m.get("/webhooks"); r.Status != http.StatusOK || !strings.Contains(r.Body, "managed by workspace owners") || strings.Contains(r.Body, hooks[0].ID) {
 		t.Errorf("ADMIN's page: %d", r.Status)
 	}
