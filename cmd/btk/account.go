@@ -1,18 +1,18 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
 )
 
 func newAccountCmd(f *factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return group(&cobra.Command{
 		Use:   "account",
 		Short: "Manage accounts (platform admin)",
-	}
-	cmd.AddCommand(newAccountCreateCmd(f), newAccountListCmd(f), newAccountDisableCmd(f), newAccountEnableCmd(f), newAccountResetPasswordCmd(f))
-	return group(cmd)
+	}, newAccountCreateCmd(f), newAccountListCmd(f), newAccountDisableCmd(f), newAccountEnableCmd(f), newAccountResetPasswordCmd(f))
 }
 
 type accountCreateOptions struct {
@@ -34,27 +34,23 @@ with 'btk member set'.`,
 		Example: `  btk account create ops@example.com
   printf '%s' "$PASSWORD" | btk account create ci@example.com --password-stdin -o json | jq -r .id`,
 		Args: exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: f.connected(func(ctx context.Context, p *printer, c *client.Client, args []string) error {
 			opts.email = args[0]
-			return runAccountCreate(cmd, opts)
-		},
+			return runAccountCreate(ctx, p, c, opts)
+		}),
 	}
 	cmd.Flags().BoolVar(&opts.platformAdmin, "platform-admin", false, "the account may operate every workspace")
 	cmd.Flags().BoolVar(&opts.passwordStdin, "password-stdin", false, "read the password from standard input")
 	return cmd
 }
 
-func runAccountCreate(cmd *cobra.Command, opts *accountCreateOptions) error {
+func runAccountCreate(ctx context.Context, p *printer, c *client.Client, opts *accountCreateOptions) error {
 	f := opts.f
-	p, c, err := f.connect(cmd)
-	if err != nil {
-		return err
-	}
 	password, err := f.io.newPassword(opts.passwordStdin, "Password for "+opts.email+": ", "Repeat the password: ")
 	if err != nil {
 		return err
 	}
-	resp, err := client.CreateAccount(cmd.Context(), c, opts.email, password, opts.platformAdmin)
+	resp, err := client.CreateAccount(ctx, c, opts.email, password, opts.platformAdmin)
 	if err != nil {
 		return err
 	}

@@ -48,17 +48,13 @@ func newAccountStateCmd(f *factory, verb, short, long string, set func(ctx conte
 		Long:    long,
 		Example: "  btk account " + verb + " mallory@example.com",
 		Args:    exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
+		RunE: f.connected(func(ctx context.Context, p *printer, c *client.Client, args []string) error {
 			id, email := accountRef(args[0])
-			a, err := set(cmd.Context(), c, id, email)
+			a, err := set(ctx, c, id, email)
 			if err != nil {
 				return err
 			}
 			return p.Object(a, p.accountStateFields(a))
-		},
+		}),
 	}
 }

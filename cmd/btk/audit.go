@@ -69,28 +69,28 @@ func (o *logOptions) addFlags(f *factory, cmd *cobra.Command, what, actionHelp s
 	completeFlag(cmd, "workspace", f.completeWorkspaces)
 }
 
-// connect checks the log flags, connects, and completes filter with the
+// connect checks the log flags, connects (as factory.connect), and completes filter with the
 // actor, the time range and the workspace.
-func (o *logOptions) connect(cmd *cobra.Command, f *factory, filter *client.AuditFilter) (*printer, *client.Client, error) {
+func (o *logOptions) connect(cmd *cobra.Command, f *factory, filter *client.AuditFilter) (context.Context, *printer, *client.Client, error) {
 	if o.limit < 1 {
-		return nil, nil, usageErrorf("--limit must be at least 1")
+		return nil, nil, nil, usageErrorf("--limit must be at least 1")
 	}
 	filter.ActorEmail = optional(o.actor)
 	var err error
 	if filter.Since, err = parseOptionalSince("--since", o.since, f.now()); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if filter.Until, err = parseOptionalSince("--until", o.until, f.now()); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	p, c, err := f.connect(cmd)
+	ctx, p, c, err := f.connect(cmd)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if filter.WorkspaceID, err = workspaceFlag(cmd.Context(), c, o.workspace); err != nil {
-		return nil, nil, err
+	if filter.WorkspaceID, err = workspaceFlag(ctx, c, o.workspace); err != nil {
+		return nil, nil, nil, err
 	}
-	return p, c, nil
+	return ctx, p, c, nil
 }
 
 // workspaceFlag resolves a --workspace flag, a name or an id: nil when it
@@ -115,11 +115,10 @@ func runAudit(cmd *cobra.Command, opts *auditOptions) error {
 		}
 		filter.Action = &a
 	}
-	p, c, err := opts.log.connect(cmd, opts.f, &filter)
+	ctx, p, c, err := opts.log.connect(cmd, opts.f, &filter)
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
 	if opts.key != "" {
 		id := opts.key
 		if !client.IsID(id) {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/leaktest"
-	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
 // A leak report signed by a key of --leak-report-keys, sent to one instance
@@ -23,9 +22,7 @@ import (
 // instance's log holds the plaintext. A canary key is refused on both
 // exactly as an unknown key, and its uses are recorded once.
 func TestClusterLeakReport(t *testing.T) {
-	parallelUnlessShort(t, "starts btk serve processes")
-	redisFlags := sharedRedis(t)
-	db := pgtest.URL(t)
+	db, redisFlags := sharedCluster(t)
 
 	signer := leaktest.NewSigner(t)
 	keysFile := filepath.Join(t.TempDir(), "leak-keys.pem")

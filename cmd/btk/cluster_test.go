@@ -47,6 +47,16 @@ func sharedRedis(t *testing.T) []string {
 	return []string{"--redis", rurl, "--redis-prefix", prefix}
 }
 
+// sharedCluster is the opening of a cluster test on the shared Redis: it runs
+// alongside the other such tests unless -short, and returns a PostgreSQL
+// database of its own and the Redis flags (sharedRedis).
+func sharedCluster(t *testing.T) (db string, redisFlags []string) {
+	t.Helper()
+	parallelUnlessShort(t, "starts btk serve processes")
+	redisFlags = sharedRedis(t)
+	return pgtest.URL(t), redisFlags
+}
+
 // startCluster starts n instances at once on db and waits for all.
 func startCluster(t *testing.T, n int, db string, flags ...string) []*serveProcess {
 	t.Helper()
@@ -212,9 +222,8 @@ func (l *load) end() {
 }
 
 func TestCluster(t *testing.T) {
-	parallelUnlessShort(t, "starts btk serve processes")
-	redisFlags := sharedRedis(t)
-	clusterGuarantees(t, pgtest.URL(t), redisFlags...)
+	db, redisFlags := sharedCluster(t)
+	clusterGuarantees(t, db, redisFlags...)
 }
 
 // Every guarantee of one node, with the shared state on a primary followed

@@ -5,8 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/btk-project/btk/internal/store/postgres/pgtest"
 )
 
 // docs/usage.md: N requests spread over two instances
@@ -15,9 +13,7 @@ import (
 // stopped (SIGTERM) and one started again lose nothing that was answered
 // before the shutdown began.
 func TestClusterUsageCounts(t *testing.T) {
-	parallelUnlessShort(t, "starts btk serve processes")
-	flags := sharedRedis(t)
-	db := pgtest.URL(t)
+	db, flags := sharedCluster(t)
 	procs := startCluster(t, 2, db, flags...)
 	bases := []string{procs[0].url, procs[1].url}
 	token := loginAt(t, bases[0])

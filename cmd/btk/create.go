@@ -67,11 +67,11 @@ func runCreate(cmd *cobra.Command, opts *createOptions) error {
 	if err != nil {
 		return err
 	}
-	p, c, err := f.connect(cmd)
+	ctx, p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}
-	resp, err := client.CreateApiKey(cmd.Context(), c, client.CreateApiKeyInput{
+	resp, err := client.CreateApiKey(ctx, c, client.CreateApiKeyInput{
 		Name:               opts.name,
 		RateLimitPerMinute: opts.perMinute,
 		RateLimitPerDay:    opts.perDay,
@@ -81,11 +81,11 @@ func runCreate(cmd *cobra.Command, opts *createOptions) error {
 		AllowedCidrs:       opts.cidrs,
 	})
 	if err != nil {
-		return nameTaken(cmd.Context(), c, opts.name, err)
+		return nameTaken(ctx, c, opts.name, err)
 	}
 	payload := resp.CreateApiKey
 	if p.human() { // -o plain prints the plaintext alone
-		p.readDefaults(cmd.Context(), c)
+		p.readDefaults(ctx, c)
 	}
 	return p.newKey(payload, payload.ApiKey, payload.PlaintextKey, fmt.Sprintf("Created key %q", payload.ApiKey.Name))
 }

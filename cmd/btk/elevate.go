@@ -1,18 +1,15 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
 )
 
-type elevateOptions struct {
-	f             *factory
-	passwordStdin bool
-}
-
 func newElevateCmd(f *factory) *cobra.Command {
-	opts := &elevateOptions{f: f}
+	var passwordStdin bool
 	cmd := &cobra.Command{
 		Use:   "elevate",
 		Short: "Re-enter your password for a 5-minute elevation token",
@@ -24,16 +21,12 @@ one password entry. 'btk rotate' can also ask for the password itself.`,
   btk rotate payments -o plain > payments.key
   btk rotate billing -o plain > billing.key`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, c, err := f.connect(cmd)
+		RunE: f.connected(func(ctx context.Context, p *printer, c *client.Client, _ []string) error {
+			password, err := f.io.password(passwordStdin, "Password: ")
 			if err != nil {
 				return err
 			}
-			password, err := f.io.password(opts.passwordStdin, "Password: ")
-			if err != nil {
-				return err
-			}
-			resp, err := client.Elevate(cmd.Context(), c, password)
+			resp, err := client.Elevate(ctx, c, password)
 			if err != nil {
 				return err
 			}
@@ -41,8 +34,8 @@ one password entry. 'btk rotate' can also ask for the password itself.`,
 			return p.Result(e, e.Token, func() {
 				p.Fields([]field{{"Token", e.Token}, {"Expires", p.Time(&e.ExpiresAt, "")}})
 			})
-		},
+		}),
 	}
-	cmd.Flags().BoolVar(&opts.passwordStdin, "password-stdin", false, "read the password from standard input")
+	cmd.Flags().BoolVar(&passwordStdin, "password-stdin", false, "read the password from standard input")
 	return cmd
 }

@@ -51,11 +51,11 @@ func runEvents(cmd *cobra.Command, opts *eventsOptions) error {
 		return err
 	}
 	filter := client.AuditFilter{ServerWide: opts.serverWide, EventAction: optional(opts.log.action)}
-	p, c, err := opts.log.connect(cmd, opts.f, &filter)
+	ctx, p, c, err := opts.log.connect(cmd, opts.f, &filter)
 	if err != nil {
 		return err
 	}
-	events, more, err := client.EventLog(cmd.Context(), c, filter, opts.log.limit)
+	events, more, err := client.EventLog(ctx, c, filter, opts.log.limit)
 	if err != nil {
 		return err
 	}

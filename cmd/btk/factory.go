@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -90,21 +91,35 @@ func (f *factory) printer(cmd *cobra.Command) (*printer, error) {
 	return newPrinter(f.io, format, f.now), nil
 }
 
-// client returns a client authenticated with the configured token; without
-// one it fails before any request.
-// connect returns the printer and the client most commands start with.
-func (f *factory) connect(cmd *cobra.Command) (*printer, *client.Client, error) {
+// connect returns what most commands start with: the command's context, the
+// printer and the client.
+func (f *factory) connect(cmd *cobra.Command) (context.Context, *printer, *client.Client, error) {
 	p, err := f.printer(cmd)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	c, err := f.client(cmd)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return p, c, nil
+	return cmd.Context(), p, c, nil
 }
 
+// connected is the RunE of a command that starts by connecting
+// (factory.connect): run gets the context, the printer, the client and the
+// arguments.
+func (f *factory) connected(run func(ctx context.Context, p *printer, c *client.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx, p, c, err := f.connect(cmd)
+		if err != nil {
+			return err
+		}
+		return run(ctx, p, c, args)
+	}
+}
+
+// client returns a client authenticated with the configured token; without
+// one it fails before any request.
 func (f *factory) client(cmd *cobra.Command) (*client.Client, error) {
 	server, err := f.server(cmd)
 	if err != nil {

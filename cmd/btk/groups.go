@@ -22,8 +22,9 @@ func groupRunE(cmd *cobra.Command, args []string) error {
 	return usageErrorf("%q needs a command: %s", cmd.CommandPath(), strings.Join(names, ", "))
 }
 
-// group prepares a command that only groups subcommands.
-func group(cmd *cobra.Command) *cobra.Command {
+// group makes cmd a command that only groups the subcommands subs.
+func group(cmd *cobra.Command, subs ...*cobra.Command) *cobra.Command {
+	cmd.AddCommand(subs...)
 	cmd.Args = cobra.ArbitraryArgs
 	cmd.RunE = groupRunE
 	return cmd

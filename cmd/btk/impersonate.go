@@ -24,15 +24,15 @@ the token. 'btk whoami' says when the session is an impersonation.`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: positional(f.completeWorkspaces),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, c, err := f.connect(cmd)
+			ctx, p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}
-			id, err := client.ResolveWorkspaceID(cmd.Context(), c, args[0])
+			id, err := client.ResolveWorkspaceID(ctx, c, args[0])
 			if err != nil {
 				return err
 			}
-			resp, err := client.Impersonate(cmd.Context(), c, id)
+			resp, err := client.Impersonate(ctx, c, id)
 			if err != nil {
 				return err
 			}
@@ -48,7 +48,7 @@ the token. 'btk whoami' says when the session is an impersonation.`,
 			}
 			// The saved session it replaces is no longer known to the CLI:
 			// end it rather than leave a live token behind for 12 hours.
-			if _, err := client.Logout(cmd.Context(), c); err != nil {
+			if _, err := client.Logout(ctx, c); err != nil {
 				p.Notice("could not end the previous session: %v", err)
 			}
 			return p.session(resp.Impersonate, server, f.credPath)

@@ -22,18 +22,26 @@ func printList[T any](p *printer, items []T, none string, table func([]T)) error
 	return nil
 }
 
+// listCommand is a command `list` (alias ls) that takes no argument: it
+// fetches the items and prints them (listRunE).
+func listCommand[T any](f *factory, short string, fetch func(context.Context, *client.Client) ([]T, error), none string, table func(*printer, []T)) *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Short:   short,
+		Aliases: []string{"ls"},
+		Args:    noArgs,
+		RunE:    listRunE(f, fetch, none, table),
+	}
+}
+
 // listRunE is the RunE of a list command that takes no argument: it fetches
 // the items and prints them with printList.
 func listRunE[T any](f *factory, fetch func(context.Context, *client.Client) ([]T, error), none string, table func(*printer, []T)) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, _ []string) error {
-		p, c, err := f.connect(cmd)
-		if err != nil {
-			return err
-		}
-		items, err := fetch(cmd.Context(), c)
+	return f.connected(func(ctx context.Context, p *printer, c *client.Client, _ []string) error {
+		items, err := fetch(ctx, c)
 		if err != nil {
 			return err
 		}
 		return printList(p, items, none, func(items []T) { table(p, items) })
-	}
+	})
 }

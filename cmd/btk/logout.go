@@ -21,7 +21,7 @@ func newLogoutCmd(f *factory) *cobra.Command {
 }
 
 func runLogout(cmd *cobra.Command, f *factory) error {
-	p, c, err := f.connect(cmd)
+	ctx, p, c, err := f.connect(cmd)
 	if errors.Is(err, errNotLoggedIn) {
 		// Nothing to end: the goal of logout is already met (as docker logout).
 		fmt.Fprintln(f.io.ErrOut, "Not logged in; nothing to do")
@@ -30,7 +30,7 @@ func runLogout(cmd *cobra.Command, f *factory) error {
 	if err != nil {
 		return err
 	}
-	_, err = client.Logout(cmd.Context(), c)
+	_, err = client.Logout(ctx, c)
 	// A session the server no longer accepts is as good as ended.
 	if exitCode(err) == exitAuth {
 		err = nil

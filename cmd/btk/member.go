@@ -10,12 +10,10 @@ import (
 )
 
 func newMemberCmd(f *factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return group(&cobra.Command{
 		Use:   "member",
 		Short: "Manage workspace memberships",
-	}
-	cmd.AddCommand(newMemberSetCmd(f), newMemberListCmd(f))
-	return group(cmd)
+	}, newMemberSetCmd(f), newMemberListCmd(f))
 }
 
 func newMemberSetCmd(f *factory) *cobra.Command {
@@ -35,19 +33,19 @@ workspace.`,
 			if err != nil {
 				return err
 			}
-			p, c, err := f.connect(cmd)
+			ctx, p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ws, err := client.ResolveWorkspaceID(cmd.Context(), c, args[0])
+			ws, err := client.ResolveWorkspaceID(ctx, c, args[0])
 			if err != nil {
 				return err
 			}
-			account, err := resolveAccount(cmd.Context(), c, args[1], ws)
+			account, err := resolveAccount(ctx, c, args[1], ws)
 			if err != nil {
 				return err
 			}
-			resp, err := client.SetMembership(cmd.Context(), c, ws, account, role)
+			resp, err := client.SetMembership(ctx, c, ws, account, role)
 			if err != nil {
 				return err
 			}

@@ -12,16 +12,10 @@ import (
 )
 
 func newAccountListCmd(f *factory) *cobra.Command {
-	return &cobra.Command{
-		Use:     "list",
-		Short:   "List every account (platform admin)",
-		Aliases: []string{"ls"},
-		Args:    noArgs,
-		RunE: listRunE(f, func(ctx context.Context, c *client.Client) ([]client.Account, error) {
-			resp, err := client.Accounts(ctx, c)
-			return resp.Accounts, err
-		}, "No accounts", (*printer).accountTable),
-	}
+	return listCommand(f, "List every account (platform admin)", func(ctx context.Context, c *client.Client) ([]client.Account, error) {
+		resp, err := client.Accounts(ctx, c)
+		return resp.Accounts, err
+	}, "No accounts", (*printer).accountTable)
 }
 
 func newMemberListCmd(f *factory) *cobra.Command {
@@ -64,21 +58,17 @@ with any role; any workspace for a platform admin.`,
 // WORKSPACE argument names: it connects, reads that workspace (readWorkspace)
 // and hands it to run.
 func onWorkspaceArg(f *factory, run func(ctx context.Context, p *printer, c *client.Client, ws client.Tenant) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		p, c, err := f.connect(cmd)
-		if err != nil {
-			return err
-		}
+	return f.connected(func(ctx context.Context, p *printer, c *client.Client, args []string) error {
 		ref := ""
 		if len(args) > 0 {
 			ref = args[0]
 		}
-		ws, err := readWorkspace(cmd.Context(), c, ref)
+		ws, err := readWorkspace(ctx, c, ref)
 		if err != nil {
 			return err
 		}
-		return run(cmd.Context(), p, c, ws)
-	}
+		return run(ctx, p, c, ws)
+	})
 }
 
 // readWorkspace reads the workspace ref names (a name or an id): the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -27,25 +28,21 @@ password, then the new one.`,
 		Example: `  btk password
   printf '%s\n%s\n' "$OLD_PASSWORD" "$NEW_PASSWORD" | btk password --password-stdin`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runPassword(cmd, opts)
-		},
+		RunE: f.connected(func(ctx context.Context, p *printer, c *client.Client, _ []string) error {
+			return runPassword(ctx, p, c, opts)
+		}),
 	}
 	cmd.Flags().BoolVar(&opts.passwordStdin, "password-stdin", false, "read the current and the new password, one a line, from standard input")
 	return cmd
 }
 
-func runPassword(cmd *cobra.Command, opts *passwordOptions) error {
+func runPassword(ctx context.Context, p *printer, c *client.Client, opts *passwordOptions) error {
 	f := opts.f
-	p, c, err := f.connect(cmd)
-	if err != nil {
-		return err
-	}
 	current, newPassword, err := readPasswordChange(f.io, opts.passwordStdin)
 	if err != nil {
 		return err
 	}
-	if _, err := client.ChangePassword(cmd.Context(), c, current, newPassword); err != nil {
+	if _, err := client.ChangePassword(ctx, c, current, newPassword); err != nil {
 		return err
 	}
 	if p.format == formatJSON {

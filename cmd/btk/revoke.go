@@ -51,11 +51,10 @@ func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
 	if err := f.io.confirmable(opts.yes, "revoke"); err != nil {
 		return err
 	}
-	p, c, err := f.connect(cmd)
+	ctx, p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
 	var k client.ApiKey
 	var workspace *client.ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant
 	if opts.key == "-" {

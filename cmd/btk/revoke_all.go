@@ -40,11 +40,10 @@ func runRevokeAll(cmd *cobra.Command, opts *revokeAllOptions) error {
 	if err := f.io.confirmable(opts.yes, "revoke every key"); err != nil {
 		return err
 	}
-	p, c, err := f.connect(cmd)
+	ctx, p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
 	if !opts.yes {
 		info, err := client.TenantInfo(ctx, c)
 		if err != nil {

@@ -32,11 +32,10 @@ func runRotateOverlap(cmd *cobra.Command, opts *rotateOptions) error {
 	if err != nil {
 		return err
 	}
-	p, c, err := f.connect(cmd)
+	ctx, p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
 	old, err := client.ResolveKey(ctx, c, opts.key)
 	if err != nil {
 		return err

@@ -128,7 +128,7 @@ func runScan(cmd *cobra.Command, opts *scanOptions) error {
 	keys := map[string]*client.ApiKeyByHashApiKeyByHashApiKey{}
 	if opts.check && len(res.Matches) > 0 {
 		var err error
-		if p, c, err = f.connect(cmd); err != nil {
+		if _, p, c, err = f.connect(cmd); err != nil {
 			return err
 		}
 		if keys, err = lookUpKeys(cmd, c, res.Matches); err != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
@@ -18,17 +20,13 @@ again.`,
   btk show 6f1c8f5e-2b0e-4d8a-9a51-0c9a7c3e4b21 -o json | jq -r .status`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: positional(f.completeKeys),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, c, err := f.connect(cmd)
+		RunE: f.connected(func(ctx context.Context, p *printer, c *client.Client, args []string) error {
+			k, err := client.ResolveKey(ctx, c, args[0])
 			if err != nil {
 				return err
 			}
-			k, err := client.ResolveKey(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			p.readDefaults(cmd.Context(), c)
+			p.readDefaults(ctx, c)
 			return p.Object(k, p.apiKeyFields(k))
-		},
+		}),
 	}
 }

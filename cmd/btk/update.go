@@ -79,11 +79,10 @@ func runUpdate(cmd *cobra.Command, opts *updateOptions) error {
 	if in == (client.UpdateApiKeyInput{}) {
 		return usageErrorf("nothing to change: give --name, --rate-per-minute, --rate-per-day, --scope, --no-scopes, --allow-cidr or --any-address")
 	}
-	p, c, err := opts.f.connect(cmd)
+	ctx, p, c, err := opts.f.connect(cmd)
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
 	k, err := client.ResolveKey(ctx, c, opts.key)
 	if err != nil {
 		return err

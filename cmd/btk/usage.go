@@ -72,11 +72,10 @@ func runUsage(cmd *cobra.Command, opts *usageOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	p, c, err := f.connect(cmd)
+	ctx, p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
 	if len(args) == 1 {
 		k, err := client.ResolveKey(ctx, c, args[0])
 		if err != nil {

@@ -13,15 +13,13 @@ import (
 
 // btk webhook: the workspace's webhooks (docs/webhooks.md).
 func newWebhookCmd(f *factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return group(&cobra.Command{
 		Use:   "webhook",
 		Short: "Manage the webhooks that receive the workspace's events",
 		Long: `Webhooks receive the workspace's events (every audit event, such as
 api_key.created or api_key.revoked, and api_key.expiring 7 days and 1 day
 before a key expires) as signed POST requests (Standard Webhooks). Owner tier.`,
-	}
-	cmd.AddCommand(newWebhookAddCmd(f), newWebhookListCmd(f), newWebhookRmCmd(f), newWebhookDeliveriesCmd(f))
-	return group(cmd)
+	}, newWebhookAddCmd(f), newWebhookListCmd(f), newWebhookRmCmd(f), newWebhookDeliveriesCmd(f))
 }
 
 func newWebhookAddCmd(f *factory) *cobra.Command {
@@ -37,12 +35,8 @@ only the secret is printed, for piping into a secrets manager.`,
   btk webhook add https://hooks.example.com/btk --event api_key.revoked --event api_key.leaked
   btk webhook add https://hooks.example.com/btk -o plain | vault kv put secret/btk-webhook secret=-`,
 		Args: exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			resp, err := client.CreateWebhook(cmd.Context(), c, args[0], events)
+		RunE: f.connected(func(ctx context.Context, p *printer, c *client.Client, args []string) error {
+			resp, err := client.CreateWebhook(ctx, c, args[0], events)
 			if err != nil {
 				return err
 			}
@@ -52,7 +46,7 @@ only the secret is printed, for piping into a secrets manager.`,
 				p.Fields(webhookFields(p, payload.Webhook))
 				p.Secret(payload.Secret)
 			})
-		},
+		}),
 	}
 	cmd.Flags().StringArrayVar(&events, "event", nil, "send only this event `type` (repeatable; default every event)")
 	return cmd
@@ -100,7 +94,7 @@ func newWebhookRmCmd(f *factory) *cobra.Command {
 			if err := f.io.confirmable(yes, "delete"); err != nil {
 				return err
 			}
-			p, c, err := f.connect(cmd)
+			ctx, p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}
@@ -110,7 +104,7 @@ func newWebhookRmCmd(f *factory) *cobra.Command {
 					return err
 				}
 			}
-			if _, err := client.DeleteWebhook(cmd.Context(), c, args[0]); err != nil {
+			if _, err := client.DeleteWebhook(ctx, c, args[0]); err != nil {
 				return err
 			}
 			if p.format == formatJSON {
@@ -134,11 +128,11 @@ func newWebhookDeliveriesCmd(f *factory) *cobra.Command {
 			if limit < 1 {
 				return usageErrorf("--limit must be at least 1")
 			}
-			p, c, err := f.connect(cmd)
+			ctx, p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ds, more, err := client.DeliveryLog(cmd.Context(), c, args[0], limit)
+			ds, more, err := client.DeliveryLog(ctx, c, args[0], limit)
 			if err != nil {
 				return err
 			}
@@ -169,12 +163,7 @@ whether the chain still extends it.`,
   btk audit verify --workspace Acme
   btk audit verify --server-wide -o json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
+		RunE: f.connected(func(ctx context.Context, p *printer, c *client.Client, _ []string) error {
 			ws, err := workspaceFlag(ctx, c, workspace)
 			if err != nil {
 				return err
@@ -212,7 +201,7 @@ whether the chain still extends it.`,
 				return fmt.Errorf("the audit chain is broken at position %d, row %s: %s", v.Problem.Position, row, v.Problem.Reason)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&workspace, "workspace", "", "`workspace` (name or id) to verify; your own by default (platform admins: any)")
 	cmd.Flags().BoolVar(&serverWide, "server-wide", false, "verify the chain of the events that belong to no workspace (platform admins)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,18 +19,13 @@ func newWhoamiCmd(f *factory) *cobra.Command {
 With an API key as the token (BTK_TOKEN=btk_...) only the workspace is shown:
 keys identify a workspace, never a user.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runWhoami(cmd, f)
-		},
+		RunE: f.connected(func(ctx context.Context, p *printer, c *client.Client, _ []string) error {
+			return runWhoami(ctx, p, c, f)
+		}),
 	}
 }
 
-func runWhoami(cmd *cobra.Command, f *factory) error {
-	p, c, err := f.connect(cmd)
-	if err != nil {
-		return err
-	}
-	ctx := cmd.Context()
+func runWhoami(ctx context.Context, p *printer, c *client.Client, f *factory) error {
 	var out struct {
 		Account   *client.Account `json:"account"`
 		Workspace *client.Tenant  `json:"workspace"`

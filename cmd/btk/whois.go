@@ -91,21 +91,16 @@ or not it exists.`,
   grep -o 'btk_[^ ]*' app.log | head -1 | btk whois -o json
   btk whois            # then paste the key and press Enter`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runWhois(cmd, opts)
-		},
+		RunE: f.connected(func(ctx context.Context, p *printer, c *client.Client, _ []string) error {
+			return runWhois(ctx, p, c, opts)
+		}),
 	}
 	cmd.Flags().IntVar(&opts.limit, "limit", 50, "show at most this many history entries")
 	return cmd
 }
 
-func runWhois(cmd *cobra.Command, opts *whoisOptions) error {
+func runWhois(ctx context.Context, p *printer, c *client.Client, opts *whoisOptions) error {
 	f := opts.f
-	p, c, err := f.connect(cmd)
-	if err != nil {
-		return err
-	}
-	ctx := cmd.Context()
 	// Connected first: a session that will not do fails before the key is asked for.
 	k, err := keyOnInput(ctx, f.io, c)
 	if err != nil {

@@ -3,7 +3,7 @@ package main
 import "github.com/spf13/cobra"
 
 func newWorkspaceCmd(f *factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return group(&cobra.Command{
 		Use:   "workspace",
 		Short: "Show, provision and configure workspaces",
 		Long: `Provision and configure workspaces. WORKSPACE arguments take an id or a name.
@@ -11,7 +11,5 @@ Creating and listing workspaces and changing plans needs a platform admin;
 rate limits may also be set by the workspace's owner. Names are looked up among
 your own workspaces first, then (platform admin) among all. Workspaces cannot
 be deleted.`,
-	}
-	cmd.AddCommand(newWorkspaceCreateCmd(f), newWorkspaceListCmd(f), newWorkspaceShowCmd(f), newWorkspaceSetPlanCmd(f), newWorkspaceSetLimitsCmd(f), newWorkspacePolicyCmd(f))
-	return group(cmd)
+	}, newWorkspaceCreateCmd(f), newWorkspaceListCmd(f), newWorkspaceShowCmd(f), newWorkspaceSetPlanCmd(f), newWorkspaceSetLimitsCmd(f), newWorkspacePolicyCmd(f))
 }

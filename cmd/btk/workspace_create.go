@@ -18,11 +18,11 @@ func newWorkspaceCreateCmd(f *factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, c, err := f.connect(cmd)
+			ctx, p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}
-			resp, err := client.CreateWorkspace(cmd.Context(), c, args[0], pl)
+			resp, err := client.CreateWorkspace(ctx, c, args[0], pl)
 			if err != nil {
 				return err
 			}

@@ -9,14 +9,8 @@ import (
 )
 
 func newWorkspaceListCmd(f *factory) *cobra.Command {
-	return &cobra.Command{
-		Use:     "list",
-		Short:   "List every workspace",
-		Aliases: []string{"ls"},
-		Args:    noArgs,
-		RunE: listRunE(f, func(ctx context.Context, c *client.Client) ([]client.Tenant, error) {
-			resp, err := client.Workspaces(ctx, c)
-			return resp.Workspaces, err
-		}, "No workspaces; create one with 'btk workspace create NAME'", (*printer).tenantTable),
-	}
+	return listCommand(f, "List every workspace", func(ctx context.Context, c *client.Client) ([]client.Tenant, error) {
+		resp, err := client.Workspaces(ctx, c)
+		return resp.Workspaces, err
+	}, "No workspaces; create one with 'btk workspace create NAME'", (*printer).tenantTable)
 }

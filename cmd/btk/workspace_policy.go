@@ -40,11 +40,10 @@ Without flags it shows the policy. Owner or platform admin. See docs/access.md.`
 			if err != nil {
 				return err
 			}
-			p, c, err := f.connect(cmd)
+			ctx, p, c, err := f.connect(cmd)
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
 			ws, err := readWorkspace(ctx, c, workspace)
 			if err != nil {
 				return err

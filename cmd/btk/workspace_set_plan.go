@@ -35,15 +35,15 @@ rotated; keys already issued keep working and can still be revoked.`,
 // id), applies change to it and prints the workspace as it is after: the
 // shape of the workspace set-* commands.
 func changeWorkspace(cmd *cobra.Command, f *factory, ref string, change func(ctx context.Context, c *client.Client, id string) (client.Tenant, error)) error {
-	p, c, err := f.connect(cmd)
+	ctx, p, c, err := f.connect(cmd)
 	if err != nil {
 		return err
 	}
-	id, err := client.ResolveWorkspaceID(cmd.Context(), c, ref)
+	id, err := client.ResolveWorkspaceID(ctx, c, ref)
 	if err != nil {
 		return err
 	}
-	ws, err := change(cmd.Context(), c, id)
+	ws, err := change(ctx, c, id)
 	if err != nil {
 		return err
 	}
