@@ -189,6 +189,20 @@ func (m *matrix) tenantOf(t *testing.T, plaintext string) string {
 	return out.TenantInfo.ID
 }
 
+// doCell sends a cell's request and checks its answer: HTTP 200 with the
+// code want, and no data unless the call succeeded.
+func (m *matrix) doCell(t *testing.T, caller cred, query string, vars map[string]any, want string) response {
+	t.Helper()
+	r := m.e.do(caller, query, vars)
+	if r.Code() != want || r.Status != http.StatusOK {
+		t.Fatalf("HTTP %d code %q %+v; want HTTP 200 code %q", r.Status, r.Code(), r.Errors, want)
+	}
+	if want != wOK && !dataIsNull(r) {
+		t.Errorf("a refused call returned data: %s", r.Data)
+	}
+	return r
+}
+
 // dataIsNull reports whether a response carries no data: null, or only null fields.
 func dataIsNull(r response) bool {
 	if len(r.Data) == 0 || string(r.Data) == "null" {
@@ -460,15 +474,8 @@ func keyOperationMatrix(t *testing.T, m *matrix) {
 					vars = op.vars(m, c)
 				}
 
-				r := e.do(c.caller, op.query, vars)
-
 				want := op.want[who]
-				if r.Code() != want || r.Status != http.StatusOK {
-					t.Fatalf("HTTP %d code %q %+v; want HTTP 200 code %q", r.Status, r.Code(), r.Errors, want)
-				}
-				if want != wOK && !dataIsNull(r) {
-					t.Errorf("a refused call returned data: %s", r.Data)
-				}
+				r := m.doCell(t, c.caller, op.query, vars, want)
 				op.check(t, m, c, r)
 
 				// Failed operations write nothing; a change writes one key
@@ -687,15 +694,8 @@ func operatorOperationMatrix(t *testing.T, m *matrix) {
 					vars = op.vars(m)
 				}
 
-				r := e.do(caller, op.query, vars)
-
 				want := op.want[who]
-				if r.Code() != want || r.Status != http.StatusOK {
-					t.Fatalf("HTTP %d code %q %+v; want HTTP 200 code %q", r.Status, r.Code(), r.Errors, want)
-				}
-				if want != wOK && !dataIsNull(r) {
-					t.Errorf("a refused call returned data: %s", r.Data)
-				}
+				m.doCell(t, caller, op.query, vars, want)
 				if op.check != nil {
 					op.check(t, m, vars, want == wOK)
 				}
