@@ -1,14 +1,12 @@
 package server_test
 
 import (
-	"context"
-	"database/sql"
 	"net/http"
-	"net/url"
 	"testing"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlite/sqlitetest"
 )
 
 // A canary's 401 never waits for the database: with the SQLite writer held
@@ -20,28 +18,7 @@ func TestCanaryAnswerDoesNotWaitForTheRecord(t *testing.T) {
 	e, owner := newAdminEnv(t)
 	trap := e.createKeyWith(owner, "trap", "canary:true")
 
-	raw, err := sql.Open("sqlite", "file:"+(&url.URL{Path: e.dbPath}).EscapedPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	ctx := context.Background()
-	conn, err := raw.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	locked := true
-	unlock := func() {
-		if locked {
-			conn.ExecContext(ctx, "ROLLBACK")
-			locked = false
-		}
-	}
-	defer unlock()
+	unlock := sqlitetest.HoldWriter(t, e.dbPath)
 
 	// The store waits up to its busy timeout (5 s) for the writer; the
 	// answer must come well before that, while the lock is still held.

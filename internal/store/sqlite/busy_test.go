@@ -2,11 +2,11 @@ package sqlite_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"testing"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/sqlite/sqlitetest"
 )
 
 // A database held by another writer past busy_timeout (a second SQLite
@@ -15,24 +15,9 @@ import (
 // busy_timeout.)
 func TestBusyDatabaseIsUnavailable(t *testing.T) {
 	db, path := newDB(t)
-	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	other.SetMaxOpenConns(1)
+	sqlitetest.HoldWriter(t, path)
 	ctx := context.Background()
-	conn, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.ExecContext(ctx, "ROLLBACK")
-
-	err = db.Write(ctx, func(tx btk.Tx) error { return tx.SetSetting(ctx, "x", "y") })
+	err := db.Write(ctx, func(tx btk.Tx) error { return tx.SetSetting(ctx, "x", "y") })
 	if !errors.Is(err, btk.ErrUnavailable) || btk.ErrorCode(err) != btk.CodeUnavailable {
 		t.Fatalf("write while another client holds the lock: %v", err)
 	}
