@@ -45,10 +45,24 @@ func (s *Service) AuthenticateKeyFrom(ctx context.Context, plaintext string, cl 
 // (ErrRateLimited), for the response headers. It reads the database only on
 // a cache miss.
 func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req *KeyRequest) (*Actor, ratelimit.Decision, error) {
+	var a Actor
+	d, err := s.CheckKey(ctx, plaintext, req, &a)
+	if err != nil {
+		return nil, d, err
+	}
+	p := new(Actor) // only an accepted key's actor is allocated
+	*p = a
+	return p, d, nil
+}
+
+// CheckKey is AuthenticateRequest with the accepted key's workspace-only
+// actor written to *a (left alone on a refusal), for a caller that keeps it
+// on its stack: forward-auth answers from it and drops it.
+func (s *Service) CheckKey(ctx context.Context, plaintext string, req *KeyRequest, a *Actor) (ratelimit.Decision, error) {
 	cl := req.From
 	var none ratelimit.Decision
 	if !WellFormedKey(plaintext) { // also refuses bpk_ keys
-		return nil, none, ErrInvalidKey
+		return none, ErrInvalidKey
 	}
 	var buf [KeyLen]byte // hashed from the stack: HashKey's conversion allocates
 	hash := sha256.Sum256(append(buf[:0], plaintext...))
@@ -62,7 +76,7 @@ func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req
 			if k == nil { // a key this node does not know
 				ip = cl.addr(ctx)
 				if err := s.unknown.before(hash, ip, s.now()); err != nil {
-					return nil, none, err
+					return none, err
 				}
 			}
 			var err error
@@ -70,7 +84,7 @@ func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req
 				if err == ErrInvalidKey {
 					s.unknown.unknown(hash, ip, s.now())
 				}
-				return nil, none, err
+				return none, err
 			}
 			s.cache.fill(gen, hash, k, w, rev)
 			fresh = true
@@ -78,13 +92,13 @@ func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req
 		now := s.now()
 		if k.Canary { // a trap: answered as an unknown key (docs/leaks.md)
 			s.counter.add(k, UseRefused, now, cl)
-			return nil, none, s.canaryRefusal(k, cl.addr(ctx), now)
+			return none, s.canaryRefusal(k, cl.addr(ctx), now)
 		}
 		// Revoked and expired are final: a cached record saying so needs no
 		// shared state.
 		if k.Status(now) != KeyActive {
 			s.counter.add(k, UseRefused, now, cl)
-			return nil, none, ErrKeyRevokedOrExpired
+			return none, ErrKeyRevokedOrExpired
 		}
 		// A refusal by a restriction or the workspace policy counts nothing
 		// against the limits. With several instances a cached record
@@ -101,7 +115,7 @@ func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req
 			if s.clustered && !fresh {
 				cur, gerr := s.gate.Current(ctx, prefix)
 				if gerr != nil {
-					return nil, none, fmt.Errorf("%w: %w", ErrUnavailable, gerr)
+					return none, fmt.Errorf("%w: %w", ErrUnavailable, gerr)
 				}
 				if cur != rev || cur.Token == "" {
 					// Read under the revision just answered (obtained
@@ -109,7 +123,7 @@ func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req
 					s.cache.seen(prefix, cur)
 					rev, gen = cur, s.cache.generation()
 					if k, w, err = s.loadKey(ctx, hash, nil); err != nil {
-						return nil, none, err
+						return none, err
 					}
 					s.cache.fill(gen, hash, k, w, rev)
 					fresh = true
@@ -117,7 +131,7 @@ func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req
 				}
 			}
 			s.counter.add(k, UseRefused, now, cl)
-			return nil, none, err
+			return none, err
 		}
 		// The gate also records the accepted request's time, which
 		// FlushUsage writes as last_used_at: no other bookkeeping, and no
@@ -129,22 +143,23 @@ func (s *Service) AuthenticateRequest(ctx context.Context, plaintext string, req
 			Now: now, DayState: k.DayState, Seen: rev,
 		})
 		if err != nil {
-			return nil, none, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			return none, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		if !v.Stale {
 			if !v.Allowed {
 				s.counter.add(k, UseRateLimited, now, cl)
-				return nil, v.Decision, ErrRateLimited
+				return v.Decision, ErrRateLimited
 			}
 			s.counter.add(k, UseAccepted, now, cl)
-			return &Actor{WorkspaceID: k.WorkspaceID, KeyID: k.ID, KeyScopes: k.ScopesHeader()}, v.Decision, nil
+			*a = Actor{WorkspaceID: k.WorkspaceID, KeyID: k.ID, KeyScopes: k.ScopesHeader()}
+			return v.Decision, nil
 		}
 		// Another instance changed the workspace's keys or limits, or the
 		// shared state was lost: read the key again, under the revision
 		// just answered (obtained before that read, so the record cached is
 		// never older than the revision it is cached under).
 		if attempt == 3 {
-			return nil, none, fmt.Errorf("%w: the workspace's revision keeps changing", ErrUnavailable)
+			return none, fmt.Errorf("%w: the workspace's revision keeps changing", ErrUnavailable)
 		}
 		s.cache.seen(prefix, v.Current)
 		rev, gen = v.Current, s.cache.generation()

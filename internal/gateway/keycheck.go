@@ -94,20 +94,29 @@ func (h *Gateway) ClientIP(r *http.Request) string {
 // Check decides for /graphql: a key's networks apply, the access rules do
 // not (docs/access.md).
 func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *btk.Actor) {
-	return h.check(w, r, entryGraphQL)
+	var a btk.Actor
+	c := h.check(w, r, entryGraphQL, &a)
+	if c != Key {
+		return c, nil
+	}
+	p := new(btk.Actor) // the request's context keeps it
+	*p = a
+	return c, p
 }
 
-func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry) (Credential, *btk.Actor) {
+// check is Check for the entry point at, with an accepted key's actor
+// written to *a: forward-auth and the proxy keep it on their stack.
+func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry, a *btk.Actor) Credential {
 	// Deleting absent keys from the map costs no allocation.
 	delete(r.Header, HeaderTenantID)
 	delete(r.Header, headerKeyID)
 	delete(r.Header, headerKeyScopes)
 	if header(r.Header, "Authorization") != "" {
-		return Bearer, nil
+		return Bearer
 	}
 	key := header(r.Header, "X-Api-Key")
 	if key == "" {
-		return None, nil
+		return None
 	}
 	// The use is counted against the key presented, with its client
 	// (docs/usage.md).
@@ -125,7 +134,7 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry) (Crede
 	case entryProxy:
 		req.Rules, req.Method, req.Path = true, r.Method, r.URL.EscapedPath()
 	}
-	a, d, err := h.svc.AuthenticateRequest(r.Context(), key, &req)
+	d, err := h.svc.CheckKey(r.Context(), key, &req, a)
 	h.svc.Observer().KeyChecked(btk.KeyCheckResultOf(err))
 	// Forward-auth answers an accepted key's own headers too; they are set
 	// here with the rate-limit headers, sharing their allocation.
@@ -148,9 +157,9 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry) (Crede
 			ip, ua, path := h.ClientIP(r), r.UserAgent(), r.URL.Path
 			go h.svc.RecordCanaryUse(context.WithoutCancel(r.Context()), err, ip, ua, path)
 		}
-		return Refused, nil
+		return Refused
 	}
-	return Key, a
+	return Key
 }
 
 // header is r.Header.Get(name) for a name in canonical form, which is how
@@ -261,7 +270,8 @@ func setKeyHeadersIn(h http.Header, a *btk.Actor, ids []string) {
 // ignored. 200 with X-Tenant-Id and X-Api-Key-Id for an accepted key, 200
 // with neither for a bearer (the upstream verifies its own session).
 func (h *Gateway) Authorize(w http.ResponseWriter, r *http.Request) {
-	switch c, _ := h.check(w, r, entryAuthorize); c {
+	var a btk.Actor
+	switch h.check(w, r, entryAuthorize, &a) {
 	case Key: // check set the key's headers
 		w.WriteHeader(http.StatusOK)
 	case Bearer:

@@ -103,14 +103,15 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch c, a := h.check(w, r, entryProxy); c {
+		var a btk.Actor
+		switch h.check(w, r, entryProxy, &a) {
 		case Refused:
 			return
 		case None:
 			Fail(w, errKeyRequired)
 			return
 		case Key:
-			setKeyHeaders(r.Header, a)
+			setKeyHeaders(r.Header, &a)
 			kw := &keyWatch{svc: h.svc, log: h.log, key: r.Header.Get("X-Api-Key")}
 			var cancel context.CancelCauseFunc
 			kw.ctx, cancel = context.WithCancelCause(context.WithValue(r.Context(), keyWatchKey{}, kw))
