@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
@@ -192,62 +193,94 @@ func (h *Gateway) Refuse(w http.ResponseWriter, r *http.Request, err error) {
 // setRateLimitHeaders sets RateLimit-Limit, -Remaining and -Reset for the
 // tighter window, the IETF draft's RateLimit-Policy (both windows) and
 // RateLimit (the tighter one), Retry-After on a refusal, and, with key, the
-// key's own headers (setKeyHeaders). Two allocations: the numbers share one
-// string and all the values one slice, and the keys are stored in their
-// canonical form (what Header.Set would store, without canonicalising on
-// every request).
+// key's own headers (setKeyHeaders). Two allocations: the values share one
+// slice, and the numbers that change from request to request one string
+// (RateLimit's value, of which -Remaining and -Reset are parts); the values
+// that depend on the limits only come from limitStringsOf. The keys are
+// stored in their canonical form (what Header.Set would store, without
+// canonicalising on every request), in sorted order: net/http sorts them
+// again when it writes them, from an order its maps derive from ours.
 func setRateLimitHeaders(h http.Header, d ratelimit.Decision, key *btk.Actor) {
-	const n = 6
-	var buf [256]byte
-	var end [n]int
+	var buf [96]byte
 	reset := int64(ceilSeconds(d.Reset))
-	b := strconv.AppendInt(buf[:0], int64(d.Limit), 10)
-	end[0] = len(b)
-	b = strconv.AppendInt(b, int64(d.Remaining), 10)
-	end[1] = len(b)
-	b = strconv.AppendInt(b, reset, 10)
-	end[2] = len(b)
-	b = append(b, `"minute";q=`...)
-	b = strconv.AppendInt(b, int64(d.PerMinute), 10)
-	b = append(b, `;w=60, "day";q=`...)
-	b = strconv.AppendInt(b, int64(d.PerDay), 10)
-	b = append(b, `;w=86400`...)
-	end[3] = len(b)
+	b := buf[:0]
 	if d.Day {
 		b = append(b, `"day";r=`...)
 	} else {
 		b = append(b, `"minute";r=`...)
 	}
+	r0 := len(b)
 	b = strconv.AppendInt(b, int64(d.Remaining), 10)
+	r1 := len(b)
 	b = append(b, ";t="...)
+	t0 := len(b)
 	b = strconv.AppendInt(b, reset, 10)
-	end[4] = len(b)
-	k := n - 1
+	t1 := len(b)
 	if !d.Allowed {
 		b = strconv.AppendInt(b, int64(max(1, ceilSeconds(d.RetryAfter))), 10)
-		end[5] = len(b)
-		k = n
 	}
 	s := string(b)
-	size := k
+	ls := limitStringsOf(d.PerMinute, d.PerDay)
+	limit := ls.minute
+	switch d.Limit {
+	case d.PerMinute:
+	case d.PerDay:
+		limit = ls.day
+	default: // not a window's limit: never so, but told as it is
+		limit = strconv.Itoa(d.Limit)
+	}
+	size := 5
+	if !d.Allowed {
+		size++
+	}
 	if key != nil {
 		size += 3
 	}
 	vals := make([]string, size)
-	for i, start := 0, 0; i < k; i++ {
-		vals[i], start = s[start:end[i]], end[i]
-	}
-	h["Ratelimit-Limit"] = vals[0:1:1]
-	h["Ratelimit-Remaining"] = vals[1:2:2]
-	h["Ratelimit-Reset"] = vals[2:3:3]
-	h["Ratelimit-Policy"] = vals[3:4:4]
-	h["Ratelimit"] = vals[4:5:5]
-	if k == n {
+	vals[0], vals[1], vals[2], vals[3], vals[4] = s[:t1], limit, ls.policy, s[r0:r1], s[t0:t1]
+	h["Ratelimit"] = vals[0:1:1]
+	h["Ratelimit-Limit"] = vals[1:2:2]
+	h["Ratelimit-Policy"] = vals[2:3:3]
+	h["Ratelimit-Remaining"] = vals[3:4:4]
+	h["Ratelimit-Reset"] = vals[4:5:5]
+	n := 5
+	if !d.Allowed {
+		vals[5] = s[t1:]
 		h["Retry-After"] = vals[5:6:6]
+		n = 6
 	}
 	if key != nil {
-		setKeyHeadersIn(h, key, vals[k:])
+		setKeyHeadersIn(h, key, vals[n:])
 	}
+}
+
+// limitStrings are the rate-limit header values that depend on the limits
+// alone: RateLimit-Limit of each window, and RateLimit-Policy.
+type limitStrings struct {
+	perMinute, perDay int
+	minute, day       string
+	policy            string
+}
+
+// limitCache keeps the limitStrings of recent limits, one per slot: a key's
+// limits rarely change, and the keys of a server share few limits, so
+// requests seldom format them. A miss formats them anew; what a slot holds
+// is replaced whole (atomically), never changed.
+var limitCache [256]atomic.Pointer[limitStrings]
+
+// limitStringsOf returns the limitStrings of perMinute and perDay.
+func limitStringsOf(perMinute, perDay int) *limitStrings {
+	slot := &limitCache[(uint64(perMinute)*0x9e3779b97f4a7c15^uint64(perDay))>>56]
+	if e := slot.Load(); e != nil && e.perMinute == perMinute && e.perDay == perDay {
+		return e
+	}
+	e := &limitStrings{
+		perMinute: perMinute, perDay: perDay,
+		minute: strconv.Itoa(perMinute), day: strconv.Itoa(perDay),
+		policy: `"minute";q=` + strconv.Itoa(perMinute) + `;w=60, "day";q=` + strconv.Itoa(perDay) + `;w=86400`,
+	}
+	slot.Store(e)
+	return e
 }
 
 // setKeyHeaders sets X-Tenant-Id, X-Api-Key-Id and X-Api-Key-Scopes
@@ -259,10 +292,10 @@ func setKeyHeaders(h http.Header, a *btk.Actor) {
 
 // setKeyHeadersIn is setKeyHeaders with the values stored in ids (three).
 func setKeyHeadersIn(h http.Header, a *btk.Actor, ids []string) {
-	ids[0], ids[1], ids[2] = a.WorkspaceID, a.KeyID, a.KeyScopes
-	h[HeaderTenantID] = ids[0:1:1]
-	h[headerKeyID] = ids[1:2:2]
-	h[headerKeyScopes] = ids[2:3:3]
+	ids[0], ids[1], ids[2] = a.KeyID, a.KeyScopes, a.WorkspaceID
+	h[headerKeyID] = ids[0:1:1]
+	h[headerKeyScopes] = ids[1:2:2]
+	h[HeaderTenantID] = ids[2:3:3]
 }
 
 // Authorize serves /v1/authorize (docs/gateway.md#forward-auth-v1authorize), forward-auth for nginx
