@@ -2,7 +2,9 @@ package redisstate
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -23,7 +25,8 @@ import (
 // TestCostPerCheck measures (BTK_COST=1; not a check, a measurement) the
 // CPU one key check costs: in this process (the client side of btk), in
 // the Redis server processes (/proc), and in Redis's own accounting of the
-// script (INFO commandstats), through each client below, on a server and
+// script (INFO commandstats, per check: a call may check many keys),
+// through each client below, on a server and
 // on a three-master cluster of its own. 32 goroutines check 96 keys of 96
 // workspaces for BTK_COST_SECONDS (default 5) each, BTK_COST_ROUNDS
 // (default 1) times, the clients alternated in each round.
@@ -53,8 +56,8 @@ func TestCostPerCheck(t *testing.T) {
 				s := openAt(t, d.url)
 				client.use(t, s, d.nodes)
 				r := measure(t, s, d.nodes, time.Duration(secs)*time.Second)
-				t.Logf("%d %-10s %-12s checks/s %6.0f  client-us/check %5.1f  redis-us/check %5.1f  script-us/check %5.2f  cmds/check %.2f  client-syscalls/check %.2f  redis-syscalls/check %.2f  allocs/check %4.1f",
-					round+1, d.name, client.name, r.rate, r.client, r.redis, r.script, r.cmds, r.syscalls, r.redisSyscalls, r.allocs)
+				t.Logf("%d %-10s %-12s checks/s %6.0f  client-us/check %5.1f  redis-us/check %5.1f  script-us/check %5.2f  checks/call %4.1f  cmds/check %.2f  client-syscalls/check %.2f  redis-syscalls/check %.2f  allocs/check %4.1f",
+					round+1, d.name, client.name, r.rate, r.client, r.redis, r.script, r.perCall, r.cmds, r.syscalls, r.redisSyscalls, r.allocs)
 			}
 		}
 	}
@@ -69,6 +72,13 @@ var costClients = []struct {
 	{"direct", func(t *testing.T, s *State, _ []*redistest.Server) { s.checks = s.rdb }},
 	// go-redis's automatic pipeline, half duplex (btk's).
 	{"autopipeline", func(*testing.T, *State, []*redistest.Server) {}},
+	// btk's own batches: the checks that arrive while a call to a master
+	// is in flight go in its next call, one script call for all of them
+	// (batch_test.go).
+	{"batched", func(t *testing.T, s *State, _ []*redistest.Server) { s.checks = newBatcher(s) }},
+	// No Redis: each key check answered at once, accepted (the others go
+	// to Redis). The floor: btk's own work per check, without the wait.
+	{"none", func(t *testing.T, s *State, _ []*redistest.Server) { s.checks = noRedis{s.checks} }},
 	// go-redis's automatic pipeline on one held connection with a writer
 	// and a reader goroutine (no pool Get, no health check per batch).
 	{"fullduplex", func(t *testing.T, s *State, _ []*redistest.Server) {
@@ -135,7 +145,31 @@ func (r rueidisChecks) Process(ctx context.Context, cmd redis.Cmder) error {
 	return nil
 }
 
-type cost struct{ rate, client, redis, script, cmds, syscalls, redisSyscalls, allocs float64 }
+// noRedis answers every key check (State.run's command with a token seen)
+// with an acceptance, at once.
+type noRedis struct{ next processor }
+
+var acceptance = func() string {
+	b := make([]byte, 49)
+	b[0] = 'A'
+	for i := range 6 {
+		binary.LittleEndian.PutUint64(b[1+8*i:], math.Float64bits(1))
+	}
+	return string(b)
+}()
+
+func (n noRedis) Process(ctx context.Context, cmd redis.Cmder) error {
+	args := cmd.Args()
+	if c, ok := cmd.(*redis.Cmd); ok && len(args) == 8 && args[2] == 2 {
+		if seen, ok := args[5].(*string); ok && *seen != "" {
+			c.SetVal(acceptance)
+			return nil
+		}
+	}
+	return n.next.Process(ctx, cmd)
+}
+
+type cost struct{ rate, client, redis, script, perCall, cmds, syscalls, redisSyscalls, allocs float64 }
 
 func measure(t *testing.T, s *State, nodes []*redistest.Server, d time.Duration) cost {
 	ctx := context.Background()
@@ -190,8 +224,10 @@ func measure(t *testing.T, s *State, nodes []*redistest.Server, d time.Duration)
 		rate:   ops / el.Seconds(),
 		client: (cpu(ru1) - cpu(ru0)) / ops,
 		redis:  float64(ticksAfter-ticksBefore) / hz * 1e6 / ops,
-		script: (statsAfter.scriptUsec - statsBefore.scriptUsec) / (statsAfter.scripts - statsBefore.scripts),
-		cmds:   (statsAfter.cmds - statsBefore.cmds) / ops,
+		// Per check, not per call: a call may check many keys.
+		script:  (statsAfter.scriptUsec - statsBefore.scriptUsec) / ops,
+		perCall: ops / max(statsAfter.scripts-statsBefore.scripts, 1),
+		cmds:    (statsAfter.cmds - statsBefore.cmds) / ops,
 		// The INFO calls and the poller are a few syscalls per run.
 		syscalls:      (ioAfter - ioBefore) / ops,
 		redisSyscalls: (redisIOAfter - redisIOBefore) / ops,
