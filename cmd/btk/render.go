@@ -122,6 +122,13 @@ func (p *printer) keyLimits(k client.ApiKey) string {
 	return window(k.RateLimitPerMinute, defMin, "min") + ", " + window(k.RateLimitPerDay, defDay, "day")
 }
 
+// apiKey shows k as 'btk show' does: as JSON, or its fields with the limits
+// that apply to it (readDefaults).
+func (p *printer) apiKey(ctx context.Context, c *client.Client, k client.ApiKey) error {
+	p.readDefaults(ctx, c)
+	return p.Object(k, p.apiKeyFields(k))
+}
+
 // readDefaults reads the workspace's default limits for keyLimits; without
 // them (an error), keyLimits says "workspace default".
 func (p *printer) readDefaults(ctx context.Context, c *client.Client) {

@@ -83,7 +83,6 @@ func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
 		return err
 	}
 	revoked := resp.RevokeApiKey
-	p.readDefaults(ctx, c)
 	p.Notice("Revoked key %q", revoked.Name)
-	return p.Object(revoked, p.apiKeyFields(revoked))
+	return p.apiKey(ctx, c, revoked)
 }

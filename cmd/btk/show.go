@@ -25,8 +25,7 @@ again.`,
 			if err != nil {
 				return err
 			}
-			p.readDefaults(ctx, c)
-			return p.Object(k, p.apiKeyFields(k))
+			return p.apiKey(ctx, c, k)
 		}),
 	}
 }

@@ -95,7 +95,6 @@ func runUpdate(cmd *cobra.Command, opts *updateOptions) error {
 		return err
 	}
 	updated := resp.UpdateApiKey
-	p.readDefaults(ctx, c)
 	p.Notice("Updated key %q", updated.Name)
-	return p.Object(updated, p.apiKeyFields(updated))
+	return p.apiKey(ctx, c, updated)
 }
