@@ -18,7 +18,7 @@ import (
 // Regression tests of the bounds on a request (docs/security.md#bounds-on-a-request),
 // one per finding of a hardening review, through HTTP.
 
-// fragmentBomb is the document of finding 1: fragment Fi spreads F(i+1)
+// fragmentBomb is the exponential fragment document: fragment Fi spreads F(i+1)
 // twice, depth levels deep (1 KB for 22 levels; 2^22 fields expanded).
 func fragmentBomb(depth int) string {
 	var b strings.Builder
@@ -33,7 +33,7 @@ func fragmentBomb(depth int) string {
 	return b.String()
 }
 
-// Finding 1: the exponential fragment document is refused for its cost
+// The exponential fragment document is refused for its cost
 // (computed once per fragment; BenchmarkCostliestAnonymousRequests measures
 // what refusing it costs).
 func TestFragmentBombRefused(t *testing.T) {
@@ -88,7 +88,7 @@ func firstCode(t *testing.T, out map[string]json.RawMessage) string {
 	return c
 }
 
-// Finding 2: a list variable is bounded before it is coerced, and a body
+// A list variable is bounded before it is coerced, and a body
 // is bounded to 64 KiB: the 1 MiB body of 200,000 scopes is refused unread,
 // and a list of 10,000 that fits the body is refused before coercion.
 func TestHugeListsRefused(t *testing.T) {
@@ -196,7 +196,7 @@ fragment FullType on __Type {
 fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue isDeprecated deprecationReason }
 fragment TypeRef on __Type { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } } }`
 
-// Finding 4: introspection and "did you mean" suggestions are for logged-in
+// Introspection and "did you mean" suggestions are for logged-in
 // users; introspection fields count towards the cost.
 func TestIntrospectionForUsersOnly(t *testing.T) {
 	e, owner := newAdminEnv(t)
@@ -220,7 +220,7 @@ func TestIntrospectionForUsersOnly(t *testing.T) {
 	if len(schema.Schema.Types) < 10 {
 		t.Fatalf("introspection: %d types", len(schema.Schema.Types))
 	}
-	// 140 aliased introspections (finding 4's 7 KB, 1.75 MB answer) are over the cost.
+	// 140 aliased introspections (a 7 KB query, a 1.75 MB answer) are over the cost.
 	if r := e.do(owner, aliasQuery(140, "__schema{types{description fields{description}}}"), nil); r.Code() != "COMPLEXITY_LIMIT_EXCEEDED" {
 		t.Fatalf("140 introspections: %q", r.Code())
 	}
@@ -256,7 +256,7 @@ func (brokenTx) AuditEntries(context.Context, btk.AuditFilter) ([]*btk.AuditEntr
 	return nil, "", fmt.Errorf("store: audit entries: %w: %w", btk.ErrUnavailable, errors.New("database is locked (5) (SQLITE_BUSY)"))
 }
 
-// Finding 3: an internal failure is INTERNAL "internal error", logged at
+// An internal failure is INTERNAL "internal error", logged at
 // ERROR with the operation name and the detail, which the answer does not
 // carry; a busy store is UNAVAILABLE. gqlgen's own coercion errors keep
 // their message and BAD_USER_INPUT.
@@ -293,7 +293,7 @@ func TestErrorsTellTheTruth(t *testing.T) {
 		t.Fatalf("no WARN line for the busy store:\n%s", e.logText())
 	}
 
-	// The zero time of finding 3 is no bound, not an internal error.
+	// The zero time is no bound, not an internal error.
 	e2 := newEnv(t)
 	var out struct {
 		AuditEvents struct{ Nodes []struct{ ID string } }
@@ -305,7 +305,7 @@ func TestErrorsTellTheTruth(t *testing.T) {
 	}
 }
 
-// Finding 6: a password change ends the account's other sessions, and
+// A password change ends the account's other sessions, and
 // disabling an account ends all of them, impersonation included: the next
 // request with an old token is 401. A disabled account cannot log in.
 func TestCompromisedAccountIsCutOff(t *testing.T) {
@@ -404,7 +404,7 @@ func TestCompromisedAccountIsCutOff(t *testing.T) {
 	}
 }
 
-// Finding 7: an OWNER changes and removes existing members only; adding an
+// An OWNER changes and removes existing members only; adding an
 // account is for platform admins, and the answer is the same whether the
 // account exists or not.
 func TestOwnerCannotAddNonMember(t *testing.T) {
@@ -445,7 +445,7 @@ func TestOwnerCannotAddNonMember(t *testing.T) {
 	e.setMember(root, ws, outsiderID, "MEMBER")
 }
 
-// Finding 8: names are NFC-normalised before checks and uniqueness; names
+// Names are NFC-normalised before checks and uniqueness; names
 // that look empty or hide characters are refused.
 func TestNames(t *testing.T) {
 	e, owner := newAdminEnv(t)
@@ -500,7 +500,7 @@ func TestNames(t *testing.T) {
 	}
 }
 
-// Finding 9: GraphQL over HTTP. A document that does not parse or validate:
+// GraphQL over HTTP. A document that does not parse or validate:
 // 400 without data with application/graphql-response+json, 200 without data
 // with application/json; a body without a query: 400.
 func TestGraphQLOverHTTPStatuses(t *testing.T) {

@@ -22,7 +22,7 @@ func clientFrom(t *testing.T, n int) *http.Client {
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
 
-// Finding 5: failures from other addresses cannot lock the owner out. After
+// Failures from other addresses cannot lock the owner out. After
 // 100 failed logins from 100 addresses (and a second round from 60 of them,
 // which spends the account's budget of 50 a minute), the owner logs in at once from an address
 // that has not failed; the failing addresses stay throttled.
