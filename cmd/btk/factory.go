@@ -118,6 +118,19 @@ func (f *factory) connected(run func(ctx context.Context, p *printer, c *client.
 	}
 }
 
+// connectedConfirmable is connected for a command that asks for
+// confirmation before it acts, unless *yes (--yes): with nobody to ask, it
+// fails before connecting (iostreams.confirmable); action is what it does.
+func (f *factory) connectedConfirmable(yes *bool, action string, run func(ctx context.Context, p *printer, c *client.Client, args []string) error) func(*cobra.Command, []string) error {
+	connected := f.connected(run)
+	return func(cmd *cobra.Command, args []string) error {
+		if err := f.io.confirmable(*yes, action); err != nil {
+			return err
+		}
+		return connected(cmd, args)
+	}
+}
+
 // client returns a client authenticated with the configured token; without
 // one it fails before any request.
 func (f *factory) client(cmd *cobra.Command) (*client.Client, error) {

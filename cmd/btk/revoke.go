@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -37,26 +38,22 @@ On a terminal btk asks for confirmation; elsewhere --yes is required.`,
   pbpaste | btk revoke - --yes               # the leaked key itself, from the clipboard`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: positional(f.completeKeys),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: f.connectedConfirmable(&opts.yes, "revoke", func(ctx context.Context, p *printer, c *client.Client, args []string) error {
 			opts.key = args[0]
-			return runRevoke(cmd, opts)
-		},
+			return runRevoke(ctx, p, c, opts)
+		}),
 	}
 	cmd.Flags().BoolVarP(&opts.yes, "yes", "y", false, "do not ask for confirmation")
 	return cmd
 }
 
-func runRevoke(cmd *cobra.Command, opts *revokeOptions) error {
+func runRevoke(ctx context.Context, p *printer, c *client.Client, opts *revokeOptions) error {
 	f := opts.f
-	if err := f.io.confirmable(opts.yes, "revoke"); err != nil {
-		return err
-	}
-	ctx, p, c, err := f.connect(cmd)
-	if err != nil {
-		return err
-	}
-	var k client.ApiKey
-	var workspace *client.ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant
+	var (
+		k         client.ApiKey
+		workspace *client.ApiKeyByHashApiKeyByHashApiKeyWorkspaceTenant
+		err       error
+	)
 	if opts.key == "-" {
 		found, err := keyOnInput(ctx, f.io, c)
 		if err != nil {

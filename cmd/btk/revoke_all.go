@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -27,23 +28,16 @@ required.`,
 		Example: `  btk revoke-all
   btk revoke-all --yes -o json   # {"revokedCount": 12}`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runRevokeAll(cmd, opts)
-		},
+		RunE: f.connectedConfirmable(&opts.yes, "revoke every key", func(ctx context.Context, p *printer, c *client.Client, _ []string) error {
+			return runRevokeAll(ctx, p, c, opts)
+		}),
 	}
 	cmd.Flags().BoolVarP(&opts.yes, "yes", "y", false, "do not ask for confirmation")
 	return cmd
 }
 
-func runRevokeAll(cmd *cobra.Command, opts *revokeAllOptions) error {
+func runRevokeAll(ctx context.Context, p *printer, c *client.Client, opts *revokeAllOptions) error {
 	f := opts.f
-	if err := f.io.confirmable(opts.yes, "revoke every key"); err != nil {
-		return err
-	}
-	ctx, p, c, err := f.connect(cmd)
-	if err != nil {
-		return err
-	}
 	if !opts.yes {
 		info, err := client.TenantInfo(ctx, c)
 		if err != nil {

@@ -90,14 +90,7 @@ func newWebhookRmCmd(f *factory) *cobra.Command {
 		Short: "Delete a webhook and its pending deliveries",
 		Long:  `Delete a webhook. On a terminal btk asks for confirmation; elsewhere --yes is required.`,
 		Args:  exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := f.io.confirmable(yes, "delete"); err != nil {
-				return err
-			}
-			ctx, p, c, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
+		RunE: f.connectedConfirmable(&yes, "delete", func(ctx context.Context, p *printer, c *client.Client, args []string) error {
 			if !yes {
 				err := f.io.confirm(fmt.Sprintf("Delete webhook %s? Its pending deliveries are dropped.", args[0]), "webhook "+args[0]+" was not deleted")
 				if err != nil {
@@ -112,7 +105,7 @@ func newWebhookRmCmd(f *factory) *cobra.Command {
 			}
 			p.Notice("Deleted webhook %s", args[0])
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	return cmd
