@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 
+	"github.com/Khan/genqlient/graphql"
 	"github.com/spf13/cobra"
 
 	"github.com/btk-project/btk/internal/client"
@@ -31,6 +32,18 @@ func listCommand[T any](f *factory, short string, fetch func(context.Context, *c
 		Aliases: []string{"ls"},
 		Args:    noArgs,
 		RunE:    listRunE(f, fetch, none, table),
+	}
+}
+
+// listOf is the fetch of a list query: query, then list, the getter of the
+// list its response holds, such as (*client.AccountsResponse).GetAccounts.
+func listOf[R, T any](query func(context.Context, graphql.Client) (*R, error), list func(*R) []T) func(context.Context, *client.Client) ([]T, error) {
+	return func(ctx context.Context, c *client.Client) ([]T, error) {
+		resp, err := query(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		return list(resp), nil
 	}
 }
 

@@ -12,10 +12,8 @@ import (
 )
 
 func newAccountListCmd(f *factory) *cobra.Command {
-	return listCommand(f, "List every account (platform admin)", func(ctx context.Context, c *client.Client) ([]client.Account, error) {
-		resp, err := client.Accounts(ctx, c)
-		return resp.Accounts, err
-	}, "No accounts", (*printer).accountTable)
+	return listCommand(f, "List every account (platform admin)", listOf(client.Accounts, (*client.AccountsResponse).GetAccounts),
+		"No accounts", (*printer).accountTable)
 }
 
 func newMemberListCmd(f *factory) *cobra.Command {

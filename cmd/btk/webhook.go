@@ -68,10 +68,8 @@ func newWebhookListCmd(f *factory) *cobra.Command {
 		Use:   "list",
 		Short: "List the workspace's webhooks",
 		Args:  noArgs,
-		RunE: listRunE(f, func(ctx context.Context, c *client.Client) ([]client.Webhook, error) {
-			resp, err := client.Webhooks(ctx, c)
-			return resp.Webhooks, err
-		}, "No webhooks; add one with 'btk webhook add URL'", (*printer).webhookTable),
+		RunE: listRunE(f, listOf(client.Webhooks, (*client.WebhooksResponse).GetWebhooks),
+			"No webhooks; add one with 'btk webhook add URL'", (*printer).webhookTable),
 	}
 }
 
