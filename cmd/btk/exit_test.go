@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -156,5 +158,34 @@ func TestLoginUnreachableBeforePassword(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "cannot reach the btk server at http://"+addr) {
 		t.Errorf("stderr %q", errOut)
+	}
+}
+
+// Output that cannot be written is a failure: a script that sent btk's
+// answer to a full disk must not read exit 0 and move on without it.
+func TestUnwrittenOutputFails(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("needs /dev/full: %v", err)
+	}
+	defer full.Close()
+	var stderr strings.Builder
+	if code := run(context.Background(), []string{"version"}, strings.NewReader(""), full, &stderr); code != exitError {
+		t.Fatalf("btk version to a full disk: exit %d, want %d; stderr %q", code, exitError, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "writing standard output") {
+		t.Errorf("stderr does not say why: %q", stderr.String())
+	}
+
+	closed, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	if code := run(context.Background(), []string{"version"}, strings.NewReader(""), closed, &strings.Builder{}); code != exitError {
+		t.Fatalf("btk version to a closed descriptor: exit %d, want %d", code, exitError)
+	}
+	if code := run(context.Background(), []string{"version"}, strings.NewReader(""), &strings.Builder{}, &strings.Builder{}); code != exitOK {
+		t.Fatalf("btk version: exit %d", code)
 	}
 }

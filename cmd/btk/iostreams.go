@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/charmbracelet/x/ansi"
 	"golang.org/x/term"
@@ -49,7 +50,7 @@ var errInterrupted = errors.New("interrupted")
 func systemStreams(stdin io.Reader, stdout, stderr io.Writer) *iostreams {
 	s := &iostreams{
 		In:     stdin,
-		Out:    stdout,
+		Out:    &outWriter{w: stdout},
 		ErrOut: stderr,
 		inTTY:  isTerminal(stdin),
 		outTTY: isTerminal(stdout),
@@ -76,6 +77,41 @@ func terminalWidth(fd int, getenv func(string) string) int {
 		return n
 	}
 	return 80
+}
+
+// outWriter is standard output, remembering its first failed write: data
+// that did not reach a full disk or a closed descriptor must not exit 0
+// (docs/design.md#exit-codes). A broken pipe never gets here: Go ends the
+// process with SIGPIPE, as other Unix tools end.
+type outWriter struct {
+	w   io.Writer
+	mu  sync.Mutex
+	err error
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	o.err = err
+	return n, err
+}
+
+// outErr is the first error writing standard output, if any.
+func (s *iostreams) outErr() error {
+	o, ok := s.Out.(*outWriter)
+	if !ok {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err != nil {
+		return fmt.Errorf("writing standard output: %w", o.err)
+	}
+	return nil
 }
 
 // outWidth is the width tables must fit in: 0 (any) unless stdout is a terminal.

@@ -32,6 +32,9 @@ func runWith(ctx context.Context, args []string, streams *iostreams) int {
 		fmt.Fprintln(streams.ErrOut, "btk: interrupted")
 		return exitInterrupted
 	}
+	if err == nil {
+		err = streams.outErr()
+	}
 	if err != nil {
 		err = asUsage(err)
 		printError(streams.ErrOut, cmd, hint(err))
