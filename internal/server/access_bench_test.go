@@ -1,13 +1,17 @@
 package server_test
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/btk-project/btk/internal/server"
 )
@@ -107,4 +111,76 @@ func BenchmarkAuthorizeWire(b *testing.B) {
 	}
 	run("healthz", "/healthz", nil)
 	run("authorize", "/v1/authorize", map[string]string{"X-Api-Key": k.Plaintext, "X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/orders/42/lines/7"})
+
+	// raw/…: the request bytes wrk sends (bench/hotpath.sh), written on one
+	// keep-alive connection and the answer read into a fixed buffer, so that
+	// nearly everything measured is the server's; against a server with btk
+	// serve's timeouts. The figures of bench/README.md ("Where the scoped
+	// authorize's extra µs go"):
+	//
+	//	go test -c -o wire.test ./internal/server && for n in 2000 4000; do
+	//	  GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file=cg.$n \
+	//	    ./wire.test -test.run '^$' -test.bench 'AuthorizeWire/raw/authorize$' -test.benchtime ${n}x; done
+	//	# instructions per request: (cg.4000's total - cg.2000's) / 2000
+	raw := httptest.NewUnstartedServer(server.New(e.svc, e.db, log))
+	raw.Config.ReadHeaderTimeout, raw.Config.ReadTimeout = 10*time.Second, 30*time.Second
+	raw.Config.WriteTimeout, raw.Config.IdleTimeout = 30*time.Second, 2*time.Minute
+	raw.Start()
+	b.Cleanup(raw.Close)
+	host := raw.Listener.Addr().String()
+	runRaw := func(name, request string) {
+		b.Run("raw/"+name, measure(func(b *testing.B) {
+			c, err := net.Dial("tcp", host)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			req, buf := []byte(request), make([]byte, 4096)
+			for b.Loop() {
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				if err := readAnswer(c, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}))
+	}
+	runRaw("healthz", "GET /healthz HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+	runRaw("authorize", "GET /v1/authorize HTTP/1.1\r\nHost: "+host+"\r\nX-Api-Key: "+k.Plaintext+
+		"\r\nX-Forwarded-Method: GET\r\nX-Forwarded-Uri: /orders/42/lines/7\r\n\r\n")
+}
+
+// readAnswer reads one 200 answer with a Content-Length from c into buf.
+func readAnswer(c net.Conn, buf []byte) error {
+	n := 0
+	for {
+		m, err := c.Read(buf[n:])
+		if err != nil {
+			return err
+		}
+		n += m
+		head, _, ok := bytes.Cut(buf[:n], []byte("\r\n\r\n"))
+		if !ok {
+			if n == len(buf) {
+				return fmt.Errorf("answer header larger than %d bytes", len(buf))
+			}
+			continue
+		}
+		if !bytes.HasPrefix(head, []byte("HTTP/1.1 200 ")) {
+			return fmt.Errorf("answer %q", head)
+		}
+		_, v, ok := bytes.Cut(head, []byte("\r\nContent-Length: "))
+		if !ok {
+			return fmt.Errorf("no Content-Length in %q", head)
+		}
+		v, _, _ = bytes.Cut(v, []byte("\r\n"))
+		size, err := strconv.Atoi(string(v))
+		if err != nil {
+			return err
+		}
+		if n >= len(head)+4+size {
+			return nil
+		}
+	}
 }
