@@ -112,22 +112,29 @@ func BenchmarkAuthorizeWire(b *testing.B) {
 	run("healthz", "/healthz", nil)
 	run("authorize", "/v1/authorize", map[string]string{"X-Api-Key": k.Plaintext, "X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/orders/42/lines/7"})
 
-	// raw/…: the request bytes wrk sends (bench/hotpath.sh), written on one
+	// raw/…: the request bytes wrk sends (bench/hotpath.sh; graphql: its
+	// tenantInfo query), written on one
 	// keep-alive connection and the answer read into a fixed buffer, so that
-	// nearly everything measured is the server's; against a server with btk
-	// serve's timeouts. The figures of bench/README.md ("Where the scoped
+	// nearly everything measured is the server's; served as btk serve
+	// serves (server.Serve, its timeouts). The figures of bench/README.md ("Where the scoped
 	// authorize's extra µs go"):
 	//
 	//	go test -c -o wire.test ./internal/server && for n in 2000 4000; do
 	//	  GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file=cg.$n \
 	//	    ./wire.test -test.run '^$' -test.bench 'AuthorizeWire/raw/authorize$' -test.benchtime ${n}x; done
 	//	# instructions per request: (cg.4000's total - cg.2000's) / 2000
-	raw := httptest.NewUnstartedServer(server.New(e.svc, e.db, log))
-	raw.Config.ReadHeaderTimeout, raw.Config.ReadTimeout = 10*time.Second, 30*time.Second
-	raw.Config.WriteTimeout, raw.Config.IdleTimeout = 30*time.Second, 2*time.Minute
-	raw.Start()
-	b.Cleanup(raw.Close)
-	host := raw.Listener.Addr().String()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := &http.Server{
+		Handler:           server.New(e.svc, e.db, log),
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+	}
+	go func() { _ = server.ServeGuarded(raw, ln, nil, server.NewConnGuard(1024)) }()
+	b.Cleanup(func() { _ = raw.Close() })
+	host := ln.Addr().String()
 	runRaw := func(name, request string) {
 		b.Run("raw/"+name, measure(func(b *testing.B) {
 			c, err := net.Dial("tcp", host)
@@ -149,6 +156,9 @@ func BenchmarkAuthorizeWire(b *testing.B) {
 	runRaw("healthz", "GET /healthz HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
 	runRaw("authorize", "GET /v1/authorize HTTP/1.1\r\nHost: "+host+"\r\nX-Api-Key: "+k.Plaintext+
 		"\r\nX-Forwarded-Method: GET\r\nX-Forwarded-Uri: /orders/42/lines/7\r\n\r\n")
+	body := `{"query":"{tenantInfo{id name}}"}`
+	runRaw("graphql", "POST /graphql HTTP/1.1\r\nHost: "+host+"\r\nContent-Type: application/json\r\nX-Api-Key: "+k.Plaintext+
+		"\r\nX-Forwarded-Method: GET\r\nX-Forwarded-Uri: /orders/42/lines/7\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
 }
 
 // readAnswer reads one 200 answer with a Content-Length from c into buf.
