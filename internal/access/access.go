@@ -91,7 +91,10 @@ func (n *node) match(method, path string, best **Rule) {
 			break
 		}
 	}
-	seg, rest, more := strings.Cut(path, "/")
+	seg, rest, more := path, "", false // strings.Cut(path, "/"), without its general search
+	if i := strings.IndexByte(path, '/'); i >= 0 {
+		seg, rest, more = path[:i], path[i+1:], true
+	}
 	if n.exact != nil {
 		if c := n.exact[seg]; c != nil {
 			c.next(method, rest, more, best)
