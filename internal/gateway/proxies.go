@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -95,49 +94,18 @@ func (tp *TrustedProxies) ClientIP(r *http.Request) string {
 // (docs/access.md): the zero Addr when the peer's address does not parse.
 // It allocates nothing.
 func (tp *TrustedProxies) ClientAddr(r *http.Request) netip.Addr {
-	peer := peerAddr(r)
-	if !peer.IsValid() || tp == nil || len(tp.prefixes) == 0 || !tp.trusts(peer) {
+	var peer netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		peer = ap.Addr().Unmap()
+	} else if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
+		peer = a.Unmap()
+	} else {
+		return netip.Addr{}
+	}
+	if tp == nil || len(tp.prefixes) == 0 || !tp.trusts(peer) {
 		return peer
 	}
 	return tp.forwardedClient(r, peer)
-}
-
-// peerKey is the context key of a connection's peer (ConnContext).
-type peerKey struct{}
-
-// peer is a connection's remote address, read once for all its requests.
-type peer struct {
-	remote string     // as net/http sets Request.RemoteAddr
-	addr   netip.Addr // parseAddr of remote
-}
-
-// ConnContext is the http.Server ConnContext of btk's listeners: it parses
-// the connection's remote address once, for ClientAddr on each of its
-// requests.
-func ConnContext(ctx context.Context, c net.Conn) context.Context {
-	remote := c.RemoteAddr().String()
-	return context.WithValue(ctx, peerKey{}, &peer{remote: remote, addr: parseAddr(remote)})
-}
-
-// peerAddr is the address of r's peer (unmapped), the zero Addr when it does
-// not parse: the connection's, read by ConnContext, when r.RemoteAddr still
-// says the same.
-func peerAddr(r *http.Request) netip.Addr {
-	if p, ok := r.Context().Value(peerKey{}).(*peer); ok && p.remote == r.RemoteAddr {
-		return p.addr
-	}
-	return parseAddr(r.RemoteAddr)
-}
-
-// parseAddr reads a RemoteAddr: an address with a port, or without one.
-func parseAddr(remote string) netip.Addr {
-	if ap, err := netip.ParseAddrPort(remote); err == nil {
-		return ap.Addr().Unmap()
-	}
-	if a, err := netip.ParseAddr(remote); err == nil {
-		return a.Unmap()
-	}
-	return netip.Addr{}
 }
 
 // forwardedClient walks X-Forwarded-For from the right, starting at the

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -10,8 +9,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
-
-	"github.com/btk-project/btk/internal/gateway"
 )
 
 // Certificate is a TLS certificate and key read from two PEM files, which
@@ -114,13 +111,6 @@ func ServeGuarded(srv *http.Server, ln net.Listener, cert *Certificate, g *ConnG
 		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: MaxStreamsPerConn}
 	}
 	g.Track(srv)
-	if prev := srv.ConnContext; prev == nil {
-		srv.ConnContext = gateway.ConnContext
-	} else {
-		srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
-			return gateway.ConnContext(prev(ctx, c), c)
-		}
-	}
 	ln = g.Listener(ln)
 	if cert == nil {
 		return srv.Serve(ln)
