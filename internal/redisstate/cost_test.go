@@ -72,10 +72,6 @@ var costClients = []struct {
 	{"direct", func(t *testing.T, s *State, _ []*redistest.Server) { s.checks = s.rdb }},
 	// go-redis's automatic pipeline, half duplex (btk's).
 	{"autopipeline", func(*testing.T, *State, []*redistest.Server) {}},
-	// btk's own batches: the checks that arrive while a call to a master
-	// is in flight go in its next call, one script call for all of them
-	// (batch_test.go).
-	{"batched", func(t *testing.T, s *State, _ []*redistest.Server) { s.checks = newBatcher(s) }},
 	// No Redis: each key check answered at once, accepted (the others go
 	// to Redis). The floor: btk's own work per check, without the wait.
 	{"none", func(t *testing.T, s *State, _ []*redistest.Server) { s.checks = noRedis{s.checks} }},
