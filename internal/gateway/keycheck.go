@@ -270,7 +270,7 @@ var limitCache [256]atomic.Pointer[limitStrings]
 
 // limitStringsOf returns the limitStrings of perMinute and perDay.
 func limitStringsOf(perMinute, perDay int) *limitStrings {
-	slot := &limitCache[(uint64(perMinute)*0x9e3779b97f4a7c15^uint64(perDay))>>56]
+	slot := &limitCache[(uint64(perMinute)*0x9e3779b97f4a7c15^uint64(perDay))>>56] // #nosec G115 -- a hash: wrapping is intended
 	if e := slot.Load(); e != nil && e.perMinute == perMinute && e.perDay == perDay {
 		return e
 	}
