@@ -21,8 +21,10 @@ var (
 )
 
 // AuthenticateKey checks a presented X-Api-Key and decides its rate limit,
-// for a request of unknown origin (a key with networks is refused). Entry
-// points call AuthenticateRequest.
+// for a request of unknown origin (a key with networks is refused). The
+// entry points call CheckKey, through internal/gateway; AuthenticateKey,
+// AuthenticateKeyFrom and AuthenticateRequest are the same check for tests
+// and benchmarks that want an Actor of their own.
 func (s *Service) AuthenticateKey(ctx context.Context, plaintext string) (*Actor, ratelimit.Decision, error) {
 	return s.AuthenticateRequest(ctx, plaintext, &KeyRequest{})
 }

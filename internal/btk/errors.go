@@ -7,8 +7,11 @@ import (
 
 // Code classifies an error for callers: it becomes extensions.code in GraphQL
 // responses, an HTTP status (gateway.Status) and an exit code in the CLI
-// (cmd/btk/exit.go). Every code is declared here, and only here
-// (docs/design.md#error-codes).
+// (cmd/btk/exit.go). Every code the domain gives is declared here, and only
+// here (docs/design.md#error-codes); the two others are declared where they
+// arise: the GraphQL layer's refusals of a document before it runs
+// (internal/graphql) and the client's failures before any answer
+// (internal/client).
 type Code string
 
 const (

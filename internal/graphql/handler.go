@@ -397,7 +397,7 @@ func (c *complexityLimit) MutateOperationContext(ctx context.Context, rc *graphq
 		if oc.cost == maxInt {
 			err = gqlerror.Errorf("operation has a complexity beyond any limit (the limit is %d)", c.limit)
 		}
-		errcode.Set(err, "COMPLEXITY_LIMIT_EXCEEDED")
+		errcode.Set(err, codeComplexityLimit)
 		return err
 	}
 	user := btk.ActorFrom(ctx).IsUser()
@@ -411,6 +411,12 @@ func (c *complexityLimit) MutateOperationContext(ctx context.Context, rc *graphq
 }
 
 const maxInt = int(^uint(0) >> 1)
+
+// codeComplexityLimit refuses a document for its cost before it runs, as
+// gqlgen's own complexity limit names it (it does not export the name).
+// Like gqlgen's GRAPHQL_PARSE_FAILED and GRAPHQL_VALIDATION_FAILED it is a
+// code of the GraphQL layer, not of the domain (docs/design.md#error-codes).
+const codeComplexityLimit = "COMPLEXITY_LIMIT_EXCEEDED"
 
 // costWalker computes an operation's cost as gqlgen's complexity package
 // does (a field costs its complexity function's answer, else 1 plus its

@@ -82,7 +82,7 @@ func (x *expansionLimit) check(ctx context.Context, query string) *gqlerror.Erro
 	}
 	if name, n := mostSharedName(doc); n > maxSameName {
 		gerr := gqlerror.Errorf("%d fields share the response name %q in one selection; at most %d may", n, cutUTF8(name, 64), maxSameName)
-		errcode.Set(gerr, "COMPLEXITY_LIMIT_EXCEEDED")
+		errcode.Set(gerr, codeComplexityLimit)
 		return gerr
 	}
 	return nil
@@ -173,7 +173,7 @@ func (c *nameCounter) fragment(name string) map[string]int {
 
 func (x *expansionLimit) refuse(limit int) *gqlerror.Error {
 	gerr := gqlerror.Errorf("the document expands to more than %d fields, the most allowed to this caller", limit)
-	errcode.Set(gerr, "COMPLEXITY_LIMIT_EXCEEDED")
+	errcode.Set(gerr, codeComplexityLimit)
 	return gerr
 }
 
