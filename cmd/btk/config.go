@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
@@ -39,7 +40,7 @@ func bindGlobalFlags(root *cobra.Command, v *viper.Viper) {
 	pf.String("token", "", "session token or API key to authenticate with (env BTK_TOKEN)")
 	pf.StringP("output", "o", "table", "output format: table, json or plain (env BTK_OUTPUT)")
 	pf.String("config", "", "config file (env BTK_CONFIG; default $XDG_CONFIG_HOME/btk/config.yaml)")
-	// bind (serve.go) also binds BTK_<KEY>.
+	// bind also binds BTK_<KEY>.
 	bind(v, keyServer, pf.Lookup("server"))
 	bind(v, keyToken, pf.Lookup("token"))
 	bind(v, keyOutput, pf.Lookup("output"))
@@ -195,4 +196,13 @@ func validServer(s string) error {
 		return usageErrorf("invalid server address %q: want the server's base address (such as https://btk.example.com), not a path under it", s)
 	}
 	return nil
+}
+
+// bind makes viper key name answer to its flag (if any) and to BTK_<NAME>
+// (dashes become underscores): flags beat env beat the config file.
+func bind(v *viper.Viper, name string, flag *pflag.Flag) {
+	if flag != nil {
+		_ = v.BindPFlag(name, flag) // fails only for a nil flag
+	}
+	_ = v.BindEnv(name, "BTK_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_"))) // fails only without a name
 }

@@ -21,7 +21,7 @@ const repoRoot = "../.."
 // --help: every flag of btk serve, and its environment variable, must be in it.
 func TestOperatingDocListsEveryServeSetting(t *testing.T) {
 	table := section(t, "docs/operating.md", "## Settings of `btk serve`")
-	newServeCmd(viper.New()).Flags().VisitAll(func(f *pflag.Flag) {
+	newServeCmd().Flags().VisitAll(func(f *pflag.Flag) {
 		if f.Name == "help" {
 			return
 		}

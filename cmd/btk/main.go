@@ -1,4 +1,3 @@
-// Command btk is the workspace API key service (btk serve) and its client.
 package main
 
 import (

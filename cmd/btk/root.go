@@ -43,11 +43,11 @@ func runWith(ctx context.Context, args []string, streams *iostreams) int {
 }
 
 // newCommandTree is every command of btk: the client commands and the
-// server's (serve shares f's viper instance). The CLI reference in docs/cli
-// is generated from it (clidocs_test.go).
+// server's (serve reads its own typed configuration, serve_config.go). The
+// CLI reference in docs/cli is generated from it (clidocs_test.go).
 func newCommandTree(f *factory) *cobra.Command {
 	root := newRootCmd(f)
-	serve := newServeCmd(f.v)
+	serve := newServeCmd()
 	serve.GroupID = "server"
 	root.AddCommand(serve)
 	backup := newBackupCmd(f)

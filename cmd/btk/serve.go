@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,11 +20,9 @@ import (
 	"github.com/btk-project/btk/internal/store"
 	"github.com/btk-project/btk/internal/web"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-	"github.com/spf13/viper"
 )
 
-func newServeCmd(v *viper.Viper) *cobra.Command {
+func newServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the btk server on a SQLite file or a PostgreSQL database",
@@ -307,15 +304,6 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
-}
-
-// bind makes viper key name answer to its flag (if any) and to BTK_<NAME>
-// (dashes become underscores): flags beat env beat the config file.
-func bind(v *viper.Viper, name string, flag *pflag.Flag) {
-	if flag != nil {
-		_ = v.BindPFlag(name, flag) // fails only for a nil flag
-	}
-	_ = v.BindEnv(name, "BTK_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_"))) // fails only without a name
 }
 
 // DefaultGCPercent is btk serve's garbage collector target when neither

@@ -19,8 +19,8 @@ import (
 	"github.com/btk-project/btk/internal/store"
 )
 
-// serveConfig is the configuration of `btk serve` (docs/operating.md,
-// "Settings"). It is filled in one order — defaults, then the config file,
+// serveConfig is the configuration of `btk serve`
+// (docs/operating.md#settings-of-btk-serve). It is filled in one order — defaults, then the config file,
 // then BTK_* variables, then flags — by loadServeConfig, and checked once by
 // Validate. It is not the CLI's settings nor its login state (config.go):
 // `btk login` never writes the server's configuration.
