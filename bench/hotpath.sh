@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/hotpath.sh — the request hot path of `btk serve`, measured (issues 4
-# and 8, docs/design.md#budgets). See bench/README.md for what it prints and the figures.
+# bench/hotpath.sh — the request hot path of `btk serve`, measured against the
+# budgets of docs/design.md#budgets. See bench/README.md for what it prints and the figures.
 #
 #   bench/hotpath.sh            # from the repository root (or anywhere inside it)
 #
