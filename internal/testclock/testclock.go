@@ -36,9 +36,13 @@ func (c *Clock) Freeze() {
 	c.mu.Unlock()
 }
 
-// Advance moves a stopped clock forward by d.
+// Advance moves the clock forward by d, stopping it first (at the current
+// time) if it runs.
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
+	if c.stopped.IsZero() {
+		c.stopped = time.Now()
+	}
 	c.stopped = c.stopped.Add(d)
 	c.mu.Unlock()
 }

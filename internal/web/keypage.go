@@ -89,7 +89,7 @@ func (h *Handler) keyDetail(w http.ResponseWriter, r *http.Request, a *btk.Actor
 		p.Chart.Label = "Uses of " + k.Name + " per hour, last 48 hours"
 	}
 	entries, _, err := h.svc.KeyAuditLog(ctx, a, btk.AuditFilter{APIKeyID: k.ID, Page: btk.Page{First: 50}})
-	if p.HistoryHidden, ok = h.forbidden(w, r, l, err); !ok {
+	if p.HistoryHidden, ok = h.readOutcome(w, r, l, err); !ok {
 		return
 	}
 	for _, e := range entries {

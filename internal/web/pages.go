@@ -248,7 +248,7 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, a *btk.Actor)
 	p.DefaultPerMinute, p.DefaultPerDay = h.svc.WorkspaceLimits(l.Workspace)
 	p.Expiry = optTime(btk.MaxExpiry(l.Workspace, h.svc.Now()), h.svc.Now())
 	keys, next, err := h.svc.ListKeys(r.Context(), a, p.ShowAll, btk.Page{First: keysPageSize, After: q.Get("after")})
-	if p.Forbidden, ok = h.forbidden(w, r, l, err); !ok {
+	if p.Forbidden, ok = h.readOutcome(w, r, l, err); !ok {
 		return nil, false
 	}
 	p.Next = next
@@ -521,7 +521,7 @@ func (h *Handler) workspaces(w http.ResponseWriter, r *http.Request, a *btk.Acto
 	p := workspacesPage{layout: *l}
 	ws, err := h.svc.Workspaces(r.Context(), a)
 	var ok bool
-	if p.Forbidden, ok = h.forbidden(w, r, l, err); !ok {
+	if p.Forbidden, ok = h.readOutcome(w, r, l, err); !ok {
 		return
 	}
 	p.Workspaces = ws

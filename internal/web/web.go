@@ -214,10 +214,11 @@ func (h *Handler) parseForm(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// forbidden sorts the error of a page's read: a read the role does not
-// allow is forbidden (the page says so instead of listing); any other
-// failure gets the error page, and ok is false (the answer is written).
-func (h *Handler) forbidden(w http.ResponseWriter, r *http.Request, l *layout, err error) (forbidden, ok bool) {
+// readOutcome sorts the error (nil included) of a page's read: a read the
+// role does not allow is forbidden (the page says so instead of listing);
+// any other failure gets the error page, and ok is false (the answer is
+// written).
+func (h *Handler) readOutcome(w http.ResponseWriter, r *http.Request, l *layout, err error) (forbidden, ok bool) {
 	if btk.ErrorCode(err) == btk.CodeForbidden {
 		return true, true
 	}

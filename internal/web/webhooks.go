@@ -61,7 +61,7 @@ func (h *Handler) webhooksPage(w http.ResponseWriter, r *http.Request, a *btk.Ac
 	}
 	p := &webhooksPage{layout: *l, Max: btk.MaxWebhooksPerWorkspace}
 	hooks, err := h.svc.Webhooks(r.Context(), a)
-	if p.Forbidden, ok = h.forbidden(w, r, l, err); !ok {
+	if p.Forbidden, ok = h.readOutcome(w, r, l, err); !ok {
 		return nil, false
 	}
 	now := h.svc.Now()
