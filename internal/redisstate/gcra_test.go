@@ -271,3 +271,24 @@ func TestUnreachable(t *testing.T) {
 		t.Fatal("ping answered")
 	}
 }
+
+// A key's windows expire from Redis once both are full again (plus a
+// second), on the server's clock: a used key costs memory for at most a day.
+func TestWindowsExpireWhenFull(t *testing.T) {
+	url := testURL(t)
+	s := open(t, url, testPrefix(t, url))
+	ctx := context.Background()
+	c := btk.KeyCheck{KeyID: "key", WorkspacePrefix: "0123abcd", Limits: ratelimit.Limits{PerMinute: 60, PerDay: 1 << 30}, Now: time.Now()}
+	c.Seen = current(t, s, c)
+	for i := range 30 {
+		if v, err := s.Allow(ctx, c); err != nil || !v.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, v, err)
+		}
+	}
+	// 30 requests at one a second fill the minute window 30 s ahead.
+	_, rl, _ := s.checkStrings(c.WorkspacePrefix, c.KeyID, 0, 0, 0)
+	ttl, err := s.rdb.PTTL(ctx, rl).Result()
+	if err != nil || ttl <= 25*time.Second || ttl > 31*time.Second {
+		t.Fatalf("the windows expire in %v (%v), want 30 s + 1 s less the test's own time", ttl, err)
+	}
+}
