@@ -152,3 +152,32 @@ func BenchmarkMatch(b *testing.B) {
 		})
 	}
 }
+
+func TestReadings(t *testing.T) {
+	for _, tc := range []struct {
+		method, raw string
+		want        []Request
+		ok          bool
+	}{
+		{"GET", "/orders/1", nil, true},
+		{"GET", "/orders/1?x=//;\\", nil, true},
+		{"GET", "//admin", []Request{{"GET", "/admin"}}, true},
+		{"GET", "/public//../admin", []Request{{"GET", "/admin"}}, true},
+		{"GET", "/public/..;/admin", []Request{{"GET", "/admin"}}, true},
+		{"GET", "/admin;v=1/x", []Request{{"GET", "/admin/x"}}, true},
+		{"GET", "/public/..%5Cadmin", []Request{{"GET", "/admin"}}, true},
+		{"GET", "/public/%2e%2e%3b/admin", []Request{{"GET", "/admin"}}, true},
+		{"GET", "/a/..;/..;/x", nil, false},
+		{"delete", "/x", []Request{{"DELETE", "/x"}}, true},
+		{"get", "/a;x", []Request{{"GET", "/a;x"}, {"get", "/a"}, {"GET", "/a"}}, true},
+		{"GET", "/orders/%31", nil, true},
+	} {
+		got, ok := Readings(tc.method, tc.raw)
+		if ok != tc.ok || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("Readings(%q, %q) = %v, %v; want %v, %v", tc.method, tc.raw, got, ok, tc.want, tc.ok)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { Readings("GET", "/orders/42/lines") }); n != 0 {
+		t.Errorf("a plain request costs %v allocations", n)
+	}
+}

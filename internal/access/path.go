@@ -13,6 +13,35 @@ import (
 // refused (docs/access.md#paths). A path that needs no change is returned
 // without allocating.
 func Normalize(raw string) (string, bool) {
+	raw, ok := pathOf(raw)
+	if !ok {
+		return "", false
+	}
+	clean := true
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c == '%' || c < 0x20 || c == 0x7f {
+			clean = false
+			break
+		}
+		if c == '.' && raw[i-1] == '/' && (i+1 == len(raw) || raw[i+1] == '/' || raw[i+1] == '.' && (i+2 == len(raw) || raw[i+2] == '/')) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return raw, true
+	}
+	dec, ok := unescape(raw)
+	if !ok {
+		return "", false
+	}
+	return removeDots(dec)
+}
+
+// pathOf is the path of a request target: without query or fragment, and
+// the path of an absolute URI; false for anything else.
+func pathOf(raw string) (string, bool) {
 	for i := 0; i < len(raw); i++ { // IndexAny(raw, "?#") builds its byte set on every call
 		if raw[i] == '?' || raw[i] == '#' {
 			raw = raw[:i]
@@ -35,26 +64,135 @@ func Normalize(raw string) (string, bool) {
 			raw = "/"
 		}
 	}
-	clean := true
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if c == '%' || c < 0x20 || c == 0x7f {
-			clean = false
-			break
-		}
-		if c == '.' && raw[i-1] == '/' && (i+1 == len(raw) || raw[i+1] == '/' || raw[i+1] == '.' && (i+2 == len(raw) || raw[i+2] == '/')) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return raw, true
-	}
-	dec, err := url.PathUnescape(raw)
+	return raw, true
+}
+
+// unescape percent-decodes a path; false for a bad escape or a control
+// character.
+func unescape(p string) (string, bool) {
+	dec, err := url.PathUnescape(p)
 	if err != nil || strings.IndexFunc(dec, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
 		return "", false
 	}
-	return removeDots(dec)
+	return dec, true
+}
+
+// Request is a method and a normalised path, as the rules decide them.
+type Request struct {
+	Method, Path string
+}
+
+// Readings are the other ways servers read a request (docs/access.md#paths).
+// Not every upstream reads a path as RFC 3986 does: nginx, Apache and
+// Tomcat merge "//" into "/" before they remove dot segments (to them
+// "/a//../b" is "/b", to the RFC "/a/b"); Tomcat, Jetty and Spring drop a
+// segment's ";parameters" ("/a/..;/b" is "/b"); IIS and WHATWG URL parsers
+// take "\" for "/"; Django upper-cases the method. A request the rules see
+// as "/public/…" must not reach an upstream that serves "/admin/…", so the
+// key check decides every reading and refuses the request if any is
+// refused: a reading can only refuse more, never allow more.
+//
+// Readings returns the readings of (method, raw path) other than
+// (method, Normalize(raw)), or nil when there are none; it allocates only
+// for a path with "%", ";", "\" or "//", or a method not in upper case. It
+// reports false when a reading cannot be normalised (the request is then
+// refused, as for Normalize).
+func Readings(method, raw string) ([]Request, bool) {
+	upper := strings.ToUpper(method) // no allocation when already upper case
+	plain := true
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c == '?' || c == '#' {
+			break
+		}
+		if c == '%' || c == ';' || c == '\\' || c == '/' && i > 0 && raw[i-1] == '/' {
+			plain = false
+			break
+		}
+	}
+	if plain && upper == method {
+		return nil, true
+	}
+	p, ok := pathOf(raw)
+	if !ok {
+		return nil, false
+	}
+	dec, ok := unescape(p)
+	if !ok {
+		return nil, false
+	}
+	primary, ok := removeDots(dec)
+	if !ok {
+		return nil, false
+	}
+	paths := []string{primary}
+	for mask := 1; mask < 8; mask++ { // every combination of the three readings
+		q := dec
+		if mask&1 != 0 {
+			q = strings.ReplaceAll(q, `\`, "/")
+		}
+		if mask&2 != 0 {
+			q = withoutParams(q)
+		}
+		if mask&4 != 0 {
+			q = mergeSlashes(q)
+		}
+		if q == dec {
+			continue
+		}
+		n, ok := removeDots(q)
+		if !ok {
+			return nil, false
+		}
+		if !contains(paths, n) {
+			paths = append(paths, n)
+		}
+	}
+	methods := []string{method}
+	if upper != method {
+		methods = append(methods, upper)
+	}
+	var out []Request
+	for i, path := range paths {
+		for j, m := range methods {
+			if i == 0 && j == 0 {
+				continue // the request itself
+			}
+			out = append(out, Request{Method: m, Path: path})
+		}
+	}
+	return out, true
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutParams drops each segment's ";parameters" ("/a;v=1/b;x" is "/a/b").
+func withoutParams(p string) string {
+	if strings.IndexByte(p, ';') < 0 {
+		return p
+	}
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if j := strings.IndexByte(s, ';'); j >= 0 {
+			segs[i] = s[:j]
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// mergeSlashes turns every run of "/" into one.
+func mergeSlashes(p string) string {
+	for strings.Contains(p, "//") {
+		p = strings.ReplaceAll(p, "//", "/")
+	}
+	return p
 }
 
 // removeDots is RFC 3986 §5.2.4 on an absolute path, except that ".." at the

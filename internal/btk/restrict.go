@@ -159,7 +159,29 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 	if !ok {
 		return ErrKeyPathDeny
 	}
-	rule := rules.Match(req.Method, path)
+	if err := r.decide(rules, req.Method, path); err != nil {
+		return err
+	}
+	// The same request as other servers read it ("//", ";parameters", "\",
+	// a lower-case method): each reading must pass too, so that the
+	// upstream never serves a path the rules refuse
+	// (docs/access.md#paths).
+	alts, ok := access.Readings(req.Method, req.Path)
+	if !ok {
+		return ErrKeyPathDeny
+	}
+	for _, alt := range alts {
+		if err := r.decide(rules, alt.Method, alt.Path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decide applies the access rules to one reading of a request.
+func (r *restrictions) decide(rules *access.Rules, method, path string) error {
+	scoped := len(r.scopes) > 0
+	rule := rules.Match(method, path)
 	switch {
 	case rule == nil:
 		if scoped {

@@ -204,6 +204,46 @@ func TestAccessRulesAtEveryEntryPoint(t *testing.T) {
 	wantRefused(t, "after reload, /orders", p.authorize(reader.Plaintext, "GET", "/orders/1"), 403, "FORBIDDEN", "API key may not call this path")
 }
 
+// TestAccessRulesHoldForEveryReading: upstreams do not all read a path as
+// RFC 3986 does (nginx and Tomcat merge "//" before removing dot segments,
+// Tomcat drops ";parameters", IIS takes "\" for "/", Django upper-cases the
+// method); a request that some upstream would serve as a refused path is
+// refused at both entry points, and never reaches the upstream
+// (docs/access.md#paths).
+func TestAccessRulesHoldForEveryReading(t *testing.T) {
+	t.Parallel()
+	e, owner, p := newAccessEnv(t)
+	e.svc.SetAccessRules(mustRules(t, accessRules+"  - path: /reports/**\n    methods: [DELETE]\n    deny: true\n"))
+	reader := e.createKeyWith(owner, "reader", `scopes:["orders:read"]`)
+	plain := e.createKey(owner, "plain")
+	const mayNot = "API key may not call this path"
+	for _, tc := range []struct {
+		key          newKey
+		method, path string
+	}{
+		{plain, "GET", "//admin/x"},            // nginx: /admin/x
+		{plain, "GET", "/%2Fadmin/x"},          // the same, encoded
+		{reader, "GET", "/orders//../admin/x"}, // nginx, Apache, Tomcat: /admin/x; RFC: /orders/admin/x
+		{reader, "GET", "/orders/..;/admin/x"}, // Tomcat, Jetty: /admin/x
+		{plain, "GET", "/admin;jsessionid=1/x"},
+		{reader, "GET", "/orders/..%5Cadmin"}, // IIS: /admin
+		{plain, "delete", "/reports/1"},       // Django: DELETE
+	} {
+		seen := p.rec.count()
+		wantRefused(t, "authorize "+tc.method+" "+tc.path, p.authorize(tc.key.Plaintext, tc.method, tc.path), 403, "FORBIDDEN", mayNot)
+		wantRefused(t, "proxy "+tc.method+" "+tc.path, p.proxied(tc.key.Plaintext, tc.method, tc.path), 403, "FORBIDDEN", mayNot)
+		if p.rec.count() != seen {
+			t.Errorf("%s %s reached the upstream", tc.method, tc.path)
+		}
+	}
+	// Readings that the rules allow are no reason to refuse.
+	for _, path := range []string{"/orders/7;v=2", "/orders//7", "/orders/7/..;/8"} {
+		wantAccepted(t, "authorize GET "+path, p.authorize(reader.Plaintext, "GET", path))
+		wantAccepted(t, "proxy GET "+path, p.proxied(reader.Plaintext, "GET", path))
+	}
+	wantAccepted(t, "unscoped delete /orders/1", p.proxied(plain.Plaintext, "delete", "/orders/1"))
+}
+
 // remaining is RateLimit-Remaining of an answer.
 func remaining(t *testing.T, r authResponse) int {
 	t.Helper()
