@@ -431,22 +431,33 @@ func (s *Service) KeyWatchInterval() time.Duration {
 }
 
 // KeyStillValid reports whether a key accepted earlier is still valid (not
-// revoked, replaced by a rotation, or expired), without counting a request.
+// revoked, replaced by a rotation, expired, or older than its workspace's
+// maximum lifetime), without counting a request.
 // An error is a store that did not answer: the caller decides.
 func (s *Service) KeyStillValid(ctx context.Context, plaintext string) (bool, error) {
 	if !WellFormedKey(plaintext) {
 		return false, nil
 	}
 	hash := sha256.Sum256([]byte(plaintext))
+	// A key older than its workspace's maximum lifetime is expired too
+	// (docs/access.md#workspace-key-policy).
+	valid := func(k *APIKey, w *Workspace) bool {
+		now := s.now()
+		return k.Status(now) == KeyActive && !policyExpired(k, w, now)
+	}
 	if !s.clustered {
-		if k, _, _, _ := s.cache.get(hash, plaintext[len(KeyPrefix):DisplayPrefixLen]); k != nil {
-			return k.Status(s.now()) == KeyActive, nil
+		if k, w, _, _ := s.cache.get(hash, plaintext[len(KeyPrefix):DisplayPrefixLen]); k != nil && w != nil {
+			return valid(k, w), nil
 		}
 	}
 	return s.rechecks.check(ctx, hash, func() (bool, error) {
 		var k *APIKey
+		var w *Workspace
 		err := s.store.Read(ctx, func(tx Tx) (err error) {
-			k, err = tx.APIKeyByHash(ctx, hash[:])
+			if k, err = tx.APIKeyByHash(ctx, hash[:]); err != nil {
+				return err
+			}
+			w, err = tx.Workspace(ctx, k.WorkspaceID)
 			return err
 		})
 		if errors.Is(err, ErrNotFound) {
@@ -455,7 +466,7 @@ func (s *Service) KeyStillValid(ctx context.Context, plaintext string) (bool, er
 		if err != nil {
 			return false, err
 		}
-		return k.Status(s.now()) == KeyActive, nil
+		return valid(k, w), nil
 	})
 }
 

@@ -26,6 +26,10 @@ type recheckTx struct {
 	s *recheckStore
 }
 
+func (t recheckTx) Workspace(_ context.Context, id string) (*Workspace, error) {
+	return &Workspace{ID: id}, nil
+}
+
 func (t recheckTx) APIKeyByHash(context.Context, []byte) (*APIKey, error) {
 	t.s.reads.Add(1)
 	if t.s.gate != nil {

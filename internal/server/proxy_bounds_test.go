@@ -154,6 +154,15 @@ func TestProxyCutsConnectionsWhenKeyInvalid(t *testing.T) {
 		k := e.createKeyWith(owner, "stream-expired", `expiresAt:"`+exp+`"`)
 		stream(t, k.Plaintext, func() { e.clock.Advance(2 * time.Hour) })
 	})
+	// A key older than the workspace's maximum lifetime is expired
+	// (docs/access.md#workspace-key-policy): its streams end too.
+	t.Run("stream, past the workspace's maximum lifetime", func(t *testing.T) {
+		k := e.createKey(owner, "stream-policy")
+		stream(t, k.Plaintext, func() {
+			e.must(owner, `mutation($w:ID!){setWorkspaceKeyPolicy(workspaceId:$w,maxLifetimeDays:1){id}}`, map[string]any{"w": e.adminWS}, &struct{}{})
+			e.clock.Advance(49 * time.Hour)
+		})
+	})
 }
 
 // The same on every instance: two instances share PostgreSQL and
