@@ -6,6 +6,7 @@
 package access
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -214,13 +215,30 @@ func Load(file string) (*Rules, error) {
 // Unknown fields, a pattern that is not a clean absolute path, an unknown
 // method spelling, a bad scope or deny with scopes are errors, with the line.
 func Parse(data []byte) (*Rules, error) {
+	// A file of several documents ("---") is refused: yaml.Unmarshal reads
+	// the first alone, so rules after the separator would be dropped
+	// without a word.
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, yamlError(err)
 	}
 	r := &Rules{}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, &Error{Reason: `empty file: expected a "rules:" list`}
+	}
+	for {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, yamlError(err)
+		}
+		if len(next.Content) > 0 && next.Content[0].Tag != "!!null" { // a bare "---" drops nothing
+			return nil, &Error{Line: next.Line, Reason: `a second YAML document ("---"): put every rule in one "rules:" list`}
+		}
 	}
 	top := doc.Content[0]
 	if top.Kind != yaml.MappingNode {
@@ -231,6 +249,9 @@ func Parse(data []byte) (*Rules, error) {
 		k, v := top.Content[i], top.Content[i+1]
 		if k.Value != "rules" {
 			return nil, &Error{Line: k.Line, Reason: fmt.Sprintf("unknown field %q (expected rules)", k.Value)}
+		}
+		if list != nil { // the later list would replace the earlier one
+			return nil, &Error{Line: k.Line, Reason: `field "rules" given twice`}
 		}
 		list = v
 	}

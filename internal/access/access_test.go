@@ -76,10 +76,26 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"rules:\n  - methods: [GET]\n", "access rules:2: rule has no path"},
 		{"rules:\n  - path: /a\n  - [\n", "access rules:"},
 		{"", "empty file"},
+		{"# nothing\n", "empty file"},
+		// A second list or document would drop the rules before it unsaid.
+		{"rules:\n  - path: /admin/**\n    deny: true\nrules:\n  - path: /orders/**\n", `access rules:4: field "rules" given twice`},
+		{"rules:\n  - path: /admin/**\n    deny: true\n---\nrules:\n  - path: /orders/**\n", "access rules:4: a second YAML document"},
+		{"rules:\n  - path: /a\n---\n- [\n", "access rules:"},
+		{"rules:\n  - path: /a\n---\n---\nrules: []\n", "access rules:4: a second YAML document"},
 	} {
 		_, err := Parse([]byte(tc.doc))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) = %v, want %q", tc.doc, err, tc.want)
+		}
+	}
+}
+
+// A document marker that holds nothing, before or after the rules, drops
+// nothing and is allowed.
+func TestParseBareDocumentMarkers(t *testing.T) {
+	for _, doc := range []string{"---\nrules:\n  - path: /a\n", "rules:\n  - path: /a\n---\n", "rules:\n  - path: /a\n...\n"} {
+		if r, err := Parse([]byte(doc)); err != nil || r.Len() != 1 {
+			t.Errorf("Parse(%q) = %d rules, %v; want 1", doc, r.Len(), err)
 		}
 	}
 }
