@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -190,4 +191,33 @@ func (s *State) primaryFor(ctx context.Context, key string) (*redis.Client, erro
 		return c, nil
 	}
 	return nil, fmt.Errorf("redisstate: unexpected client %T", s.rdb)
+}
+
+// primaryAt returns the client of the Redis Cluster primary at addr, the
+// target of a MOVED or ASK answer. The cluster's map is read again first
+// (ForEachMaster does), so a primary the map did not hold yet is found.
+func (s *State) primaryAt(ctx context.Context, addr string) (*redis.Client, error) {
+	c, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil, fmt.Errorf("redisstate: redirected to %s by a server that is not in a Redis Cluster", addr)
+	}
+	// A redirect names an IPv6 primary without brackets (::1:6379), the
+	// cluster's map with them.
+	if i := strings.LastIndexByte(addr, ':'); i > 0 && addr[0] != '[' && strings.Count(addr, ":") > 1 {
+		addr = net.JoinHostPort(addr[:i], addr[i+1:])
+	}
+	var mu sync.Mutex
+	var found *redis.Client
+	err := c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+		if n.Options().Addr == addr {
+			mu.Lock()
+			found = n
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err == nil && found == nil {
+		err = fmt.Errorf("redisstate: redirected to %s, which the cluster does not list as a primary", addr)
+	}
+	return found, err
 }

@@ -330,14 +330,49 @@ func (s *State) Changed(ctx context.Context, workspaceID string) error {
 	if err != nil {
 		return err
 	}
+	// On Redis Cluster the workspace's slot may be moving between
+	// primaries: the write follows MOVED (the slot moved; the client's
+	// map is older) and ASK (the token was migrated already, the slot
+	// not yet) to the primary that holds the token, as key checks do
+	// (docs/clusters.md#resharding-a-redis-cluster).
+	asking := false
+	for redirects := 0; ; redirects++ {
+		err = change(ctx, c, key, asking)
+		addr, moved := redis.IsMovedError(err)
+		if !moved {
+			addr, asking = redis.IsAskError(err)
+		}
+		if (!moved && !asking) || redirects == maxRedirects {
+			return err
+		}
+		if c, err = s.primaryAt(ctx, addr); err != nil {
+			return err
+		}
+	}
+}
+
+// maxRedirects bounds the MOVED and ASK answers a change follows, as the
+// cluster client's MaxRedirects bounds a key check's (url.go).
+const maxRedirects = 3
+
+// change writes a new token under key on the primary c, after ASKING when
+// c is importing the key's slot (an ASK redirect), and waits for c's
+// replicas (Changed).
+func change(ctx context.Context, c *redis.Client, key string, asking bool) error {
 	replicas, err := connectedReplicas(ctx, c)
 	if err != nil {
 		return err
 	}
 	// One connection for the write and every WAIT: WAIT counts the
-	// acknowledgements of this connection's writes.
+	// acknowledgements of this connection's writes, and ASKING holds for
+	// this connection's next command.
 	conn := c.Conn()
 	defer conn.Close()
+	if asking {
+		if err := conn.Do(ctx, "ASKING").Err(); err != nil {
+			return err
+		}
+	}
 	if err := conn.Set(ctx, key, random(), 0).Err(); err != nil {
 		return err
 	}

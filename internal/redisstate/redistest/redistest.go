@@ -47,8 +47,9 @@ type Server struct {
 	args []string
 	bin  string
 
-	mu   sync.Mutex
-	proc *testproc.Process // nil when killed
+	mu    sync.Mutex
+	proc  *testproc.Process // nil when killed
+	admin *redis.Client     // Do's client, made at its first use
 }
 
 // Addr is host:port.
@@ -363,4 +364,68 @@ func Pair(t testing.TB) (primary, replica *Server) {
 	replica = start(t, server, "replicaof 127.0.0.1 "+strconv.Itoa(primary.Port))
 	(&SentinelGroup{}).waitLinked(t, primary, 1)
 	return primary, replica
+}
+
+// Slot returns the hash slot of key.
+func (g *ClusterGroup) Slot(t testing.TB, key string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	slot, err := g.Nodes[0].Client().ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(slot)
+}
+
+// Owner returns the node that serves slot.
+func (g *ClusterGroup) Owner(t testing.TB, slot int) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	ranges, err := g.Nodes[0].Client().ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ranges {
+		if r.Start <= slot && slot <= r.End {
+			for _, n := range g.Nodes {
+				if n.Addr() == r.Nodes[0].Addr {
+					return n
+				}
+			}
+		}
+	}
+	t.Fatalf("no node serves slot %d: %v", slot, ranges)
+	return nil
+}
+
+// ID returns a cluster node's id (CLUSTER MYID).
+func (s *Server) ID(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	id, err := s.Client().Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// Do runs one command on the server, failing the test on an error.
+func (s *Server) Do(t testing.TB, args ...any) any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	s.mu.Lock()
+	if s.admin == nil {
+		s.admin = s.Client()
+	}
+	c := s.admin
+	s.mu.Unlock()
+	v, err := c.Do(ctx, args...).Result()
+	if err != nil {
+		t.Fatalf("%v on %s: %v", args, s.Addr(), err)
+	}
+	return v
 }
