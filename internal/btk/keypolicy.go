@@ -210,7 +210,9 @@ const sweepBatch = 500
 
 // SweepUnusedKeys revokes, in every workspace with revokeUnusedAfterDays,
 // the keys unused (by lastUsedAt, else createdAt) for that long, each with
-// its audit pair attributed to the actor "system". Several instances may
+// its audit pair attributed to the actor "system"; canary keys, which are
+// unused by design and a revoked one records nothing, are left alone
+// (docs/access.md#workspace-key-policy). Several instances may
 // sweep at once: the store revokes a key only if it is still active and
 // unused in the same UPDATE, so each key is revoked, and audited, once.
 // It returns how many keys it revoked.

@@ -107,6 +107,7 @@ type Tx interface {
 	// non-revoked keys of the workspace whose last use (else creation) is
 	// before `before`, in one conditional statement, and returns the keys it
 	// revoked: a key revoked by a concurrent sweep is not returned twice.
+	// Canary keys are never revoked: unused is what they are for.
 	RevokeUnusedAPIKeys(ctx context.Context, workspaceID string, before, at time.Time, limit int) ([]*APIKey, error)
 	// RevokeAllAPIKeys revokes every non-revoked key of the workspace and
 	// returns how many it revoked.

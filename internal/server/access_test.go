@@ -555,6 +555,9 @@ func TestRevokeUnusedSweep(t *testing.T) {
 	e, owner := newAdminEnv(t)
 	used := e.createKey(owner, "used")
 	idle := e.createKey(owner, "idle")
+	// A canary is unused by design; revoked, it would record nothing
+	// (docs/leaks.md#canary-keys): the sweep leaves it armed.
+	canary := e.createKeyWith(owner, "trap", `canary:true`)
 	var pol struct{ SetWorkspaceKeyPolicy struct{ ID string } }
 	e.must(owner, `mutation($w:ID!){setWorkspaceKeyPolicy(workspaceId:$w,revokeUnusedAfterDays:5){id}}`, map[string]any{"w": e.adminWS}, &pol)
 	ctx := context.Background()
@@ -575,6 +578,11 @@ func TestRevokeUnusedSweep(t *testing.T) {
 	}
 	if e.probeStatus(idle.Plaintext) != 401 || e.probeStatus(used.Plaintext) != 200 {
 		t.Error("the sweep revoked the wrong key")
+	}
+	var ck struct{ ApiKey struct{ Status string } }
+	e.must(e.admin(), `query($id:ID!){apiKey(id:$id){status}}`, map[string]any{"id": canary.ID}, &ck)
+	if ck.ApiKey.Status != "ACTIVE" {
+		t.Errorf("the canary is %s after the sweep, want ACTIVE", ck.ApiKey.Status)
 	}
 	var log struct {
 		ApiKeyAuditLog struct {

@@ -126,7 +126,7 @@ func (t *tx) RevokeUnusedAPIKeys(ctx context.Context, workspaceID string, before
 		err = row.Scan(&id)
 		return id, err
 	}, `UPDATE api_keys SET revoked_at = $1
-		WHERE id IN (SELECT id FROM api_keys WHERE workspace_id = $2 AND revoked_at IS NULL
+		WHERE id IN (SELECT id FROM api_keys WHERE workspace_id = $2 AND revoked_at IS NULL AND NOT canary
 			AND coalesce(last_used_at, created_at) < $3 LIMIT $4)
 		AND revoked_at IS NULL AND coalesce(last_used_at, created_at) < $3
 		RETURNING id`, n, workspaceID, b, limit)

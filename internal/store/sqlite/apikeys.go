@@ -123,7 +123,7 @@ func (t *tx) RevokeUnusedAPIKeys(ctx context.Context, workspaceID string, before
 		err = row.Scan(&id)
 		return id, err
 	}, `UPDATE api_keys SET revoked_at = ?
-		WHERE id IN (SELECT id FROM api_keys WHERE workspace_id = ? AND revoked_at IS NULL
+		WHERE id IN (SELECT id FROM api_keys WHERE workspace_id = ? AND revoked_at IS NULL AND canary = 0
 			AND coalesce(last_used_at, created_at) < ? LIMIT ?)
 		AND revoked_at IS NULL AND coalesce(last_used_at, created_at) < ?
 		RETURNING id`, n, workspaceID, b, limit, b)
