@@ -134,6 +134,12 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry, a *btk
 		}
 	case entryProxy:
 		req.Rules, req.Method, req.Path = true, r.Method, r.URL.EscapedPath()
+		if req.Path == "" {
+			// An authority-form CONNECT: the upstream is asked for "/",
+			// which the rules decide (an empty path would be an unknown
+			// request, which a key without scopes passes).
+			req.Path = "/"
+		}
 	}
 	d, err := h.svc.CheckKey(r.Context(), key, &req, a)
 	h.svc.Observer().KeyChecked(btk.KeyCheckResultOf(err))

@@ -1,9 +1,12 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -242,6 +245,41 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 		wantAccepted(t, "proxy GET "+path, p.proxied(reader.Plaintext, "GET", path))
 	}
 	wantAccepted(t, "unscoped delete /orders/1", p.proxied(plain.Plaintext, "delete", "/orders/1"))
+}
+
+// TestProxyConnectMeetsTheRules: an authority-form CONNECT reaches the
+// upstream as a request for "/"; it is decided as one, not as a request
+// nobody named (which a key without scopes passes), so a closing deny on
+// /** holds for it too (docs/access.md#paths).
+func TestProxyConnectMeetsTheRules(t *testing.T) {
+	t.Parallel()
+	e, owner, p := newAccessEnv(t)
+	e.svc.SetAccessRules(mustRules(t, "rules:\n  - path: /health\n  - path: /**\n    deny: true\n"))
+	plain := e.createKey(owner, "plain")
+	status := func(requestLine string) string {
+		c, err := net.Dial("tcp", strings.TrimPrefix(p.proxy.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "%s\r\nHost: example.com\r\nX-Api-Key: %s\r\n\r\n", requestLine, plain.Plaintext)
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s: %v", requestLine, err)
+		}
+		return strings.TrimSpace(line)
+	}
+	if got := status("GET /health HTTP/1.1"); got != "HTTP/1.1 200 OK" {
+		t.Fatalf("GET /health: %s", got)
+	}
+	seen := p.rec.count()
+	if got := status("CONNECT example.com:443 HTTP/1.1"); got != "HTTP/1.1 403 Forbidden" {
+		t.Errorf("CONNECT example.com:443 under a deny on /**: %s, want 403", got)
+	}
+	if p.rec.count() != seen {
+		t.Error("the CONNECT reached the upstream")
+	}
 }
 
 // remaining is RateLimit-Remaining of an answer.
