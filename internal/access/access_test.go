@@ -187,6 +187,11 @@ func TestReadings(t *testing.T) {
 		{"delete", "/x", []Request{{"DELETE", "/x"}}, true},
 		{"get", "/a;x", []Request{{"GET", "/a;x"}, {"get", "/a"}, {"GET", "/a"}}, true},
 		{"GET", "/orders/%31", nil, true},
+		{"GET", "/public/%252e%252e/admin", []Request{{"GET", "/admin"}}, true},
+		{"GET", "/public/%252e%252e%252fadmin", []Request{{"GET", "/admin"}}, true},
+		{"GET", "/files/100%25", nil, true},
+		{"GET", "/files/100%2541", []Request{{"GET", "/files/100A"}}, true},
+		{"GET", "/admin%2500", nil, false},
 	} {
 		got, ok := Readings(tc.method, tc.raw)
 		if ok != tc.ok || fmt.Sprint(got) != fmt.Sprint(tc.want) {

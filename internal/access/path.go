@@ -87,7 +87,8 @@ type Request struct {
 // Tomcat merge "//" into "/" before they remove dot segments (to them
 // "/a//../b" is "/b", to the RFC "/a/b"); Tomcat, Jetty and Spring drop a
 // segment's ";parameters" ("/a/..;/b" is "/b"); IIS and WHATWG URL parsers
-// take "\" for "/"; Django upper-cases the method. A request the rules see
+// take "\" for "/"; some servers and frameworks percent-decode twice;
+// Django upper-cases the method. A request the rules see
 // as "/public/…" must not reach an upstream that serves "/admin/…", so the
 // key check decides every reading and refuses the request if any is
 // refused: a reading can only refuse more, never allow more.
@@ -126,26 +127,41 @@ func Readings(method, raw string) ([]Request, bool) {
 		return nil, false
 	}
 	paths := []string{primary}
-	for mask := 1; mask < 8; mask++ { // every combination of the three readings
-		q := dec
-		if mask&1 != 0 {
-			q = strings.ReplaceAll(q, `\`, "/")
+	bases := []string{dec}
+	// A path still holding escapes once decoded ("%252e%252e") is what a
+	// server that decodes twice reads as "..". One that does not decode
+	// again is a path with a literal "%" ("100%25" is "100%"); one that
+	// decodes to a control character is refused, as Normalize refuses it.
+	if strings.IndexByte(dec, '%') >= 0 {
+		if twice, err := url.PathUnescape(dec); err == nil {
+			if strings.IndexFunc(twice, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+				return nil, false
+			}
+			bases = append(bases, twice)
 		}
-		if mask&2 != 0 {
-			q = withoutParams(q)
-		}
-		if mask&4 != 0 {
-			q = mergeSlashes(q)
-		}
-		if q == dec {
-			continue
-		}
-		n, ok := removeDots(q)
-		if !ok {
-			return nil, false
-		}
-		if !contains(paths, n) {
-			paths = append(paths, n)
+	}
+	for _, base := range bases {
+		for mask := 0; mask < 8; mask++ { // every combination of the three readings
+			q := base
+			if mask&1 != 0 {
+				q = strings.ReplaceAll(q, `\`, "/")
+			}
+			if mask&2 != 0 {
+				q = withoutParams(q)
+			}
+			if mask&4 != 0 {
+				q = mergeSlashes(q)
+			}
+			if q == dec {
+				continue
+			}
+			n, ok := removeDots(q)
+			if !ok {
+				return nil, false
+			}
+			if !contains(paths, n) {
+				paths = append(paths, n)
+			}
 		}
 	}
 	methods := []string{method}

@@ -229,8 +229,9 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 		{reader, "GET", "/orders//../admin/x"}, // nginx, Apache, Tomcat: /admin/x; RFC: /orders/admin/x
 		{reader, "GET", "/orders/..;/admin/x"}, // Tomcat, Jetty: /admin/x
 		{plain, "GET", "/admin;jsessionid=1/x"},
-		{reader, "GET", "/orders/..%5Cadmin"}, // IIS: /admin
-		{plain, "delete", "/reports/1"},       // Django: DELETE
+		{reader, "GET", "/orders/..%5Cadmin"},        // IIS: /admin
+		{plain, "GET", "/orders/%252e%252e/admin/x"}, // decoded twice: /admin/x
+		{plain, "delete", "/reports/1"},              // Django: DELETE
 	} {
 		seen := p.rec.count()
 		wantRefused(t, "authorize "+tc.method+" "+tc.path, p.authorize(tc.key.Plaintext, tc.method, tc.path), 403, "FORBIDDEN", mayNot)
