@@ -185,6 +185,8 @@ func TestReadings(t *testing.T) {
 		{"GET", "/public/%2e%2e%3b/admin", []Request{{"GET", "/admin"}}, true},
 		{"GET", "/a/..;/..;/x", nil, false},
 		{"delete", "/x", []Request{{"DELETE", "/x"}}, true},
+		{"HEAD", "/x", []Request{{"GET", "/x"}}, true},
+		{"head", "/x", []Request{{"HEAD", "/x"}, {"GET", "/x"}}, true},
 		{"get", "/a;x", []Request{{"GET", "/a;x"}, {"get", "/a"}, {"GET", "/a"}}, true},
 		{"GET", "/orders/%31", nil, true},
 		{"GET", "/public/%252e%252e/admin", []Request{{"GET", "/admin"}}, true},

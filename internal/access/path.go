@@ -88,14 +88,15 @@ type Request struct {
 // "/a//../b" is "/b", to the RFC "/a/b"); Tomcat, Jetty and Spring drop a
 // segment's ";parameters" ("/a/..;/b" is "/b"); IIS and WHATWG URL parsers
 // take "\" for "/"; some servers and frameworks percent-decode twice;
-// Django upper-cases the method. A request the rules see
+// Django upper-cases the method; most frameworks answer HEAD with the GET
+// handler. A request the rules see
 // as "/public/…" must not reach an upstream that serves "/admin/…", so the
 // key check decides every reading and refuses the request if any is
 // refused: a reading can only refuse more, never allow more.
 //
 // Readings returns the readings of (method, raw path) other than
 // (method, Normalize(raw)), or nil when there are none; it allocates only
-// for a path with "%", ";", "\" or "//", or a method not in upper case. It
+// for a path with "%", ";", "\" or "//", a method not in upper case, or HEAD. It
 // reports false when a reading cannot be normalised (the request is then
 // refused, as for Normalize).
 func Readings(method, raw string) ([]Request, bool) {
@@ -111,7 +112,7 @@ func Readings(method, raw string) ([]Request, bool) {
 			break
 		}
 	}
-	if plain && upper == method {
+	if plain && upper == method && method != "HEAD" {
 		return nil, true
 	}
 	p, ok := pathOf(raw)
@@ -167,6 +168,9 @@ func Readings(method, raw string) ([]Request, bool) {
 	methods := []string{method}
 	if upper != method {
 		methods = append(methods, upper)
+	}
+	if upper == "HEAD" { // served by the GET handler (Go's ServeMux, Express, Rails, Django)
+		methods = append(methods, "GET")
 	}
 	var out []Request
 	for i, path := range paths {
