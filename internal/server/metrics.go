@@ -78,7 +78,7 @@ func NewMetrics(build BuildInfo) *Metrics {
 	m.reg.MustRegister(m.duration)
 
 	checks := f.counterVec("btk_key_checks_total",
-		"Presented API keys by outcome: accepted, invalid, revoked_or_expired, rate_limited, or error (store or shared state failed).", "result")
+		"Presented API keys by outcome: accepted, invalid, revoked_or_expired, rate_limited, restricted (the key's networks or the access rules refused it), or error (store or shared state failed).", "result")
 	m.keyChecks = make([]prometheus.Counter, len(btk.KeyCheckResults))
 	for _, r := range btk.KeyCheckResults {
 		m.keyChecks[r] = checks.WithLabelValues(r.String())
