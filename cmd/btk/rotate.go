@@ -25,8 +25,8 @@ func newRotateCmd(f *factory) *cobra.Command {
 		Use:   "rotate KEY",
 		Short: "Replace an API key with a new one and revoke the old",
 		Long: `Rotate KEY (a key id, or the name of a key that is not revoked): in one step the old key is
-revoked and a new one issued with the same name, expiry, scopes and rate
-limits, unless overridden. The new plaintext is shown once; -o plain prints it
+revoked and a new one issued with the same name, expiry, scopes, networks and
+rate limits, unless overridden. The new plaintext is shown once; -o plain prints it
 alone, for piping into a secrets manager.
 
 Rotation needs a fresh proof of your password (an elevation). On a terminal
@@ -35,8 +35,8 @@ elevation token from 'btk elevate' with --elevation-token or BTK_ELEVATION.
 Without a terminal and without these, rotate fails at once (exit 2).
 
 --overlap is rotation without downtime: it issues the successor and revokes
-nothing. The new key gets the old one's rate limits, scopes and expiry (unless
-overridden) and a name of its own, chosen for you: NAME-2, or the next free
+nothing. The new key gets the old one's rate limits, scopes, networks and
+expiry (unless overridden) and a name of its own, chosen for you: NAME-2, or the next free
 NAME-3, NAME-4, … (--name chooses another). Deploy the new key, then revoke
 the old one with 'btk revoke'. Like 'btk create', it needs no elevation.`,
 		Example: `  # Interactive: asks for your password
