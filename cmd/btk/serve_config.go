@@ -113,7 +113,7 @@ func (c *serveConfig) settings() []serveSetting {
 		{"metrics-addr", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9090; off when empty", true, &c.MetricsAddr},
 		{"tls-cert", "PEM certificate (chain) file: serve HTTPS and HTTP/2 on every listener; re-read on SIGHUP", true, &c.TLSCert},
 		{"tls-key", "PEM private key file of --tls-cert", true, &c.TLSKey},
-		{"trusted-proxies", "comma-separated CIDR ranges whose X-Forwarded-For is believed", true, &c.TrustedProxies},
+		{"trusted-proxies", "comma-separated CIDR ranges or addresses whose X-Forwarded-For is believed", true, &c.TrustedProxies},
 		{"leak-report-keys", "PEM file of the ECDSA P-256 public keys whose signed leak reports POST /v1/leaks accepts (GitHub's secret scanning keys)", true, &c.LeakReportKeys},
 		{"usage-retention", "how long each key's hourly usage counts and finished webhook deliveries are kept, e.g. 30d or 2160h", true, &c.UsageRetention},
 		{"webhook-allow-private", "let webhooks deliver to loopback, private and link-local addresses (refused by default)", true, &c.WebhookAllowPrivate},

@@ -45,7 +45,7 @@ cannot be changed. See docs/access.md.`,
 	fl.Var(intFlag{&opts.perMinute}, "rate-per-minute", "requests per minute allowed to this key")
 	fl.Var(intFlag{&opts.perDay}, "rate-per-day", "requests per day allowed to this key")
 	fl.StringArrayVar(&opts.scopes, "scope", nil, "a `scope` the key holds (repeatable; replaces the key's scopes)")
-	fl.BoolVar(&opts.noScopes, "no-scopes", false, "remove every scope (the key is unrestricted by the access rules)")
+	fl.BoolVar(&opts.noScopes, "no-scopes", false, "remove every scope (the access rules then refuse the key only where they deny)")
 	fl.StringArrayVar(&opts.cidrs, "allow-cidr", nil, "a network (`CIDR` or address) the key may be used from (repeatable; replaces the key's networks)")
 	fl.BoolVar(&opts.anyAddress, "any-address", false, "allow the key from any address")
 	return cmd
