@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
@@ -114,13 +115,66 @@ func Open(url, prefix string) (*State, error) {
 // A lone check is sent at once: no waiting for company.
 func (s *State) usePipeline() error {
 	// The defaults of the blocking face: one ordered batch in flight, no
-	// coalescing wait (a flush delay of 100 µs measured no better).
-	ap, err := s.rdb.AutoPipeline()
+	// coalescing wait (a flush delay of 100 µs measured no better). The
+	// deferred face, whose wait can end at a deadline (bounded).
+	opts := redis.DefaultBlockingAutoPipelineOptions()
+	opts.MaxQueuedCommands = maxQueued
+	ap, err := s.rdb.AsyncAutoPipelineWithOptions(opts)
 	if err != nil {
 		return err
 	}
-	s.checks = ap
+	s.checks = &bounded{ap: ap, bound: readTimeout(s.rdb)}
 	return nil
+}
+
+// maxQueued bounds the key checks a stalled Redis leaves queued in an
+// instance (a few hundred bytes each): beyond it a check fails at once
+// (docs/clusters.md#when-redis-stalls). Far above what a healthy Redis
+// leaves queued (a batch or two).
+const maxQueued = 1 << 16
+
+// bounded runs commands through the automatic pipeline and waits for each
+// answer for bound (the connection's read timeout) at most. The pipeline
+// sends one batch at a time and waits for none but its own: behind a
+// stalled Redis a check would wait for the batches before its own to time
+// out, then for its own — seconds, with a goroutine and the request held
+// all the while (docs/clusters.md#when-redis-stalls). A check that stops
+// waiting fails (503); its command may still run when Redis wakes up,
+// counting a request nobody was answered.
+type bounded struct {
+	ap    *redis.AutoPipeliner
+	bound time.Duration
+	cur   atomic.Pointer[deadline]
+}
+
+// deadline is a context that expires bound after from, shared by every
+// check that starts in the first quarter of it: no timer per check.
+type deadline struct {
+	ctx    context.Context
+	cancel context.CancelFunc // not called: the context expires by itself
+	from   time.Time
+}
+
+func (b *bounded) Process(ctx context.Context, cmd redis.Cmder) error {
+	f := b.ap.Submit(ctx, cmd)
+	if err := f.WaitContext(b.deadline()); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("redisstate: no answer from Redis within %v", b.bound)
+		}
+		return err
+	}
+	return nil
+}
+
+// deadline returns a context that expires in (3/4 bound, bound].
+func (b *bounded) deadline() context.Context {
+	now := time.Now()
+	if d := b.cur.Load(); d != nil && now.Sub(d.from) < b.bound/4 {
+		return d.ctx
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(b.bound))
+	b.cur.Store(&deadline{ctx: ctx, cancel: cancel, from: now})
+	return ctx
 }
 
 // Kind reports the shape of the deployment.

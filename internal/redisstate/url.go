@@ -135,6 +135,17 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 	return nil, 0, badURL("unknown scheme %q", scheme)
 }
 
+// readTimeout is the read timeout of rdb's connections.
+func readTimeout(rdb redis.UniversalClient) time.Duration {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	}
+	return ioTimeout
+}
+
 func applyDefaults(dial, read, write *time.Duration) {
 	if *dial == 0 {
 		*dial = dialTimeout

@@ -1,0 +1,103 @@
+package redisstate
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/ratelimit"
+	"github.com/btk-project/btk/internal/redisstate/redistest"
+)
+
+// A Redis that stops answering (SIGSTOP: it keeps its connections, as a
+// hung server or a network that drops packets) while requests keep coming:
+// every key check fails (503, never accepted) once it has waited the read
+// timeout, whatever came before it, so what an instance holds — checks
+// waiting, goroutines — is what arrives within one read timeout, not
+// everything since Redis stopped. Once Redis answers again, checks are
+// answered and nothing is left behind (docs/clusters.md#when-redis-stalls).
+func TestStallFailsClosedWithinTheReadTimeout(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := openAt(t, srv.URL()) // read timeout 500 ms
+	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1 << 30, PerDay: 1 << 30}, Now: time.Now()}
+	c.Seen = current(t, s, c)
+	base := runtime.NumGoroutine()
+
+	srv.Stop()
+	defer srv.Continue()
+	const (
+		ticks   = 80 // of 50 ms: 4 s, eight read timeouts
+		perTick = 50
+	)
+	var waiting, accepted, failed atomic.Int64
+	peakWaiting, peakGoroutines := 0, 0
+	var wg sync.WaitGroup
+	tick := time.NewTicker(50 * time.Millisecond)
+	for range ticks {
+		<-tick.C
+		for range perTick {
+			waiting.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer waiting.Add(-1)
+				if _, err := s.Allow(context.Background(), c); err != nil {
+					failed.Add(1)
+				} else {
+					accepted.Add(1)
+				}
+			}()
+		}
+		peakWaiting = max(peakWaiting, int(waiting.Load()))
+		peakGoroutines = max(peakGoroutines, runtime.NumGoroutine()-base)
+	}
+	tick.Stop()
+	// Still in the stall: every check launched ends, each with an error.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%d checks still waiting 20 s into the stall", waiting.Load())
+	}
+	t.Logf("peak: %d checks waiting, %d goroutines more than before; %d queued commands; pool %+v",
+		peakWaiting, peakGoroutines, queued(s), *s.rdb.PoolStats())
+	if n := accepted.Load(); n != 0 {
+		t.Fatalf("%d checks accepted while Redis answered nothing", n)
+	}
+	// Without a bound on each wait, every check launched waits for the
+	// batches before its own: nearly all of them at once (4,000).
+	if limit := ticks * perTick / 3; peakWaiting > limit || peakGoroutines > limit+50 {
+		t.Fatalf("%d checks (%d goroutines) waiting at once of %d launched over eight read timeouts: the waits are not bounded by the read timeout",
+			peakWaiting, peakGoroutines, ticks*perTick)
+	}
+
+	srv.Continue()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		v, err := s.Allow(context.Background(), c)
+		if err == nil && v.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after Redis woke up: %+v %v", v, err)
+		}
+	}
+	// The commands left queued run or fail; the goroutines are gone.
+	for deadline := time.Now().Add(20 * time.Second); queued(s) > 0 || runtime.NumGoroutine() > base+10; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after Redis woke up: %d commands queued, %d goroutines (%d before)", queued(s), runtime.NumGoroutine(), base)
+		}
+	}
+}
+
+// queued is the number of commands s's pipeline holds.
+func queued(s *State) int {
+	if b, ok := s.checks.(*bounded); ok {
+		return b.ap.Len()
+	}
+	return 0
+}
