@@ -82,3 +82,14 @@ func TestServeRedisUnreachableAtStart(t *testing.T) {
 		t.Fatalf("btk serve with an unreachable --redis: %v\n%s", p.Err(), out)
 	}
 }
+
+// A Redis that may evict btk's keys when full (a maxmemory with a policy
+// other than noeviction) is named in the log at start; btk serve runs.
+func TestServeWarnsOfEvictionPolicy(t *testing.T) {
+	parallelUnlessShort(t, "starts btk serve and redis-server processes")
+	r := redistest.Standalone(t, "maxmemory 64mb", "maxmemory-policy allkeys-lru")
+	p := startServe(t, t.TempDir()+"/btk.db", "--redis", r.URL())
+	p.WaitFor(t, "the warning", procWait, func() bool {
+		return strings.Contains(p.Out.String(), "maxmemory-policy allkeys-lru") && strings.Contains(p.Out.String(), "set maxmemory-policy noeviction")
+	})
+}

@@ -34,6 +34,15 @@ func openShared(ctx context.Context, cfg serveConfig, svcCfg *btk.Config, log *s
 	}
 	svcCfg.KeyGate, svcCfg.Throttle = st, st.Throttle()
 	log.Info("shared state in Redis", "redis", redisstate.Redact(cfg.Redis), "kind", st.Kind().String(), "prefix", cfg.RedisPrefix)
+	// A setting that breaks a guarantee only when memory runs short is
+	// named, not refused (docs/clusters.md#shared-state-in-redis).
+	warnings, err := st.Warnings(pctx)
+	if err != nil {
+		log.Warn("could not read the Redis memory settings", "redis", redisstate.Redact(cfg.Redis), "err", err)
+	}
+	for _, w := range warnings {
+		log.Warn(w, "redis", redisstate.Redact(cfg.Redis))
+	}
 	return func() { _ = st.Close() }, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -451,12 +452,55 @@ func connectedReplicas(ctx context.Context, c *redis.Client) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
-			return strconv.Atoi(v)
-		}
+	if v, ok := infoField(info, "connected_slaves"); ok {
+		return strconv.Atoi(v)
 	}
 	return 0, errors.New("redisstate: INFO replication without connected_slaves")
+}
+
+// infoField returns a field of an INFO answer.
+func infoField(info, name string) (string, bool) {
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// Warnings names what, in the Redis btk uses, breaks a guarantee without
+// stopping btk: a primary with a maxmemory and an eviction policy. When
+// memory runs short it evicts keys, and an evicted rate-limit window
+// restarts full (a key gets more than its limit); an evicted token fails
+// safe. btk serve logs them at start rather than refusing to start: the
+// policy is often a managed Redis's default, and limits hold until memory
+// runs short (docs/clusters.md#shared-state-in-redis).
+func (s *State) Warnings(ctx context.Context) ([]string, error) {
+	var mu sync.Mutex
+	var out []string
+	err := s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		limit, ok := infoField(info, "maxmemory")
+		policy, known := infoField(info, "maxmemory_policy")
+		if !ok || !known || limit == "0" || policy == "noeviction" {
+			return nil
+		}
+		where := "Redis"
+		if s.kind == Cluster {
+			where = "the Redis Cluster primary " + c.Options().Addr
+		}
+		mu.Lock()
+		out = append(out, fmt.Sprintf("%s has maxmemory %s bytes with maxmemory-policy %s: when it is full, it evicts keys, "+
+			"and a key whose rate-limit window was evicted gets more than its limit; "+
+			"set maxmemory-policy noeviction (docs/clusters.md#shared-state-in-redis)", where, limit, policy))
+		mu.Unlock()
+		return nil
+	})
+	slices.Sort(out)
+	return out, err
 }
 
 // Dirty returns the day states and last uses of the keys accepted since the

@@ -187,10 +187,11 @@ func (s *Server) WaitRole(t testing.TB, role string) {
 	}
 }
 
-// Standalone starts one redis-server.
-func Standalone(t testing.TB) *Server {
+// Standalone starts one redis-server, with conf lines added to its
+// configuration ("maxmemory 1mb", …).
+func Standalone(t testing.TB, conf ...string) *Server {
 	t.Helper()
-	return start(t, testproc.Need(t, "redis-server", "redis-server"))
+	return start(t, testproc.Need(t, "redis-server", "redis-server"), conf...)
 }
 
 // SentinelGroup is a primary, its replica and three sentinels that watch
