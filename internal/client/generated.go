@@ -128,7 +128,7 @@ type ApiKey struct {
 	ExpiresAt *time.Time `json:"expiresAt"`
 	// When the key stops authenticating: the earlier of expiresAt and the end of the workspace's maximum key lifetime (createdAt + keyPolicy.maxLifetimeDays); null for never.
 	EffectiveExpiresAt *time.Time `json:"effectiveExpiresAt"`
-	// The key's scopes. A key with scopes may call only what the server's access rules grant them (deny by default at the gateway); empty = unrestricted.
+	// The key's scopes. A key with scopes may call only what the server's access rules grant them (deny by default at the gateway); empty = no scopes: only the rules' deny applies.
 	Scopes []string `json:"scopes"`
 	// Networks the key may be used from (IPv4/IPv6 CIDR ranges or addresses); empty = from anywhere.
 	AllowedCidrs []string `json:"allowedCidrs"`
@@ -1366,7 +1366,7 @@ type UpdateApiKeyInput struct {
 	RateLimitPerMinute *int `json:"rateLimitPerMinute,omitempty"`
 	// Per-day limit override, 1-100,000,000; null inherits the workspace default.
 	RateLimitPerDay *int `json:"rateLimitPerDay,omitempty"`
-	// The key's scopes (at most 32); null or empty = unrestricted.
+	// The key's scopes (at most 32); null or empty = no scopes: only the access rules' deny applies.
 	Scopes *[]string `json:"scopes,omitempty"`
 	// The key's networks (at most 32); null or empty = from anywhere.
 	AllowedCidrs *[]string `json:"allowedCidrs,omitempty"`

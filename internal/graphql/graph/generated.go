@@ -1830,7 +1830,7 @@ type ApiKey {
   expiresAt: Time
   "When the key stops authenticating: the earlier of expiresAt and the end of the workspace's maximum key lifetime (createdAt + keyPolicy.maxLifetimeDays); null for never."
   effectiveExpiresAt: Time
-  "The key's scopes. A key with scopes may call only what the server's access rules grant them (deny by default at the gateway); empty = unrestricted."
+  "The key's scopes. A key with scopes may call only what the server's access rules grant them (deny by default at the gateway); empty = no scopes: only the rules' deny applies."
   scopes: [String!]!
   "Networks the key may be used from (IPv4/IPv6 CIDR ranges or addresses); empty = from anywhere."
   allowedCidrs: [String!]!
@@ -2046,7 +2046,7 @@ input UpdateApiKeyInput {
   rateLimitPerMinute: Int
   "Per-day limit override, 1-100,000,000; null inherits the workspace default."
   rateLimitPerDay: Int
-  "The key's scopes (at most 32); null or empty = unrestricted."
+  "The key's scopes (at most 32); null or empty = no scopes: only the access rules' deny applies."
   scopes: [String!]
   "The key's networks (at most 32); null or empty = from anywhere."
   allowedCidrs: [String!]
