@@ -430,11 +430,14 @@ func (s *Service) KeyWatchInterval() time.Duration {
 	return 500 * time.Millisecond
 }
 
-// KeyStillValid reports whether a key accepted earlier is still valid (not
-// revoked, replaced by a rotation, expired, or older than its workspace's
-// maximum lifetime), without counting a request.
-// An error is a store that did not answer: the caller decides.
-func (s *Service) KeyStillValid(ctx context.Context, plaintext string) (bool, error) {
+// KeyStillValid reports whether a key accepted earlier for req is still
+// valid (not revoked, replaced by a rotation, expired, or older than its
+// workspace's maximum lifetime) and would still be accepted for req: its
+// networks and the access rules in force (an updateApiKey that narrowed
+// the key, or rules reloaded on SIGHUP), without counting a request. req
+// nil checks the key alone. An error is a store that did not answer: the
+// caller decides.
+func (s *Service) KeyStillValid(ctx context.Context, plaintext string, req *KeyRequest) (bool, error) {
 	if !WellFormedKey(plaintext) {
 		return false, nil
 	}
@@ -442,15 +445,21 @@ func (s *Service) KeyStillValid(ctx context.Context, plaintext string) (bool, er
 	// A key older than its workspace's maximum lifetime is expired too
 	// (docs/access.md#workspace-key-policy).
 	valid := func(k *APIKey, w *Workspace) bool {
+		if k == nil {
+			return false
+		}
 		now := s.now()
-		return k.Status(now) == KeyActive && !policyExpired(k, w, now)
+		if k.Status(now) != KeyActive || policyExpired(k, w, now) {
+			return false
+		}
+		return req == nil || s.restrict(k, req) == nil
 	}
 	if !s.clustered {
 		if k, w, _, _ := s.cache.get(hash, plaintext[len(KeyPrefix):DisplayPrefixLen]); k != nil && w != nil {
 			return valid(k, w), nil
 		}
 	}
-	return s.rechecks.check(ctx, hash, func() (bool, error) {
+	rec, err := s.rechecks.check(ctx, hash, func() (keyRecord, error) {
 		var k *APIKey
 		var w *Workspace
 		err := s.store.Read(ctx, func(tx Tx) (err error) {
@@ -461,13 +470,24 @@ func (s *Service) KeyStillValid(ctx context.Context, plaintext string) (bool, er
 			return err
 		})
 		if errors.Is(err, ErrNotFound) {
-			return false, nil
+			return keyRecord{}, nil
 		}
 		if err != nil {
-			return false, err
+			return keyRecord{}, err
 		}
-		return valid(k, w), nil
+		k.prepare() // shared by the connections of the key: parsed once
+		return keyRecord{k, w}, nil
 	})
+	if err != nil {
+		return false, err
+	}
+	return valid(rec.key, rec.workspace), nil
+}
+
+// keyRecord is a key as KeyStillValid read it (key nil: no such key).
+type keyRecord struct {
+	key       *APIKey
+	workspace *Workspace
 }
 
 // keyRecheckShared is how long the database's answer to KeyStillValid is
@@ -490,13 +510,13 @@ type keyRechecks struct {
 }
 
 type keyRecheck struct {
-	valid bool
-	at    time.Time     // when the read began
-	done  chan struct{} // closed when the read has answered
-	err   error
+	rec  keyRecord
+	at   time.Time     // when the read began
+	done chan struct{} // closed when the read has answered
+	err  error
 }
 
-func (r *keyRechecks) check(ctx context.Context, hash [sha256.Size]byte, read func() (bool, error)) (bool, error) {
+func (r *keyRechecks) check(ctx context.Context, hash [sha256.Size]byte, read func() (keyRecord, error)) (keyRecord, error) {
 	now := r.clock()
 	r.mu.Lock()
 	c := r.m[hash]
@@ -505,18 +525,18 @@ func (r *keyRechecks) check(ctx context.Context, hash [sha256.Size]byte, read fu
 		case <-c.done:
 			if c.err == nil && now.Sub(c.at) < keyRecheckShared {
 				r.mu.Unlock()
-				return c.valid, nil
+				return c.rec, nil
 			}
 		default: // a read under way: its answer is as fresh as a new one
 			r.mu.Unlock()
 			select {
 			case <-c.done:
 				if c.err == nil {
-					return c.valid, nil
+					return c.rec, nil
 				}
-				return false, c.err
+				return keyRecord{}, c.err
 			case <-ctx.Done():
-				return false, ctx.Err()
+				return keyRecord{}, ctx.Err()
 			}
 		}
 	}
@@ -526,9 +546,9 @@ func (r *keyRechecks) check(ctx context.Context, hash [sha256.Size]byte, read fu
 	c = &keyRecheck{at: now, done: make(chan struct{})}
 	r.m[hash] = c
 	r.mu.Unlock()
-	c.valid, c.err = read()
+	c.rec, c.err = read()
 	close(c.done)
-	return c.valid, c.err
+	return c.rec, c.err
 }
 
 func (r *keyRechecks) clock() time.Time {

@@ -67,7 +67,7 @@ func TestKeyRechecksShareReads(t *testing.T) {
 	var valid atomic.Int64
 	for range 1000 {
 		wg.Go(func() {
-			if ok, err := s.KeyStillValid(context.Background(), key); ok && err == nil {
+			if ok, err := s.KeyStillValid(context.Background(), key, nil); ok && err == nil {
 				valid.Add(1)
 			}
 		})
@@ -81,14 +81,14 @@ func TestKeyRechecksShareReads(t *testing.T) {
 		t.Fatalf("1,000 rechecks of one key at once: %d reads, %d valid; want 1 read, 1,000 valid", n, valid.Load())
 	}
 	for range 100 {
-		s.KeyStillValid(context.Background(), key)
+		s.KeyStillValid(context.Background(), key, nil)
 	}
 	if n := st.reads.Load(); n != 1 {
 		t.Fatalf("100 rechecks within %v: %d reads, want 1", keyRecheckShared, n)
 	}
 	st.revoked.Store(true)
 	advance(keyRecheckShared)
-	if ok, err := s.KeyStillValid(context.Background(), key); ok || err != nil || st.reads.Load() != 2 {
+	if ok, err := s.KeyStillValid(context.Background(), key, nil); ok || err != nil || st.reads.Load() != 2 {
 		t.Fatalf("after a revocation and %v: valid %v, err %v, %d reads", keyRecheckShared, ok, err, st.reads.Load())
 	}
 	if d := s.KeyWatchInterval() + keyRecheckShared; d > time.Second {

@@ -96,7 +96,8 @@ func (h *Gateway) ClientIP(r *http.Request) string {
 // not (docs/access.md).
 func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *btk.Actor) {
 	var a btk.Actor
-	c := h.check(w, r, entryGraphQL, &a)
+	var req btk.KeyRequest
+	c := h.check(w, r, entryGraphQL, &a, &req)
 	if c != Key {
 		return c, nil
 	}
@@ -106,8 +107,10 @@ func (h *Gateway) Check(w http.ResponseWriter, r *http.Request) (Credential, *bt
 }
 
 // check is Check for the entry point at, with an accepted key's actor
-// written to *a: forward-auth and the proxy keep it on their stack.
-func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry, a *btk.Actor) Credential {
+// written to *a and the request it decided to *req: forward-auth and the
+// proxy keep them on their stack (the proxy rechecks a long connection's
+// key for req).
+func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry, a *btk.Actor, req *btk.KeyRequest) Credential {
 	// Deleting absent keys from the map costs no allocation.
 	delete(r.Header, HeaderTenantID)
 	delete(r.Header, headerKeyID)
@@ -122,7 +125,7 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry, a *btk
 	// The use is counted against the key presented, with its client
 	// (docs/usage.md).
 	addr := h.proxies.ClientAddr(r)
-	req := btk.KeyRequest{Addr: addr, From: btk.Client{IP: addr, UserAgent: header(r.Header, "User-Agent")}}
+	*req = btk.KeyRequest{Addr: addr, From: btk.Client{IP: addr, UserAgent: header(r.Header, "User-Agent")}}
 	switch at {
 	case entryAuthorize:
 		// The original request, as the forward-auth caller names it;
@@ -141,7 +144,7 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry, a *btk
 			req.Path = "/"
 		}
 	}
-	d, err := h.svc.CheckKey(r.Context(), key, &req, a)
+	d, err := h.svc.CheckKey(r.Context(), key, req, a)
 	h.svc.Observer().KeyChecked(btk.KeyCheckResultOf(err))
 	// Forward-auth answers an accepted key's own headers too; they are set
 	// here with the rate-limit headers, sharing their allocation.
@@ -310,7 +313,8 @@ func setKeyHeadersIn(h http.Header, a *btk.Actor, ids []string) {
 // with neither for a bearer (the upstream verifies its own session).
 func (h *Gateway) Authorize(w http.ResponseWriter, r *http.Request) {
 	var a btk.Actor
-	switch h.check(w, r, entryAuthorize, &a) {
+	var req btk.KeyRequest
+	switch h.check(w, r, entryAuthorize, &a, &req) {
 	case Key: // check set the key's headers
 		w.WriteHeader(http.StatusOK)
 	case Bearer:

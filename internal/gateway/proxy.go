@@ -57,8 +57,9 @@ func ProxyTransport() *http.Transport {
 // Past the upstream timeout without response headers the answer is 504
 // GATEWAY_TIMEOUT. Once the response has begun, a key-authenticated
 // connection is watched: when its key stops being valid (revoked, rotated,
-// revoked with all others, expired), the stream or upgraded connection is
-// closed (docs/security.md).
+// revoked with all others, expired) or would refuse the request now
+// (narrowed, rules reloaded), the stream or upgraded connection is closed
+// (docs/security.md).
 func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 	transport := ProxyTransport()
 	transport.ResponseHeaderTimeout = h.upstreamTimeout
@@ -104,7 +105,8 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var a btk.Actor
-		switch h.check(w, r, entryProxy, &a) {
+		var req btk.KeyRequest
+		switch h.check(w, r, entryProxy, &a, &req) {
 		case Refused:
 			return
 		case None:
@@ -112,7 +114,7 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 			return
 		case Key:
 			setKeyHeaders(r.Header, &a)
-			kw := &keyWatch{svc: h.svc, log: h.log, key: r.Header.Get("X-Api-Key")}
+			kw := &keyWatch{svc: h.svc, log: h.log, key: r.Header.Get("X-Api-Key"), req: req}
 			var cancel context.CancelCauseFunc
 			kw.ctx, cancel = context.WithCancelCause(context.WithValue(r.Context(), keyWatchKey{}, kw))
 			kw.cancel = cancel
@@ -138,9 +140,13 @@ type keyWatchKey struct{}
 // connection, which ends a stream or an upgraded (WebSocket) tunnel. A
 // timer, not a goroutine, waits between checks.
 type keyWatch struct {
-	svc    *btk.Service
-	log    *slog.Logger
-	key    string
+	svc *btk.Service
+	log *slog.Logger
+	key string
+	// req is the request the key was accepted for: a key narrowed since
+	// (networks, scopes) or rules reloaded since that refuse it end the
+	// connection as a revocation does.
+	req    btk.KeyRequest
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -161,7 +167,7 @@ func (kw *keyWatch) check() {
 	if kw.ctx.Err() != nil {
 		return
 	}
-	ok, err := kw.svc.KeyStillValid(kw.ctx, kw.key)
+	ok, err := kw.svc.KeyStillValid(kw.ctx, kw.key, &kw.req)
 	if err != nil {
 		// A store that does not answer for a moment does not end every
 		// stream: the next check decides.

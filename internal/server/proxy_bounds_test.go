@@ -163,6 +163,26 @@ func TestProxyCutsConnectionsWhenKeyInvalid(t *testing.T) {
 			e.clock.Advance(49 * time.Hour)
 		})
 	})
+	// A key narrowed so that it would refuse the request (its networks, or
+	// rules reloaded) ends the connection as a revocation does: an owner
+	// who shuts a leaked key's network out shuts its open streams out too.
+	t.Run("stream, networks narrowed", func(t *testing.T) {
+		fresh := e.admin() // the sessions above are days old by now
+		e.must(fresh, `mutation($w:ID!){setWorkspaceKeyPolicy(workspaceId:$w){id}}`, map[string]any{"w": e.adminWS}, &struct{}{})
+		k := e.createKey(fresh, "stream-narrowed")
+		stream(t, k.Plaintext, func() {
+			if r := updateKey(t, e, fresh, k.ID, `allowedCidrs:["192.0.2.0/24"]`); len(r.Errors) > 0 {
+				t.Fatalf("updateApiKey: %+v", r.Errors)
+			}
+		})
+	})
+	t.Run("stream, rules reloaded", func(t *testing.T) {
+		k := e.createKey(e.admin(), "stream-denied")
+		defer e.svc.SetAccessRules(nil)
+		stream(t, k.Plaintext, func() {
+			e.svc.SetAccessRules(mustRules(t, "rules:\n  - path: /events\n    deny: true\n"))
+		})
+	})
 }
 
 // The same on every instance: two instances share PostgreSQL and
@@ -206,6 +226,15 @@ func TestProxyCutsConnectionsOnEveryInstance(t *testing.T) {
 	c := dialEchoing(t, wctx, pB.URL, k.Plaintext, "through instance B")
 	a.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
 	untilTunnelCut(t, wctx, c, "instance B's WebSocket still passes data 20 s after the key was revoked on instance A")
+
+	// And when the key is narrowed on instance A so that it would refuse
+	// the connection's request.
+	k = a.createKey(owner, "ws-narrowed-two-instances")
+	c = dialEchoing(t, wctx, pB.URL, k.Plaintext, "through instance B")
+	if r := updateKey(t, a, owner, k.ID, `allowedCidrs:["192.0.2.0/24"]`); len(r.Errors) > 0 {
+		t.Fatalf("updateApiKey: %+v", r.Errors)
+	}
+	untilTunnelCut(t, wctx, c, "instance B's WebSocket still passes data 20 s after the key's networks were narrowed on instance A")
 }
 
 // echoWebSocket is an upstream's WebSocket end: it sends every message back
