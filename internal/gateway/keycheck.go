@@ -131,9 +131,16 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry, a *btk
 		// The original request, as the forward-auth caller names it;
 		// without it a scoped key is refused (fail closed).
 		req.Rules = true
-		method, uri := header(r.Header, headerForwardedMethod), header(r.Header, headerForwardedURI)
-		if method != "" && uri != "" {
-			req.Method, req.Path = method, uri
+		ms, us := r.Header[headerForwardedMethod], r.Header[headerForwardedURI]
+		switch {
+		case len(ms) > 1 || len(us) > 1:
+			// Two names for the original request (a client's own header
+			// beside the one its gateway added): neither is believed.
+			// "*" is no path, which every key is refused for where the
+			// rules apply (docs/access.md#forward-auth-and-the-original-request).
+			req.Method, req.Path = "", "*"
+		case len(ms) == 1 && len(us) == 1 && ms[0] != "" && us[0] != "":
+			req.Method, req.Path = ms[0], us[0]
 		}
 	case entryProxy:
 		req.Rules, req.Method, req.Path = true, r.Method, r.URL.EscapedPath()

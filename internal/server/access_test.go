@@ -255,6 +255,35 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 	wantAccepted(t, "unscoped delete /orders/1", p.proxied(plain.Plaintext, "delete", "/orders/1"))
 }
 
+// TestAuthorizeTwoOriginalRequests: a gateway that adds X-Forwarded-Uri
+// beside the client's own (rather than replacing it) sends two; btk believed
+// the first, which the client wrote. Neither is believed: the request is
+// refused where the rules apply, also for a key without scopes.
+func TestAuthorizeTwoOriginalRequests(t *testing.T) {
+	t.Parallel()
+	e, owner, _ := newAccessEnv(t)
+	plain := e.createKey(owner, "plain")
+	for _, h := range []http.Header{
+		{"X-Forwarded-Method": {"GET"}, "X-Forwarded-Uri": {"/orders/1", "/admin/x"}},
+		{"X-Forwarded-Method": {"GET", "DELETE"}, "X-Forwarded-Uri": {"/orders/1"}},
+	} {
+		req, err := http.NewRequest("GET", e.srv.URL+"/v1/authorize", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = h
+		req.Header.Set("X-Api-Key", plain.Plaintext)
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusForbidden {
+			t.Errorf("authorize with %v: HTTP %d, want 403", h, res.StatusCode)
+		}
+	}
+}
+
 // TestProxyConnectMeetsTheRules: an authority-form CONNECT reaches the
 // upstream as a request for "/"; it is decided as one, not as a request
 // nobody named (which a key without scopes passes), so a closing deny on
