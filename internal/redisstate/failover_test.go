@@ -165,3 +165,67 @@ func TestPollerNoticesNewIdentity(t *testing.T) {
 		t.Fatalf("the record read again: %+v %v", v, err)
 	}
 }
+
+// A revoke answered while the only replica was disconnected (the primary
+// counts no replica, so it waits for none), then the primary dies and the
+// sentinels promote that replica, which never had the revoke: it answers
+// the token from before. The promotion gives it a new replication id, so
+// the instance that had the key cached reads it again instead of trusting
+// the old token.
+func TestFailoverToReplicaThatMissedTheRevoke(t *testing.T) {
+	g := redistest.Sentinels(t)
+	inst, other := openAt(t, g.URL()), openAt(t, g.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1000, PerDay: 1000}, Now: time.Now()}
+	c.Seen = current(t, inst, c)
+	if v, err := inst.Allow(ctx, c); err != nil || !v.Allowed {
+		t.Fatalf("%+v %v", v, err)
+	}
+	// The replica cannot link again (the primary has no password, so its
+	// AUTH fails), and its link is cut.
+	g.Replica.Do(t, "CONFIG", "SET", "masterauth", "not-the-password")
+	g.Primary.Do(t, "CLIENT", "KILL", "TYPE", "replica")
+	admin := g.Primary.Client()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if n, err := connectedReplicas(ctx, admin); err == nil && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the primary still counts its replica")
+		}
+	}
+	if err := other.Changed(ctx, ws); err != nil { // the revoke, answered at once
+		t.Fatal(err)
+	}
+	if tok, err := g.Replica.Client().Get(ctx, inst.revKey(ws[:8])).Result(); err != nil || tok != c.Seen.Token {
+		t.Fatalf("the replica was meant to miss the revoke: %q %v (token before %q)", tok, err, c.Seen.Token)
+	}
+	g.Primary.Kill()
+	g.WaitPromoted(t)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		v, err := inst.Allow(ctx, c)
+		if err == nil && !v.Stale {
+			t.Fatalf("after a failover to the replica that missed the revoke, the record cached before it was trusted: %+v", v)
+		}
+		if err == nil {
+			c.Seen = v.Current
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer 30 s after the promotion: %v", err)
+		}
+	}
+	// Read again under the revision answered (as the service does, up to
+	// three times): accepted.
+	for i := 0; ; i++ {
+		v, err := inst.Allow(ctx, c)
+		if err == nil && v.Allowed {
+			break
+		}
+		if err != nil || !v.Stale || i == 2 {
+			t.Fatalf("the record read again, on the new primary: %+v %v", v, err)
+		}
+		c.Seen = v.Current
+	}
+}
