@@ -229,3 +229,23 @@ func TestFailoverToReplicaThatMissedTheRevoke(t *testing.T) {
 		c.Seen = v.Current
 	}
 }
+
+// A redis+sentinel:// URL whose primary name the sentinels do not monitor
+// (a typo) is named as such at start, not as sentinels that cannot be
+// reached (go-redis's own words for it).
+func TestSentinelUnknownPrimaryNamed(t *testing.T) {
+	g := redistest.Sentinels(t)
+	u := strings.Replace(g.URL(), "redis+sentinel://", "redis+sentinel://:hunter2@", 1)
+	u = strings.Replace(u, "/"+g.Master+"/", "/"+g.Master+"x/", 1)
+	s, err := Open(u, "btktest:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = s.Ready(ctx)
+	if err == nil || !strings.Contains(err.Error(), `monitor no primary named "`+g.Master+`x"`) || strings.Contains(err.Error(), "unreachable") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("sentinels that do not know the name: %v", err)
+	}
+}

@@ -162,12 +162,19 @@ var probe = redis.NewScript("#!lua\nreturn 1")
 // answers, accepts writes, and is the primary it was (a new identity moves
 // the epoch on, as on a new connection). /readyz fails otherwise.
 func (s *State) Ready(ctx context.Context) error {
-	return s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error {
+	err := s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error {
 		if err := probe.Run(ctx, c, nil).Err(); err != nil {
 			return err
 		}
 		return s.checkIdentity(ctx, c)
 	})
+	// go-redis reports sentinels that answered but know no primary by
+	// that name as "all sentinels ... are unreachable", each answer nil:
+	// an operator would look for a network fault, not a misspelt name.
+	if s.kind == Sentinel && errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redisstate: the sentinels answer, but monitor no primary named %q (the MASTER of redis+sentinel://…/MASTER/db)", s.master)
+	}
+	return err
 }
 
 // eachPrimary calls fn with the client of every primary: the one, or each

@@ -69,6 +69,7 @@ type State struct {
 	// it (usePipeline).
 	checks processor
 	kind   Kind
+	master string // Sentinel's name of the primary
 	prefix string
 	ids    *identities
 	// seed is this instance's random value, from which the script makes a
@@ -95,11 +96,11 @@ func Open(url, prefix string) (*State, error) {
 	}
 	s := &State{prefix: prefix, ids: newIdentities(), seed: random(), usage: make(map[string]ratelimit.State), stop: make(chan struct{})}
 	s.seedArg = s.seed
-	rdb, kind, err := parse(url, s.onConnect)
+	rdb, kind, master, err := parse(url, s.onConnect)
 	if err != nil {
 		return nil, err
 	}
-	s.rdb, s.checks, s.kind = rdb, rdb, kind
+	s.rdb, s.checks, s.kind, s.master = rdb, rdb, kind, master
 	// Key checks go through the automatic pipeline: measured, it cuts
 	// btk's CPU per check by two thirds and Redis's by half under
 	// concurrency (docs/clusters.md#what-a-key-check-costs).

@@ -65,19 +65,19 @@ func (st settings) tlsConfig() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12}
 }
 
-// parse reads a --redis URL into the client it names. The client is not
-// connected yet.
-func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, Kind, error) {
+// parse reads a --redis URL into the client it names, and for Sentinel the
+// name of the primary. The client is not connected yet.
+func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, Kind, string, error) {
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, 0, badURL("no scheme in the URL")
+		return nil, 0, "", badURL("no scheme in the URL")
 	}
 	switch strings.ToLower(scheme) {
 	case "redis", "rediss":
 		opt, err := redis.ParseURL(raw)
 		if err != nil {
 			// go-redis's own message may quote the URL: name the fault only.
-			return nil, 0, badURL("%s", describeParseError(err))
+			return nil, 0, "", badURL("%s", describeParseError(err))
 		}
 		applyDefaults(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
 		opt.PoolTimeout, opt.MaxRetries = time.Second, 1
@@ -87,23 +87,23 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 			opt.Protocol = protocol
 		}
 		opt.DisableIdentity = true
-		return redis.NewClient(opt), Standalone, nil
+		return redis.NewClient(opt), Standalone, "", nil
 	case "redis+sentinel", "rediss+sentinel":
 		st, hosts, path, err := split(raw)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, "", err
 		}
 		parts := strings.Split(strings.Trim(path, "/"), "/")
 		if parts[0] == "" {
-			return nil, 0, badURL("redis+sentinel needs the primary's name as the path (/MASTER)")
+			return nil, 0, "", badURL("redis+sentinel needs the primary's name as the path (/MASTER)")
 		}
 		if len(parts) > 2 {
-			return nil, 0, badURL("redis+sentinel's path is /MASTER or /MASTER/db, not %q", path)
+			return nil, 0, "", badURL("redis+sentinel's path is /MASTER or /MASTER/db, not %q", path)
 		}
 		db := 0
 		if len(parts) == 2 {
 			if db, err = strconv.Atoi(parts[1]); err != nil || db < 0 {
-				return nil, 0, badURL("the database %q is not a number", parts[1])
+				return nil, 0, "", badURL("the database %q is not a number", parts[1])
 			}
 		}
 		opt := &redis.FailoverOptions{
@@ -114,14 +114,14 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 			DialerRetries: 2, DialerRetryTimeout: 20 * time.Millisecond,
 			OnConnect: onConnect, Protocol: protocol, DisableIdentity: true, TLSConfig: st.tlsConfig(),
 		}
-		return redis.NewFailoverClient(opt), Sentinel, nil
+		return redis.NewFailoverClient(opt), Sentinel, opt.MasterName, nil
 	case "redis+cluster", "rediss+cluster":
 		st, hosts, path, err := split(raw)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, "", err
 		}
 		if p := strings.Trim(path, "/"); p != "" && p != "0" {
-			return nil, 0, badURL("Redis Cluster has only database 0; remove the path %q", path)
+			return nil, 0, "", badURL("Redis Cluster has only database 0; remove the path %q", path)
 		}
 		opt := &redis.ClusterOptions{
 			Addrs: hosts, Username: st.username, Password: st.password,
@@ -130,9 +130,9 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 			DialerRetries: 2, DialerRetryTimeout: 20 * time.Millisecond,
 			OnConnect: onConnect, Protocol: protocol, DisableIdentity: true, TLSConfig: st.tlsConfig(),
 		}
-		return redis.NewClusterClient(opt), Cluster, nil
+		return redis.NewClusterClient(opt), Cluster, "", nil
 	}
-	return nil, 0, badURL("unknown scheme %q", scheme)
+	return nil, 0, "", badURL("unknown scheme %q", scheme)
 }
 
 // readTimeout is the read timeout of rdb's connections.
