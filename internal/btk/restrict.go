@@ -178,13 +178,28 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 	return nil
 }
 
-// decide applies the access rules to one reading of a request.
+// decide applies the access rules to one reading of a request. Express
+// and Spring serve "/admin/" as "/admin": the rule of the path without its
+// trailing slash, if there is one, must allow it too (where none matches,
+// the path with the slash decides alone).
 func (r *restrictions) decide(rules *access.Rules, method, path string) error {
+	if err := r.decideOne(rules, method, path, false); err != nil {
+		return err
+	}
+	if t := strings.TrimRight(path, "/"); t != path && t != "" {
+		return r.decideOne(rules, method, t, true)
+	}
+	return nil
+}
+
+// decideOne applies the first matching rule; with ifMatched, no match
+// decides nothing.
+func (r *restrictions) decideOne(rules *access.Rules, method, path string, ifMatched bool) error {
 	scoped := len(r.scopes) > 0
 	rule := rules.Match(method, path)
 	switch {
 	case rule == nil:
-		if scoped {
+		if scoped && !ifMatched {
 			return ErrKeyPathDeny
 		}
 	case rule.Deny:

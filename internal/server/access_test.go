@@ -216,7 +216,7 @@ func TestAccessRulesAtEveryEntryPoint(t *testing.T) {
 func TestAccessRulesHoldForEveryReading(t *testing.T) {
 	t.Parallel()
 	e, owner, p := newAccessEnv(t)
-	e.svc.SetAccessRules(mustRules(t, accessRules+"  - path: /reports/**\n    methods: [DELETE]\n    deny: true\n  - path: /exports/**\n    methods: [GET]\n    deny: true\n"))
+	e.svc.SetAccessRules(mustRules(t, accessRules+"  - path: /reports/**\n    methods: [DELETE]\n    deny: true\n  - path: /exports/**\n    methods: [GET]\n    deny: true\n  - path: /internal\n    deny: true\n  - path: /status\n    scopes: [ops]\n  - path: /status/*\n    scopes: [orders:read]\n"))
 	reader := e.createKeyWith(owner, "reader", `scopes:["orders:read"]`)
 	plain := e.createKey(owner, "plain")
 	const mayNot = "API key may not call this path"
@@ -233,6 +233,8 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 		{plain, "GET", "/orders/%252e%252e/admin/x"}, // decoded twice: /admin/x
 		{plain, "delete", "/reports/1"},              // Django: DELETE
 		{plain, "HEAD", "/exports/1"},                // the GET handler answers it
+		{plain, "GET", "/internal/"},                 // Express, Spring: /internal
+		{plain, "GET", "/internal//"},
 	} {
 		seen := p.rec.count()
 		wantRefused(t, "authorize "+tc.method+" "+tc.path, p.authorize(tc.key.Plaintext, tc.method, tc.path), 403, "FORBIDDEN", mayNot)
@@ -253,6 +255,10 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 		wantAccepted(t, "proxy GET "+path, p.proxied(reader.Plaintext, "GET", path))
 	}
 	wantAccepted(t, "unscoped delete /orders/1", p.proxied(plain.Plaintext, "delete", "/orders/1"))
+	wantAccepted(t, "scoped GET /orders/", p.proxied(reader.Plaintext, "GET", "/orders/"))
+	// "/status/" is "/status/*" to the rules, "/status" to Express: the
+	// scope of the rule of "/status" is needed too.
+	wantRefused(t, "scoped GET /status/", p.authorize(reader.Plaintext, "GET", "/status/"), 403, "FORBIDDEN", "API key lacks scope ops")
 }
 
 // TestAuthorizeTwoOriginalRequests: a gateway that adds X-Forwarded-Uri
