@@ -205,6 +205,18 @@ func MaxExpiry(w *Workspace, now time.Time) *time.Time {
 	return &t
 }
 
+// RotationExpiry is the expiry a rotation with ExpiryWithinPolicy gives the
+// new key (docs/access.md#workspace-key-policy): the old key's when the
+// workspace's maximum lifetime allows it for a key issued at now, else that
+// maximum. Without a maximum lifetime it is the old key's, as any rotation.
+func RotationExpiry(w *Workspace, old *APIKey, now time.Time) *time.Time {
+	max := MaxExpiry(w, now)
+	if max == nil || (old.ExpiresAt != nil && !old.ExpiresAt.After(*max)) {
+		return old.ExpiresAt
+	}
+	return max
+}
+
 // sweepBatch bounds the keys one sweep transaction revokes.
 const sweepBatch = 500
 

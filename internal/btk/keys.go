@@ -27,6 +27,11 @@ type RotateKeyInput struct {
 	Name         *string
 	ExpiresAt    *time.Time
 	ExpiresAtSet bool
+	// ExpiryWithinPolicy, without ExpiresAtSet, keeps the old expiry only if
+	// the workspace's maximum lifetime allows it, else sets that maximum
+	// (RotationExpiry): for the dashboard, which has no expiry field. The
+	// API and the CLI say the expiry they want instead.
+	ExpiryWithinPolicy bool
 }
 
 // NewKeyResult is a key just issued, with its plaintext (shown once).
@@ -212,6 +217,8 @@ func (s *Service) RotateKey(ctx context.Context, a *Actor, id string, in RotateK
 		}
 		if in.ExpiresAtSet {
 			k.ExpiresAt = utc(in.ExpiresAt)
+		} else if in.ExpiryWithinPolicy {
+			k.ExpiresAt = RotationExpiry(w, old, now)
 		}
 		if err := checkLifetime(w, k.ExpiresAt, now); err != nil {
 			return err

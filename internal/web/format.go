@@ -57,6 +57,9 @@ func short(id string) string {
 	return id
 }
 
+// dateLayout is how the pages write a day.
+const dateLayout = "Jan 2, 2006"
+
 // timeValue is a time as the pages show it: exact (UTC) and relative.
 type timeValue struct {
 	ISO, Exact, Date, Ago string
@@ -67,7 +70,7 @@ func newTime(t, now time.Time) timeValue {
 	return timeValue{
 		ISO:   t.Format(time.RFC3339),
 		Exact: t.Format("Jan 2, 2006, 15:04:05 UTC"),
-		Date:  t.Format("Jan 2, 2006"),
+		Date:  t.Format(dateLayout),
 		Ago:   ago(t, now),
 	}
 }
@@ -101,7 +104,7 @@ func ago(t, now time.Time) string {
 	case d < 60*24*time.Hour:
 		s = plural(int(d/(24*time.Hour)), "day")
 	default:
-		return t.Format("Jan 2, 2006")
+		return t.Format(dateLayout)
 	}
 	if suffix == "" {
 		return "in " + s

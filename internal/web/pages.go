@@ -196,6 +196,9 @@ func newKey(res *btk.NewKeyResult, rotated bool) *shownOnce {
 		s.Title = "Key rotated: here is the new key for “" + res.Key.Name + "”"
 		s.Warning = "Key “" + res.Key.Name + "” rotated. Copy it now."
 		s.Note = "The old key stopped working the moment this one was issued."
+		if t := res.Key.ExpiresAt; t != nil {
+			s.Note += " The new key expires on " + t.UTC().Format(dateLayout) + "."
+		}
 	}
 	return s
 }
@@ -329,6 +332,11 @@ type keyPage struct {
 	Key      keyRow
 	CanIssue bool
 	Error    string
+	// RotatedExpiry is the expiry a rotation from the dashboard gives the new
+	// key (btk.RotationExpiry; nil for none), and ExpiryKept whether it is
+	// this key's own rather than the workspace's maximum lifetime.
+	RotatedExpiry *timeValue
+	ExpiryKept    bool
 }
 
 // keyPage reads the key a rotate or revoke page is about; only owner tier
@@ -350,10 +358,13 @@ func (h *Handler) keyPage(w http.ResponseWriter, r *http.Request, a *btk.Actor, 
 		return nil, false
 	}
 	now := h.svc.Now()
+	exp := btk.RotationExpiry(l.Workspace, k, now)
 	return &keyPage{
-		layout:   *l,
-		Key:      keyRow{ID: k.ID, Name: k.Name, Prefix: k.DisplayPrefix, Hint: k.Hint, Status: k.Status(now), Created: newTime(k.CreatedAt, now)},
-		CanIssue: l.Workspace.Plan.AllowsIssuing(),
+		layout:        *l,
+		Key:           keyRow{ID: k.ID, Name: k.Name, Prefix: k.DisplayPrefix, Hint: k.Hint, Status: k.Status(now), Created: newTime(k.CreatedAt, now)},
+		CanIssue:      l.Workspace.Plan.AllowsIssuing(),
+		RotatedExpiry: optTime(exp, now),
+		ExpiryKept:    exp == k.ExpiresAt,
 	}, true
 }
 
@@ -377,7 +388,11 @@ func (h *Handler) rotateKey(w http.ResponseWriter, r *http.Request, a *btk.Actor
 	var res *btk.NewKeyResult
 	if err == nil {
 		h.svc.CheckElevation(a, token)
-		res, err = h.svc.RotateKey(r.Context(), a, kp.Key.ID, btk.RotateKeyInput{})
+		// No expiry field here, as in the create form: under a maximum
+		// lifetime the new key keeps the old expiry only if the policy
+		// allows it, else gets the maximum, as the page says
+		// (docs/access.md#workspace-key-policy).
+		res, err = h.svc.RotateKey(r.Context(), a, kp.Key.ID, btk.RotateKeyInput{ExpiryWithinPolicy: true})
 	}
 	if err != nil {
 		status := statusOf(err)
