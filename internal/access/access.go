@@ -48,6 +48,10 @@ func (r *Rule) allows(method string) bool {
 type Rules struct {
 	root  node
 	count int
+	// folded is the trie of the patterns in lower case, for MatchFold;
+	// upper tells whether a pattern has an upper-case letter.
+	folded node
+	upper  bool
 }
 
 // node is one path segment of the trie. Rules ending here are in rules,
@@ -75,6 +79,36 @@ func (r *Rules) Match(method, path string) *Rule {
 	}
 	var best *Rule
 	r.root.match(method, path[1:], &best)
+	return best
+}
+
+// Folds reports whether MatchFold can differ from Match for path: the
+// path or a pattern has an upper-case letter.
+func (r *Rules) Folds(path string) bool {
+	if r == nil || r.count == 0 {
+		return false
+	}
+	if r.upper {
+		return true
+	}
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; 'A' <= c && c <= 'Z' || c >= 0x80 {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchFold is Match without regard to case: the first rule (in file
+// order) whose pattern matches path when both are in lower case, as a
+// server that routes case-insensitively (Express, ASP.NET Core, IIS) would
+// take them.
+func (r *Rules) MatchFold(method, path string) *Rule {
+	if r == nil || r.count == 0 || len(path) == 0 || path[0] != '/' {
+		return nil
+	}
+	var best *Rule
+	r.folded.match(method, strings.ToLower(path)[1:], &best)
 	return best
 }
 
@@ -134,12 +168,19 @@ func (n *node) next(method, rest string, more bool, best **Rule) {
 }
 
 func (r *Rules) add(ru *Rule) {
-	n := &r.root
-	segs := strings.Split(ru.Path[1:], "/")
+	lower := strings.ToLower(ru.Path)
+	r.upper = r.upper || lower != ru.Path
+	r.root.add(ru, ru.Path)
+	r.folded.add(ru, lower)
+	r.count++
+}
+
+// add files ru under pattern in the trie at n.
+func (n *node) add(ru *Rule, pattern string) {
+	segs := strings.Split(pattern[1:], "/")
 	for i, seg := range segs {
 		if seg == "**" && i == len(segs)-1 {
 			n.rest = append(n.rest, ru)
-			r.count++
 			return
 		}
 		var c *node
@@ -160,7 +201,6 @@ func (r *Rules) add(ru *Rule) {
 		n = c
 	}
 	n.rules = append(n.rules, ru)
-	r.count++
 }
 
 // Error is a problem in a rules file, with its line.

@@ -61,6 +61,38 @@ func TestMatchFirstWins(t *testing.T) {
 	}
 }
 
+func TestMatchFold(t *testing.T) {
+	r, err := Parse([]byte("rules:\n  - path: /admin/**\n    deny: true\n  - path: /API/Orders/*\n    scopes: [orders:read]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		want int
+	}{
+		{"/ADMIN/x", 0},
+		{"/Admin", 0},
+		{"/api/orders/7", 1},
+		{"/Api/ORDERS/7", 1},
+		{"/api/orders", -1},
+	} {
+		got := -1
+		if ru := r.MatchFold("GET", tc.path); ru != nil {
+			got = ru.Index
+		}
+		if got != tc.want {
+			t.Errorf("MatchFold %s = rule %d, want %d", tc.path, got, tc.want)
+		}
+	}
+	if ru := r.Match("GET", "/ADMIN/x"); ru != nil {
+		t.Errorf("Match is case-sensitive, matched %+v", ru)
+	}
+	lower, _ := Parse([]byte(sample))
+	if lower.Folds("/orders/42") || !lower.Folds("/Orders/42") || !r.Folds("/orders/42") {
+		t.Error("Folds: a lower-case path under lower-case patterns needs no folding; anything else does")
+	}
+}
+
 func TestParseErrorsNameTheLine(t *testing.T) {
 	for _, tc := range []struct{ doc, want string }{
 		{"rules:\n  - path: /a\n    scope: [x]\n", `access rules:3: unknown field "scope"`},

@@ -178,25 +178,39 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 	return nil
 }
 
-// decide applies the access rules to one reading of a request. Express
-// and Spring serve "/admin/" as "/admin": the rule of the path without its
-// trailing slash, if there is one, must allow it too (where none matches,
-// the path with the slash decides alone).
+// decide applies the access rules to one reading of a request. A rule
+// that another server would apply must allow it too, where one matches
+// (where none does, the path as it is decides alone):
+//   - Express and Spring serve "/admin/" as "/admin": the rule of the path
+//     without its trailing slash;
+//   - Express, ASP.NET Core and IIS route without regard to case: the rule
+//     that matches when path and patterns are in lower case.
 func (r *restrictions) decide(rules *access.Rules, method, path string) error {
-	if err := r.decideOne(rules, method, path, false); err != nil {
+	if err := r.apply(rules.Match(method, path), false); err != nil {
 		return err
 	}
-	if t := strings.TrimRight(path, "/"); t != path && t != "" {
-		return r.decideOne(rules, method, t, true)
+	trimmed := strings.TrimRight(path, "/")
+	slash := trimmed != path && trimmed != ""
+	if slash {
+		if err := r.apply(rules.Match(method, trimmed), true); err != nil {
+			return err
+		}
+	}
+	if rules.Folds(path) {
+		if err := r.apply(rules.MatchFold(method, path), true); err != nil {
+			return err
+		}
+		if slash {
+			return r.apply(rules.MatchFold(method, trimmed), true)
+		}
 	}
 	return nil
 }
 
-// decideOne applies the first matching rule; with ifMatched, no match
-// decides nothing.
-func (r *restrictions) decideOne(rules *access.Rules, method, path string, ifMatched bool) error {
+// apply decides by the first matching rule (nil: none matched); with
+// ifMatched, no match decides nothing.
+func (r *restrictions) apply(rule *access.Rule, ifMatched bool) error {
 	scoped := len(r.scopes) > 0
-	rule := rules.Match(method, path)
 	switch {
 	case rule == nil:
 		if scoped && !ifMatched {

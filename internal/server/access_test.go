@@ -235,6 +235,8 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 		{plain, "HEAD", "/exports/1"},                // the GET handler answers it
 		{plain, "GET", "/internal/"},                 // Express, Spring: /internal
 		{plain, "GET", "/internal//"},
+		{plain, "GET", "/ADMIN/x"},   // Express, ASP.NET Core, IIS: /admin/x
+		{plain, "GET", "/Internal/"}, // both
 	} {
 		seen := p.rec.count()
 		wantRefused(t, "authorize "+tc.method+" "+tc.path, p.authorize(tc.key.Plaintext, tc.method, tc.path), 403, "FORBIDDEN", mayNot)
@@ -256,6 +258,7 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 	}
 	wantAccepted(t, "unscoped delete /orders/1", p.proxied(plain.Plaintext, "delete", "/orders/1"))
 	wantAccepted(t, "scoped GET /orders/", p.proxied(reader.Plaintext, "GET", "/orders/"))
+	wantAccepted(t, "unscoped GET /Orders/1", p.proxied(plain.Plaintext, "GET", "/Orders/1"))
 	// "/status/" is "/status/*" to the rules, "/status" to Express: the
 	// scope of the rule of "/status" is needed too.
 	wantRefused(t, "scoped GET /status/", p.authorize(reader.Plaintext, "GET", "/status/"), 403, "FORBIDDEN", "API key lacks scope ops")
