@@ -20,6 +20,7 @@ type hintKey struct {
 // without a hint keeps the server's own message.
 var hints = map[hintKey]string{
 	{btk.CodeBadUserInput, btk.ReasonExpiryRequired}:    "the key has expired: give the new key an expiry with --expires-in or --expires-at, or none with --no-expiry",
+	{btk.CodeBadUserInput, btk.ReasonLifetimePolicy}:    "the workspace's key policy limits how long a key may live: give it an expiry within the maximum lifetime with --expires-in or --expires-at ('btk workspace policy' shows it)",
 	{btk.CodeElevationRequired, ""}:                     "rotating needs a fresh proof of your password: let 'btk rotate' ask for it, pass it with --password-stdin, or pass a token from 'btk elevate' with --elevation-token",
 	{btk.CodeUnauthenticated, btk.ReasonSessionInvalid}: "invalid or expired session: run 'btk login' (sessions last 12 hours)",
 	{btk.CodeUnauthenticated, btk.ReasonUserRequired}:   "this command needs a user session, not an API key: unset BTK_TOKEN (or --token) and run 'btk login'",

@@ -54,6 +54,7 @@ const (
 	ReasonUserRequired    Reason = "USER_REQUIRED"    // an API key was given where a user session is needed
 	ReasonNoWorkspace     Reason = "NO_WORKSPACE"     // the session has no workspace
 	ReasonExpiryRequired  Reason = "EXPIRY_REQUIRED"  // rotating an expired key needs a new expiry (or none)
+	ReasonLifetimePolicy  Reason = "LIFETIME_POLICY"  // the workspace's maximum key lifetime needs an expiry within it
 	ReasonTimeRange       Reason = "TIME_RANGE"       // since is not before until
 	ReasonWorkspaceChoice Reason = "WORKSPACE_CHOICE" // the account has several workspaces: choose one (extensions.workspaces)
 	ReasonBadCredentials  Reason = "BAD_CREDENTIALS"  // wrong email or password at login

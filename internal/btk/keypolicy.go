@@ -188,7 +188,9 @@ func checkLifetime(w *Workspace, expiresAt *time.Time, now time.Time) error {
 		return nil
 	}
 	if expiresAt == nil || expiresAt.Sub(now) > time.Duration(*d)*24*time.Hour {
-		return badInput("the workspace's key policy allows keys of at most %d days: give an expiresAt within %d days", *d, *d)
+		e := badInput("the workspace's key policy allows keys of at most %d days: give an expiresAt within %d days", *d, *d)
+		e.Reason = ReasonLifetimePolicy // the CLI names its flags instead
+		return e
 	}
 	return nil
 }
