@@ -52,7 +52,7 @@ type UpdateKeyInput struct {
 // UpdateKey edits a key's name, limits, scopes and networks; owner tier, on
 // every plan. The next request of the key, on any instance, sees the change.
 // A revoked key is KEY_REVOKED; an update that changes nothing writes no
-// audit rows.
+// audit rows, but tells the other instances all the same.
 func (s *Service) UpdateKey(ctx context.Context, a *Actor, id string, in UpdateKeyInput) (*APIKey, error) {
 	if err := authorize(a, permManageKeys, ""); err != nil {
 		return nil, err
@@ -126,9 +126,12 @@ func (s *Service) UpdateKey(ctx context.Context, a *Actor, id string, in UpdateK
 	}
 	if changed {
 		s.cache.dropKey(k.Hash)
-		if err := s.changed(ctx, a.WorkspaceID); err != nil {
-			return nil, err
-		}
+	}
+	// Also when nothing changed: this may be the repeat of an update whose
+	// answer could not tell the other instances (see changed), and they
+	// keep the old networks, scopes and limits until told.
+	if err := s.changed(ctx, a.WorkspaceID); err != nil {
+		return nil, err
 	}
 	k.restrictions = nil
 	return k, nil

@@ -148,9 +148,10 @@ func (t localThrottle) lastEviction() time.Time { return t.open.LastEviction() }
 // changed tells the other instances, after a change to the workspace's keys
 // or limits has committed and before it is answered, to read them again. If
 // the shared state does not answer, the change stands (it is committed) but
-// is answered UNAVAILABLE, so the caller retries; revoke and rotate tell
-// again when the key turns out to be revoked already, and every instance
-// refuses keys while the shared state is unreachable from it.
+// is answered UNAVAILABLE, so the caller retries: every change tells again
+// when its repeat finds nothing left to change (a revoked key, an update
+// already stored), and every instance refuses keys while the shared state
+// is unreachable from it.
 func (s *Service) changed(ctx context.Context, workspaceID string) error {
 	if err := s.gate.Changed(ctx, workspaceID); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)

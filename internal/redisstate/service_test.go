@@ -19,27 +19,29 @@ type cluster struct {
 	sa, sb *State
 	owner  *btk.Actor
 	admin  *btk.Actor
+	db     btk.Store
+	now    btk.Clock // nil: the real time
 }
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	c := &cluster{}
-	c.sa, c.sb = instances(t)
+	sa, sb := instances(t)
+	return clusterOf(t, sa, sb, nil)
+}
+
+// clusterOf is newCluster on the given States, with the clock now (nil:
+// the real time; the States then keep the Redis server's).
+func clusterOf(t *testing.T, sa, sb *State, now btk.Clock) *cluster {
+	t.Helper()
+	c := &cluster{sa: sa, sb: sb, now: now}
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "btk.db"), true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	secret := []byte(strings.Repeat("s", 32))
-	for _, x := range []struct {
-		svc **btk.Service
-		st  *State
-	}{{&c.a, c.sa}, {&c.b, c.sb}} {
-		if *x.svc, err = btk.NewService(ctx, db, secret, btk.Config{KeyGate: x.st, Throttle: x.st.Throttle()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.db = db
+	c.a, c.b = c.instance(t, sa), c.instance(t, sb)
 	boot, err := c.a.Bootstrap(ctx, "admin@example.com", "correct horse battery")
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +56,21 @@ func newCluster(t *testing.T) *cluster {
 	c.owner = &btk.Actor{AccountID: acct.ID, Email: acct.Email, SessionID: "s", WorkspaceID: boot.Workspace.ID, Role: btk.RoleOwner, Elevated: true}
 	c.admin = &btk.Actor{AccountID: acct.ID, Email: acct.Email, SessionID: "s", PlatformAdmin: true}
 	return c
+}
+
+// instance starts one more service on the cluster's database (a new
+// instance, or one restarted) with the State st.
+func (c *cluster) instance(t *testing.T, st *State) *btk.Service {
+	t.Helper()
+	if c.now != nil {
+		st.UseClock(c.now)
+	}
+	svc, err := btk.NewService(context.Background(), c.db, []byte(strings.Repeat("s", 32)),
+		btk.Config{Now: c.now, KeyGate: st, Throttle: st.Throttle()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }
 
 func (c *cluster) key(t *testing.T, name string) *btk.NewKeyResult {
