@@ -91,7 +91,9 @@ func (tp *TrustedProxies) ClientIP(r *http.Request) string {
 }
 
 // ClientAddr is ClientIP as an address, for the key check's network rule
-// (docs/access.md): the zero Addr when the peer's address does not parse.
+// (docs/access.md): the zero Addr when the peer's address does not parse,
+// or when a trusted hop's X-Forwarded-For entry is no address (where
+// ClientIP names that hop, for the audit row).
 // It allocates nothing.
 func (tp *TrustedProxies) ClientAddr(r *http.Request) netip.Addr {
 	var peer netip.Addr
@@ -105,7 +107,14 @@ func (tp *TrustedProxies) ClientAddr(r *http.Request) netip.Addr {
 	if tp == nil || len(tp.prefixes) == 0 || !tp.trusts(peer) {
 		return peer
 	}
-	return tp.forwardedClient(r, peer)
+	client, known := tp.walkForwarded(r, peer)
+	if !known {
+		// A trusted hop wrote something that is no address ("unix:" from
+		// an nginx on a socket, "unknown"): the client is unknown, and a
+		// key with networks is refused, rather than taken for the proxy.
+		return netip.Addr{}
+	}
+	return client
 }
 
 // forwardedClient walks X-Forwarded-For from the right, starting at the
@@ -113,6 +122,13 @@ func (tp *TrustedProxies) ClientAddr(r *http.Request) netip.Addr {
 // that parsed when an entry does not, or the left-most when every hop is
 // trusted. It allocates nothing.
 func (tp *TrustedProxies) forwardedClient(r *http.Request, peer netip.Addr) netip.Addr {
+	client, _ := tp.walkForwarded(r, peer)
+	return client
+}
+
+// walkForwarded is forwardedClient, and whether the walk ended on an
+// address (false: at an entry that is not one).
+func (tp *TrustedProxies) walkForwarded(r *http.Request, peer netip.Addr) (netip.Addr, bool) {
 	client := peer
 	values := r.Header.Values("X-Forwarded-For")
 	for i := len(values) - 1; i >= 0; i-- { // several header lines are one list, in order
@@ -126,15 +142,15 @@ func (tp *TrustedProxies) forwardedClient(r *http.Request, peer netip.Addr) neti
 			}
 			a, ok := forwardedAddr(strings.TrimSpace(entry))
 			if !ok {
-				return client
+				return client, false
 			}
 			client = a
 			if !tp.trusts(a) {
-				return client
+				return client, true
 			}
 		}
 	}
-	return client
+	return client, true
 }
 
 // forwardedAddr parses an X-Forwarded-For entry: an address, possibly with a

@@ -45,6 +45,22 @@ func TestTrustedProxiesClientIP(t *testing.T) {
 		}
 	}
 
+	// For the key check's networks, a hop that names no address leaves the
+	// client unknown: it is not taken for the proxy.
+	for xff, want := range map[string]string{
+		"203.0.113.9, not-an-ip": "invalid IP",
+		"unix:":                  "invalid IP",
+		"203.0.113.9":            "203.0.113.9",
+		"10.0.0.1, 10.0.0.2":     "10.0.0.1",
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "10.1.2.3:5000"
+		r.Header.Set("X-Forwarded-For", xff)
+		if got := tp.ClientAddr(r).String(); got != want {
+			t.Errorf("X-Forwarded-For %q: ClientAddr = %s, want %s", xff, got, want)
+		}
+	}
+
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "10.1.2.3:5000"
 	r.Header.Set("X-Forwarded-For", "203.0.113.9")

@@ -136,6 +136,9 @@ func TestKeyNetworksAtEveryEntryPoint(t *testing.T) {
 		{"127.0.0.0/8", "10.1.2.3, 127.0.0.9", far, 200}, // nearest untrusted
 		{"127.0.0.0/8", "10.1.2.3, 192.0.2.1", far, 403}, // 192.0.2.1 is the client
 		{"127.0.0.0/8", "10.1.2.3", near, 403},           // the proxy's own address is not the client's
+		{"127.0.0.0/8", "10.1.2.3, unix:", near, 403},    // a hop that names no address: the client is unknown
+		{"127.0.0.0/8", "unknown", near, 403},
+		{"127.0.0.0/8", "unknown", e.createKey(owner, "anywhere"), 200},
 	} {
 		tp, err := gateway.ParseTrustedProxies(tc.trusted)
 		if err != nil {
