@@ -121,6 +121,14 @@ func (s *State) usePipeline() error {
 	// deferred face, whose wait can end at a deadline (bounded).
 	opts := redis.DefaultBlockingAutoPipelineOptions()
 	opts.MaxQueuedCommands = maxQueued
+	if s.kind == Cluster {
+		// A pipeline per primary (full duplex, one connection each), with
+		// MOVED and ASK followed: the half-duplex pipeline's batches span
+		// primaries and wait for the slowest, so one stalled primary held
+		// up every workspace's checks (docs/clusters.md#when-redis-stalls).
+		// Its window, per primary, bounds what a stalled one holds.
+		opts.FullDuplex, opts.FullDuplexWindow = true, maxQueued
+	}
 	ap, err := s.rdb.AsyncAutoPipelineWithOptions(opts)
 	if err != nil {
 		return err

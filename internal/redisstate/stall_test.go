@@ -2,6 +2,7 @@ package redisstate
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -100,4 +101,64 @@ func queued(s *State) int {
 		return b.ap.Len()
 	}
 	return 0
+}
+
+// One primary of a Redis Cluster stops answering (SIGSTOP): the checks of
+// its workspaces fail (503), and those of the other primaries' workspaces
+// go on being answered, none failing — the stalled primary's checks do not
+// share a batch, or a wait, with theirs (docs/clusters.md#when-redis-stalls).
+// (The node timeout is long enough for the cluster not to declare itself
+// down meanwhile.)
+func TestStalledShardLeavesOthersServing(t *testing.T) {
+	g := redistest.Cluster(t, "cluster-node-timeout 60000")
+	s := openAt(t, g.URL())
+	stalled := g.Nodes[0]
+	var healthy, sick []btk.KeyCheck
+	for i := 0; len(healthy) < 32 || len(sick) < 8; i++ {
+		wp := fmt.Sprintf("%08x", i)
+		c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: wp, Limits: ratelimit.Limits{PerMinute: 1 << 30, PerDay: 1 << 30}, Now: time.Now()}
+		c.Seen = current(t, s, c)
+		if g.Owner(t, g.Slot(t, s.revKey(wp))) == stalled {
+			sick = append(sick, c)
+		} else {
+			healthy = append(healthy, c)
+		}
+	}
+	stalled.Stop()
+	defer stalled.Continue()
+	const want = 3000 // answers on the healthy primaries
+	var answered, failed, sickAccepted, sickFailed atomic.Int64
+	var lastErr atomic.Value
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(30 * time.Second)
+	for w := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; answered.Load() < want && time.Now().Before(deadline); i++ {
+				if w < 4 {
+					if _, err := s.Allow(context.Background(), sick[i%len(sick)]); err != nil {
+						sickFailed.Add(1)
+					} else {
+						sickAccepted.Add(1)
+					}
+					continue
+				}
+				if _, err := s.Allow(context.Background(), healthy[i%len(healthy)]); err != nil {
+					failed.Add(1)
+					lastErr.Store(err)
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("healthy primaries: %d checks, %d failed; stalled primary: %d failed", answered.Load(), failed.Load(), sickFailed.Load())
+	if n := sickAccepted.Load(); n != 0 {
+		t.Fatalf("%d checks accepted on the stalled primary", n)
+	}
+	if answered.Load() < want || failed.Load() != 0 {
+		t.Fatalf("the healthy primaries answered %d checks (want %d), %d of them failed (last: %v): one stalled primary held up the others",
+			answered.Load(), want, failed.Load(), lastErr.Load())
+	}
 }

@@ -310,15 +310,17 @@ type ClusterGroup struct {
 
 // Cluster starts three redis-server in cluster mode and joins them with
 // redis-cli --cluster create (no replicas), then waits for cluster_state:ok.
-func Cluster(t testing.TB) *ClusterGroup {
+// conf lines are added to each node's configuration (a later line wins:
+// "cluster-node-timeout 60000").
+func Cluster(t testing.TB, conf ...string) *ClusterGroup {
 	t.Helper()
 	server := testproc.Need(t, "redis-server", "redis-server")
 	cli := testproc.Need(t, "redis-cli", "redis-tools")
 	g := &ClusterGroup{}
 	var addrs []string
 	for i := range g.Nodes {
-		g.Nodes[i] = start(t, server, "cluster-enabled yes", "cluster-config-file nodes.conf",
-			"cluster-node-timeout 2000", "cluster-require-full-coverage yes")
+		g.Nodes[i] = start(t, server, append([]string{"cluster-enabled yes", "cluster-config-file nodes.conf",
+			"cluster-node-timeout 2000", "cluster-require-full-coverage yes"}, conf...)...)
 		addrs = append(addrs, g.Nodes[i].Addr())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
