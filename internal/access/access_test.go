@@ -232,6 +232,18 @@ func TestReadings(t *testing.T) {
 			t.Errorf("Readings(%q, %q) = %v, %v; want %v, %v", tc.method, tc.raw, got, ok, tc.want, tc.ok)
 		}
 	}
+	// A path past MaxPathLen is refused: each reading of it would cost
+	// milliseconds, for refusals that count against no limit.
+	long := "/" + strings.Repeat("a;b\\//", MaxPathLen/6+1)
+	if _, ok := Readings("get", long); ok {
+		t.Errorf("Readings of a %d-byte path: ok", len(long))
+	}
+	if _, ok := Normalize(long); ok {
+		t.Errorf("Normalize of a %d-byte path: ok", len(long))
+	}
+	if n, ok := Normalize("/" + strings.Repeat("a", MaxPathLen-1)); !ok || len(n) != MaxPathLen {
+		t.Errorf("Normalize of a %d-byte path refused", MaxPathLen)
+	}
 	if n := testing.AllocsPerRun(100, func() { Readings("GET", "/orders/42/lines") }); n != 0 {
 		t.Errorf("a plain request costs %v allocations", n)
 	}

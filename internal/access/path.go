@@ -39,8 +39,15 @@ func Normalize(raw string) (string, bool) {
 	return removeDots(dec)
 }
 
+// MaxPathLen bounds the path the rules decide, in bytes: a longer one is
+// refused where rules apply. nginx and Apache refuse request lines of
+// about 8 KiB; without a bound, each reading of a 64 KiB path (Readings)
+// would cost milliseconds, for refusals that count against no limit.
+const MaxPathLen = 8 << 10
+
 // pathOf is the path of a request target: without query or fragment, and
-// the path of an absolute URI; false for anything else.
+// the path of an absolute URI; false for anything else, and for a path
+// longer than MaxPathLen.
 func pathOf(raw string) (string, bool) {
 	for i := 0; i < len(raw); i++ { // IndexAny(raw, "?#") builds its byte set on every call
 		if raw[i] == '?' || raw[i] == '#' {
@@ -48,7 +55,7 @@ func pathOf(raw string) (string, bool) {
 			break
 		}
 	}
-	if raw == "" {
+	if raw == "" || len(raw) > MaxPathLen {
 		return "", false
 	}
 	if raw[0] != '/' {
@@ -142,7 +149,19 @@ func Readings(method, raw string) ([]Request, bool) {
 		}
 	}
 	for _, base := range bases {
-		for mask := 0; mask < 8; mask++ { // every combination of the three readings
+		// Every combination of the three readings, less those that change
+		// nothing ("\" or ";" absent).
+		skip := 0
+		if strings.IndexByte(base, '\\') < 0 {
+			skip |= 1
+		}
+		if strings.IndexByte(base, ';') < 0 {
+			skip |= 2
+		}
+		for mask := 0; mask < 8; mask++ {
+			if mask&skip != 0 {
+				continue
+			}
 			q := base
 			if mask&1 != 0 {
 				q = strings.ReplaceAll(q, `\`, "/")
@@ -209,10 +228,17 @@ func withoutParams(p string) string {
 
 // mergeSlashes turns every run of "/" into one.
 func mergeSlashes(p string) string {
-	for strings.Contains(p, "//") {
-		p = strings.ReplaceAll(p, "//", "/")
+	if !strings.Contains(p, "//") {
+		return p
 	}
-	return p
+	b := make([]byte, 0, len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' && i > 0 && p[i-1] == '/' {
+			continue
+		}
+		b = append(b, p[i])
+	}
+	return string(b)
 }
 
 // removeDots is RFC 3986 §5.2.4 on an absolute path, except that ".." at the

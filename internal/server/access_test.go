@@ -254,6 +254,15 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 			t.Errorf("%s %s reached the upstream", tc.method, tc.path)
 		}
 	}
+	// A path past access.MaxPathLen is refused where rules apply: its
+	// readings would cost milliseconds, and refusals count against no limit.
+	long := "/orders/" + strings.Repeat("a/", access.MaxPathLen/2)
+	if r := p.authorize(plain.Plaintext, "GET", long); r.Status != 403 {
+		t.Errorf("authorize, a %d-byte path: HTTP %d, want 403", len(long), r.Status)
+	}
+	if r := p.proxied(plain.Plaintext, "GET", long); r.Status != 403 {
+		t.Errorf("proxy, a %d-byte path: HTTP %d, want 403", len(long), r.Status)
+	}
 	// Readings that the rules allow are no reason to refuse.
 	for _, path := range []string{"/orders/7;v=2", "/orders//7", "/orders/7/..;/8"} {
 		wantAccepted(t, "authorize GET "+path, p.authorize(reader.Plaintext, "GET", path))
