@@ -249,3 +249,45 @@ func TestSentinelUnknownPrimaryNamed(t *testing.T) {
 		t.Fatalf("sentinels that do not know the name: %v", err)
 	}
 }
+
+// A Redis Cluster primary restarted with older data (the token from before
+// a revoke, as a restore from an older snapshot would bring back): the
+// connection btk's pipeline to that primary opens anew reads its new
+// identity, and the record cached before the revoke is read again.
+func TestClusterPrimaryRestartedWithOlderData(t *testing.T) {
+	g := redistest.Cluster(t)
+	inst, other := openAt(t, g.URL()), openAt(t, g.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1000, PerDay: 1000}, Now: time.Now()}
+	c.Seen = current(t, inst, c)
+	if v, err := inst.Allow(ctx, c); err != nil || !v.Allowed {
+		t.Fatalf("%+v %v", v, err)
+	}
+	if err := other.Changed(ctx, ws); err != nil { // the revoke
+		t.Fatal(err)
+	}
+	owner := g.Owner(t, g.Slot(t, inst.revKey(ws[:8])))
+	owner.Restart() // its cluster configuration kept (nodes.conf), its data gone
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if info, _ := owner.Do(t, "CLUSTER", "INFO").(string); strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted primary does not rejoin the cluster")
+		}
+	}
+	owner.Do(t, "SET", inst.revKey(ws[:8]), c.Seen.Token)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		v, err := inst.Allow(ctx, c)
+		if err == nil && !v.Stale {
+			t.Fatalf("a primary restarted with the token from before a revoke: the record cached before it was trusted: %+v", v)
+		}
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer 30 s after the restart: %v", err)
+		}
+	}
+}
