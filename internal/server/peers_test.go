@@ -244,6 +244,18 @@ func (p *peerSetup) checkScopes(t *testing.T) {
 	} else if v := rec.last(t).Get("X-Api-Key-Scopes"); v != "" {
 		t.Errorf("unscoped key: upstream X-Api-Key-Scopes %q", v)
 	}
+	// Paths an upstream may serve as /admin/x (docs/access.md#paths): the
+	// peer passes them on as sent, and btk refuses them as the deny.
+	seen = rec.count()
+	for _, path := range []string{"//admin/x", "/hello/..;/admin/x", "/hello//../admin/x", "/ADMIN/x", "/%2561dmin/x"} {
+		r := send(t, client, "GET", base+path, map[string]string{"X-Api-Key": plain.Plaintext}, nil)
+		if msg, code := r.message(t); r.Status != http.StatusForbidden || msg != "API key may not call this path" || code != "FORBIDDEN" {
+			t.Errorf("unscoped key, GET %s: HTTP %d %q (%s), want 403", path, r.Status, msg, code)
+		}
+	}
+	if rec.count() != seen {
+		t.Errorf("%d requests for /admin/x in other spellings reached the upstream", rec.count()-seen)
+	}
 }
 
 func TestNginxAuthRequest(t *testing.T) {
