@@ -218,6 +218,8 @@ func TestReadings(t *testing.T) {
 		{"GET", "/a/..;/..;/x", nil, false},
 		{"delete", "/x", []Request{{"DELETE", "/x"}}, true},
 		{"HEAD", "/x", []Request{{"GET", "/x"}}, true},
+		{"GET", "/public#/../admin", []Request{{"GET", "/admin"}}, true},
+		{"GET", "/public?q#/../admin", nil, true},
 		{"head", "/x", []Request{{"HEAD", "/x"}, {"GET", "/x"}}, true},
 		{"get", "/a;x", []Request{{"GET", "/a;x"}, {"get", "/a"}, {"GET", "/a"}}, true},
 		{"GET", "/orders/%31", nil, true},

@@ -111,10 +111,10 @@ func Readings(method, raw string) ([]Request, bool) {
 	plain := true
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
-		if c == '?' || c == '#' {
+		if c == '?' {
 			break
 		}
-		if c == '%' || c == ';' || c == '\\' || c == '/' && i > 0 && raw[i-1] == '/' {
+		if c == '#' || c == '%' || c == ';' || c == '\\' || c == '/' && i > 0 && raw[i-1] == '/' {
 			plain = false
 			break
 		}
@@ -136,6 +136,24 @@ func Readings(method, raw string) ([]Request, bool) {
 	}
 	paths := []string{primary}
 	bases := []string{dec}
+	// A client sends no fragment: a "#" in a request line ("/a#/../admin")
+	// is a character of the path to servers that do not cut there (Go's
+	// own).
+	if raw[0] == '/' {
+		if q := strings.IndexByte(raw, '?'); q >= 0 {
+			raw = raw[:q]
+		}
+		if strings.IndexByte(raw, '#') >= 0 {
+			if len(raw) > MaxPathLen {
+				return nil, false
+			}
+			whole, ok := unescape(raw)
+			if !ok {
+				return nil, false
+			}
+			bases = append(bases, whole)
+		}
+	}
 	// A path still holding escapes once decoded ("%252e%252e") is what a
 	// server that decodes twice reads as "..". One that does not decode
 	// again is a path with a literal "%" ("100%25" is "100%"); one that
