@@ -174,6 +174,16 @@ func (s *State) Ready(ctx context.Context) error {
 	if s.kind == Sentinel && errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redisstate: the sentinels answer, but monitor no primary named %q (the MASTER of redis+sentinel://…/MASTER/db)", s.master)
 	}
+	// A dial that timed out, the caller's context not done: go-redis says
+	// only "context deadline exceeded".
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		tls, dial := dialSettings(s.rdb)
+		hint := ""
+		if tls {
+			hint = "; a server that does not speak TLS never completes the handshake of a rediss:// URL"
+		}
+		return fmt.Errorf("redisstate: no connection to Redis within the dial timeout (%v)%s: %w", dial, hint, err)
+	}
 	return err
 }
 

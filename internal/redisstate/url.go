@@ -146,6 +146,17 @@ func readTimeout(rdb redis.UniversalClient) time.Duration {
 	return ioTimeout
 }
 
+// dialSettings reports whether rdb dials with TLS, and its dial timeout.
+func dialSettings(rdb redis.UniversalClient) (tls bool, dial time.Duration) {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().TLSConfig != nil, c.Options().DialTimeout
+	case *redis.ClusterClient:
+		return c.Options().TLSConfig != nil, c.Options().DialTimeout
+	}
+	return false, dialTimeout
+}
+
 func applyDefaults(dial, read, write *time.Duration) {
 	if *dial == 0 {
 		*dial = dialTimeout

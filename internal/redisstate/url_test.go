@@ -1,8 +1,12 @@
 package redisstate
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/redisstate/redistest"
 )
 
 // Every --redis form is understood; a bad one is refused with a message
@@ -69,6 +73,26 @@ func TestRedact(t *testing.T) {
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A rediss:// URL of a server without TLS: the handshake is never
+// answered, and the message says what that most often means, not only
+// "context deadline exceeded"; never the password.
+func TestTLSToPlainServerNamed(t *testing.T) {
+	srv := redistest.Standalone(t)
+	for _, u := range []string{"rediss://:hunter2@" + srv.Addr() + "/0", "rediss+cluster://:hunter2@" + srv.Addr()} {
+		s, err := Open(u, "btktest:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err = s.Ready(ctx)
+		cancel()
+		s.Close()
+		if err == nil || !strings.Contains(err.Error(), "does not speak TLS") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: %v", Redact(u), err)
 		}
 	}
 }
