@@ -87,6 +87,12 @@ func unescape(p string) (string, bool) {
 // Request is a method and a normalised path, as the rules decide them.
 type Request struct {
 	Method, Path string
+	// IfMatched: the reading only names another method (upper case, or GET
+	// for HEAD). It is refused where a rule matches and refuses it; where
+	// none matches it decides nothing, so that a rule written for the method
+	// as sent (methods: [HEAD]) is not overruled by the missing rule of
+	// another.
+	IfMatched bool
 }
 
 // Readings are the other ways servers read a request (docs/access.md#paths).
@@ -215,7 +221,7 @@ func Readings(method, raw string) ([]Request, bool) {
 			if i == 0 && j == 0 {
 				continue // the request itself
 			}
-			out = append(out, Request{Method: m, Path: path})
+			out = append(out, Request{Method: m, Path: path, IfMatched: j > 0})
 		}
 	}
 	return out, true

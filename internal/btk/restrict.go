@@ -159,7 +159,7 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 	if !ok {
 		return ErrKeyPathDeny
 	}
-	if err := r.decide(rules, req.Method, path); err != nil {
+	if err := r.decide(rules, req.Method, path, false); err != nil {
 		return err
 	}
 	// The same request as other servers read it ("//", ";parameters", "\",
@@ -171,22 +171,23 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 		return ErrKeyPathDeny
 	}
 	for _, alt := range alts {
-		if err := r.decide(rules, alt.Method, alt.Path); err != nil {
+		if err := r.decide(rules, alt.Method, alt.Path, alt.IfMatched); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// decide applies the access rules to one reading of a request. A rule
+// decide applies the access rules to one reading of a request (with
+// ifMatched, only a matching rule decides). A rule
 // that another server would apply must allow it too, where one matches
 // (where none does, the path as it is decides alone):
 //   - Express and Spring serve "/admin/" as "/admin": the rule of the path
 //     without its trailing slash;
 //   - Express, ASP.NET Core and IIS route without regard to case: the rule
 //     that matches when path and patterns are in lower case.
-func (r *restrictions) decide(rules *access.Rules, method, path string) error {
-	if err := r.apply(rules.Match(method, path), false); err != nil {
+func (r *restrictions) decide(rules *access.Rules, method, path string, ifMatched bool) error {
+	if err := r.apply(rules.Match(method, path), ifMatched); err != nil {
 		return err
 	}
 	trimmed := strings.TrimRight(path, "/")

@@ -219,7 +219,7 @@ func TestAccessRulesAtEveryEntryPoint(t *testing.T) {
 func TestAccessRulesHoldForEveryReading(t *testing.T) {
 	t.Parallel()
 	e, owner, p := newAccessEnv(t)
-	e.svc.SetAccessRules(mustRules(t, accessRules+"  - path: /reports/**\n    methods: [DELETE]\n    deny: true\n  - path: /exports/**\n    methods: [GET]\n    deny: true\n  - path: /internal\n    deny: true\n  - path: /status\n    scopes: [ops]\n  - path: /status/*\n    scopes: [orders:read]\n"))
+	e.svc.SetAccessRules(mustRules(t, accessRules+"  - path: /reports/**\n    methods: [DELETE]\n    deny: true\n  - path: /exports/**\n    methods: [GET]\n    deny: true\n  - path: /internal\n    deny: true\n  - path: /status\n    scopes: [ops]\n  - path: /status/*\n    scopes: [orders:read]\n  - path: /ping\n    methods: [HEAD]\n    scopes: [orders:read]\n"))
 	reader := e.createKeyWith(owner, "reader", `scopes:["orders:read"]`)
 	plain := e.createKey(owner, "plain")
 	const mayNot = "API key may not call this path"
@@ -273,6 +273,8 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 	}
 	wantAccepted(t, "unscoped delete /orders/1", p.proxied(plain.Plaintext, "delete", "/orders/1"))
 	wantAccepted(t, "scoped GET /orders/", p.proxied(reader.Plaintext, "GET", "/orders/"))
+	// A rule written for HEAD alone is not overruled by GET having none.
+	wantAccepted(t, "scoped HEAD /ping", p.authorize(reader.Plaintext, "HEAD", "/ping"))
 	wantAccepted(t, "unscoped GET /Orders/1", p.proxied(plain.Plaintext, "GET", "/Orders/1"))
 	// "/status/" is "/status/*" to the rules, "/status" to Express: the
 	// scope of the rule of "/status" is needed too.
