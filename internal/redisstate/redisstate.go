@@ -167,6 +167,9 @@ type deadline struct {
 
 func (b *bounded) Process(ctx context.Context, cmd redis.Cmder) error {
 	f := b.ap.Submit(ctx, cmd)
+	if b.bound <= 0 { // redis://…?read_timeout=0 (or -1): no read timeout, no bound
+		return f.Wait()
+	}
 	if err := f.WaitContext(b.deadline()); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("redisstate: no answer from Redis within %v", b.bound)
