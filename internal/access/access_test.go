@@ -220,6 +220,8 @@ func TestReadings(t *testing.T) {
 		{"HEAD", "/x", []Request{{"GET", "/x", true}}, true},
 		{"GET", "/public#/../admin", []Request{{"GET", "/admin", false}}, true},
 		{"GET", "/public?q#/../admin", nil, true},
+		{"GET", "http://example.com/public#/../admin", []Request{{"GET", "/admin", false}}, true},
+		{"GET", "https://example.com#/admin", []Request{{"GET", "/admin", false}}, true},
 		{"head", "/x", []Request{{"HEAD", "/x", true}, {"GET", "/x", true}}, true},
 		{"get", "/a;x", []Request{{"GET", "/a;x", true}, {"get", "/a", false}, {"GET", "/a", true}}, true},
 		{"GET", "/orders/%31", nil, true},

@@ -144,21 +144,26 @@ func Readings(method, raw string) ([]Request, bool) {
 	bases := []string{dec}
 	// A client sends no fragment: a "#" in a request line ("/a#/../admin")
 	// is a character of the path to servers that do not cut there (Go's
-	// own).
-	if raw[0] == '/' {
-		if q := strings.IndexByte(raw, '?'); q >= 0 {
-			raw = raw[:q]
-		}
-		if strings.IndexByte(raw, '#') >= 0 {
-			if len(raw) > MaxPathLen {
-				return nil, false
+	// own). In an absolute URI, the path starts after the authority.
+	if q := strings.IndexByte(raw, '?'); q >= 0 {
+		raw = raw[:q]
+	}
+	if strings.IndexByte(raw, '#') >= 0 {
+		if raw[0] != '/' {
+			auth := raw[strings.Index(raw, "//")+2:] // pathOf checked the scheme
+			raw = "/"
+			if k := strings.IndexByte(auth, '/'); k >= 0 {
+				raw = auth[k:]
 			}
-			whole, ok := unescape(raw)
-			if !ok {
-				return nil, false
-			}
-			bases = append(bases, whole)
 		}
+		if len(raw) > MaxPathLen {
+			return nil, false
+		}
+		whole, ok := unescape(raw)
+		if !ok {
+			return nil, false
+		}
+		bases = append(bases, whole)
 	}
 	// A path still holding escapes once decoded ("%252e%252e") is what a
 	// server that decodes twice reads as "..". One that does not decode

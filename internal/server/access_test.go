@@ -257,6 +257,7 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 	// A request line has no fragment: "#" in X-Forwarded-Uri is a
 	// character of the path to an upstream that does not cut there.
 	wantRefused(t, "authorize /orders/1#/../../admin/x", p.authorize(plain.Plaintext, "GET", "/orders/1#/../../admin/x"), 403, "FORBIDDEN", mayNot)
+	wantRefused(t, "authorize http://example.com/orders/1#/../../admin/x", p.authorize(plain.Plaintext, "GET", "http://example.com/orders/1#/../../admin/x"), 403, "FORBIDDEN", mayNot)
 	// A path past access.MaxPathLen is refused where rules apply: its
 	// readings would cost milliseconds, and refusals count against no limit.
 	long := "/orders/" + strings.Repeat("a/", access.MaxPathLen/2)
