@@ -102,16 +102,16 @@ type Request struct {
 // segment's ";parameters" ("/a/..;/b" is "/b"); IIS and WHATWG URL parsers
 // take "\" for "/"; some servers and frameworks percent-decode twice;
 // Django upper-cases the method; most frameworks answer HEAD with the GET
-// handler. A request the rules see
-// as "/public/…" must not reach an upstream that serves "/admin/…", so the
-// key check decides every reading and refuses the request if any is
-// refused: a reading can only refuse more, never allow more.
+// handler; Go's server keeps a "#" in the path. A request the rules see as
+// "/public/…" must not reach an upstream that serves "/admin/…", so the key
+// check decides every reading and refuses the request if any is refused: a
+// reading can only refuse more, never allow more.
 //
 // Readings returns the readings of (method, raw path) other than
 // (method, Normalize(raw)), or nil when there are none; it allocates only
-// for a path with "%", ";", "\" or "//", a method not in upper case, or HEAD. It
-// reports false when a reading cannot be normalised (the request is then
-// refused, as for Normalize).
+// for a path with "%", ";", "\", "#" or "//", a method not in upper case,
+// or HEAD. It reports false when a reading cannot be normalised (the
+// request is then refused, as for Normalize).
 func Readings(method, raw string) ([]Request, bool) {
 	upper := strings.ToUpper(method) // no allocation when already upper case
 	plain := true
