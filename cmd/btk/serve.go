@@ -242,35 +242,47 @@ func shutdownAll(servers []*http.Server) error {
 // flushLoop writes last_used_at and day counts about once a second (each
 // key at most every btk.UsageWriteInterval; the rest at shutdown).
 func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger, ops *opsState) {
-	every(ctx, time.Second, time.Second, func() {
+	every(ctx, time.Second, func() time.Duration {
 		start := time.Now()
 		err := svc.FlushDueUsage(ctx)
 		ops.observeFlush(time.Since(start), err)
 		if err != nil && ctx.Err() == nil {
 			log.Error("last_used_at flush failed", "err", err)
 		}
+		return time.Second
 	})
 }
+
+// The unused-key sweep runs every sweepEvery, and sweepRetry after a run
+// that failed: a run that revoked keys but could not tell the other
+// instances is told by the next run (docs/access.md#workspace-key-policy),
+// soon rather than a minute later.
+const (
+	sweepEvery = time.Minute
+	sweepRetry = 10 * time.Second
+)
 
 // sweepLoop revokes the keys the workspaces' policies find unused
 // (revokeUnusedAfterDays), shortly after start and then every minute; every
 // instance runs it, and each key is revoked and audited once
 // (btk.Service.SweepUnusedKeys).
 func sweepLoop(ctx context.Context, svc *btk.Service, log *slog.Logger) {
-	every(ctx, 10*time.Second, time.Minute, func() {
+	every(ctx, 10*time.Second, func() time.Duration {
 		n, err := svc.SweepUnusedKeys(ctx)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("unused-key sweep failed", "err", err)
-		}
 		if n > 0 {
 			log.Info("revoked unused keys (workspace key policy)", "count", n)
 		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("unused-key sweep failed; retrying soon", "err", err, "retry", sweepRetry)
+			return sweepRetry
+		}
+		return sweepEvery
 	})
 }
 
-// every runs work once first has passed, then again interval after each run
-// ends, until ctx ends.
-func every(ctx context.Context, first, interval time.Duration, work func()) {
+// every runs work once first has passed, then again, each time after the
+// wait the run returned, until ctx ends.
+func every(ctx context.Context, first time.Duration, work func() (next time.Duration)) {
 	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
@@ -278,8 +290,7 @@ func every(ctx context.Context, first, interval time.Duration, work func()) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			work()
-			t.Reset(interval)
+			t.Reset(work())
 		}
 	}
 }

@@ -232,14 +232,16 @@ const sweepBatch = 500
 // (docs/access.md#workspace-key-policy). Several instances may
 // sweep at once: the store revokes a key only if it is still active and
 // unused in the same UPDATE, so each key is revoked, and audited, once.
-// It returns how many keys it revoked.
+// It first tells the instances what an earlier revocation, on any
+// instance, could not tell them (tellUntold). It returns how many keys it
+// revoked.
 func (s *Service) SweepUnusedKeys(ctx context.Context) (int, error) {
+	errs := []error{s.tellUntold(ctx)}
 	ws, err := read(ctx, s.store, func(tx Tx) ([]*Workspace, error) { return tx.Workspaces(ctx) })
 	if err != nil {
-		return 0, err
+		return 0, errors.Join(append(errs, err)...)
 	}
 	total := 0
-	var errs []error
 	for _, w := range ws {
 		d := w.KeyPolicy.RevokeUnusedAfterDays
 		if d == nil {
@@ -265,8 +267,9 @@ func (s *Service) sweepWorkspace(ctx context.Context, workspaceID string, days i
 	before := now.Add(-time.Duration(days) * 24 * time.Hour)
 	a := &Actor{WorkspaceID: workspaceID, Email: SystemActorEmail}
 	var revoked []*APIKey
+	var marks untold
 	err := s.store.Write(ctx, func(tx Tx) (err error) {
-		if revoked, err = tx.RevokeUnusedAPIKeys(ctx, workspaceID, before, now, sweepBatch); err != nil {
+		if revoked, err = tx.RevokeUnusedAPIKeys(ctx, workspaceID, before, now, sweepBatch); err != nil || len(revoked) == 0 {
 			return err
 		}
 		for _, k := range revoked {
@@ -276,7 +279,8 @@ func (s *Service) sweepWorkspace(ctx context.Context, workspaceID string, days i
 				return err
 			}
 		}
-		return nil
+		marks, err = markUntold(ctx, tx, workspaceID)
+		return err
 	})
 	if err != nil || len(revoked) == 0 {
 		return 0, err
@@ -284,5 +288,8 @@ func (s *Service) sweepWorkspace(ctx context.Context, workspaceID string, days i
 	for _, k := range revoked {
 		s.forgetKey(k)
 	}
-	return len(revoked), s.changed(ctx, workspaceID)
+	if err := s.changed(ctx, workspaceID); err != nil {
+		return len(revoked), err
+	}
+	return len(revoked), s.told(ctx, marks)
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -183,8 +184,9 @@ func (s *Service) ReportLeaks(ctx context.Context, by Reporter, reports []LeakRe
 		return labels, nil
 	}
 	var revoked []*APIKey
+	var marks untold
 	workspaces := map[string]bool{}
-	err := s.store.Write(ctx, func(tx Tx) error {
+	err := s.store.Write(ctx, func(tx Tx) (err error) {
 		revoked, workspaces = revoked[:0], map[string]bool{} // a retried transaction starts over
 		now := s.now()
 		// Find the keys first, then lock and revoke them in key-id order,
@@ -241,7 +243,17 @@ func (s *Service) ReportLeaks(ctx context.Context, by Reporter, reports []LeakRe
 			}
 			revoked = append(revoked, k)
 		}
-		return nil
+		if len(revoked) == 0 {
+			return nil
+		}
+		// Told by the next sweep run should every tell below fail and
+		// the report not be repeated (untold.go).
+		ids := map[string]bool{}
+		for _, k := range revoked {
+			ids[k.WorkspaceID] = true
+		}
+		marks, err = markUntold(ctx, tx, slices.Collect(maps.Keys(ids))...)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -252,9 +264,17 @@ func (s *Service) ReportLeaks(ctx context.Context, by Reporter, reports []LeakRe
 	// Every workspace of a true positive is told again, also on a replay:
 	// an earlier answer may have failed to tell the other instances.
 	var errs []error
+	done := untold{}
 	for ws := range workspaces {
-		errs = append(errs, s.changed(ctx, ws))
+		if err := s.changed(ctx, ws); err != nil {
+			errs = append(errs, err)
+		} else if mark, ok := marks[ws]; ok {
+			done[ws] = mark
+		}
 	}
+	// Told: should taking them off the list fail, the next sweep tells
+	// once more, which costs the instances one more read of those keys.
+	_ = s.told(ctx, done)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

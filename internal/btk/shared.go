@@ -151,7 +151,8 @@ func (t localThrottle) lastEviction() time.Time { return t.open.LastEviction() }
 // is answered UNAVAILABLE, so the caller retries: every change tells again
 // when its repeat finds nothing left to change (a revoked key, an update
 // already stored), and every instance refuses keys while the shared state
-// is unreachable from it.
+// is unreachable from it. What the server revokes with no caller to repeat
+// it is told again by the next sweep (untold.go).
 func (s *Service) changed(ctx context.Context, workspaceID string) error {
 	if err := s.gate.Changed(ctx, workspaceID); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)

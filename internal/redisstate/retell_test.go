@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/testclock"
@@ -72,5 +73,85 @@ func TestRepeatedUpdateTellsTheOtherInstances(t *testing.T) {
 	}
 	if !from(t, c.b, k.Plaintext, "192.0.2.1") {
 		t.Fatal("the key is refused from its own network")
+	}
+}
+
+// The unused-key sweep revokes a key but cannot tell Redis (its instance
+// is cut off from it). No caller is there to repeat anything: the next
+// sweep run, of any instance (here one started after the sweeping one
+// stopped), tells; the other instance, which had the key cached, then
+// refuses it. A run with nothing left to tell changes no token.
+func TestSweepTellsWhatAFailedSweepDidNot(t *testing.T) {
+	c, px, clk := cutCluster(t)
+	ctx := context.Background()
+	days := 1
+	if _, err := c.a.SetWorkspaceKeyPolicy(ctx, c.owner, c.owner.WorkspaceID, nil, &days); err != nil {
+		t.Fatal(err)
+	}
+	k := c.acceptedKey(t, "idle") // cached on b
+	clk.Advance(49 * time.Hour)
+	px.Cut()
+	n, err := c.a.SweepUnusedKeys(ctx)
+	if n != 1 || btk.ErrorCode(err) != btk.CodeUnavailable {
+		t.Fatalf("sweep with Redis cut off: %d keys, %v; want 1, UNAVAILABLE", n, err)
+	}
+	px.Restore()
+	next := c.restarted(t) // the sweeping instance stopped; another sweeps
+	if n, err := next.SweepUnusedKeys(ctx); n != 0 || err != nil {
+		t.Fatalf("the next sweep: %d keys, %v", n, err)
+	}
+	if accepts(t, c.b, k.Plaintext) {
+		t.Fatal("after the next sweep run, the other instance still accepts the key the failed sweep revoked")
+	}
+	c.sweepMovesNoToken(t, next)
+}
+
+// A leak report revokes a key but its instance cannot tell Redis: the
+// report answers UNAVAILABLE, and should the scanner never send it again,
+// the next sweep run of any instance tells, as for the sweep's own
+// revocations.
+func TestSweepTellsWhatAFailedLeakReportDidNot(t *testing.T) {
+	c, px, _ := cutCluster(t)
+	ctx := context.Background()
+	k := c.acceptedKey(t, "leaked") // cached on b
+	px.Cut()
+	report := []btk.LeakReport{{Token: k.Plaintext, URL: "https://example.com/leak", Source: "content"}}
+	if _, err := c.a.ReportLeaks(ctx, btk.Reporter{Actor: c.admin}, report); btk.ErrorCode(err) != btk.CodeUnavailable {
+		t.Fatalf("leak report with Redis cut off: %v, want UNAVAILABLE", err)
+	}
+	px.Restore()
+	next := c.restarted(t)
+	if _, err := next.SweepUnusedKeys(ctx); err != nil {
+		t.Fatalf("the next sweep: %v", err)
+	}
+	if accepts(t, c.b, k.Plaintext) {
+		t.Fatal("after the next sweep run, the other instance still accepts the key the leak report revoked")
+	}
+	c.sweepMovesNoToken(t, next)
+}
+
+// restarted is another instance on the cluster's database and Redis
+// prefix (the one that swept, restarted; or any other).
+func (c *cluster) restarted(t *testing.T) *btk.Service {
+	t.Helper()
+	return c.instance(t, open(t, testURL(t), c.sa.prefix))
+}
+
+// sweepMovesNoToken: once told, a sweep with nothing to revoke or tell
+// leaves the workspace's token alone (the other instances keep their
+// records).
+func (c *cluster) sweepMovesNoToken(t *testing.T, svc *btk.Service) {
+	t.Helper()
+	ctx := context.Background()
+	prefix := c.owner.WorkspaceID[:btk.WorkspacePrefixLen]
+	before, err := c.sb.Current(ctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.SweepUnusedKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := c.sb.Current(ctx, prefix); err != nil || after != before {
+		t.Fatalf("a sweep with nothing left to tell moved the token: %v → %v %v", before, after, err)
 	}
 }

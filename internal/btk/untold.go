@@ -1,0 +1,108 @@
+package btk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// A revocation the server makes on its own (the unused-key sweep) has no
+// caller to repeat it when telling the other instances fails (see
+// changed), and the next sweep does not find the keys again: they are
+// revoked. A leak report has a caller, but a scanner's retries are its
+// own. So the transaction that revokes also lists the workspace in the
+// setting untoldSetting, a tell made after the commit takes it off, and
+// every sweep run, of every instance, first tells the workspaces listed:
+// a failed tell is repeated until it succeeds, also when the instance that
+// revoked has stopped (docs/access.md#workspace-key-policy). The list is
+// empty but for failures, and has at most one entry per workspace.
+const untoldSetting = "untold_workspaces"
+
+// untold maps a workspace id to the mark of the latest transaction that
+// listed it: a tell takes an entry off only if no later revocation listed
+// the workspace again meanwhile (that one's tell may yet fail).
+type untold map[string]string
+
+func readUntold(ctx context.Context, tx Tx) (untold, error) {
+	u := untold{}
+	v, err := tx.Setting(ctx, untoldSetting)
+	if errors.Is(err, ErrNotFound) {
+		return u, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(v), &u); err != nil {
+		return nil, fmt.Errorf("stored %s: %w", untoldSetting, err)
+	}
+	return u, nil
+}
+
+func writeUntold(ctx context.Context, tx Tx, u untold) error {
+	b, err := json.Marshal(u)
+	if err != nil {
+		return err
+	}
+	return tx.SetSetting(ctx, untoldSetting, string(b))
+}
+
+// markUntold lists the workspaces as not yet told, in the transaction
+// that revokes, and returns their marks for told.
+func markUntold(ctx context.Context, tx Tx, workspaceIDs ...string) (untold, error) {
+	u, err := readUntold(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	marks := untold{}
+	for _, id := range workspaceIDs {
+		marks[id] = uuid.NewString()
+		u[id] = marks[id]
+	}
+	return marks, writeUntold(ctx, tx, u)
+}
+
+// told takes off the list the workspaces of done (id → mark), each told
+// after the transaction that listed it committed.
+func (s *Service) told(ctx context.Context, done untold) error {
+	if len(done) == 0 {
+		return nil
+	}
+	return s.store.Write(ctx, func(tx Tx) error {
+		u, err := readUntold(ctx, tx)
+		if err != nil {
+			return err
+		}
+		n := len(u)
+		for id, mark := range done {
+			if u[id] == mark {
+				delete(u, id)
+			}
+		}
+		if len(u) == n {
+			return nil
+		}
+		return writeUntold(ctx, tx, u)
+	})
+}
+
+// tellUntold tells the instances of the workspaces listed, and takes off
+// the list those it told.
+func (s *Service) tellUntold(ctx context.Context) error {
+	u, err := read(ctx, s.store, func(tx Tx) (untold, error) { return readUntold(ctx, tx) })
+	if err != nil || len(u) == 0 {
+		return err
+	}
+	done := untold{}
+	var errs []error
+	for id, mark := range u {
+		if err := s.changed(ctx, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done[id] = mark
+	}
+	return errors.Join(append(errs, s.told(ctx, done))...)
+}
