@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/btk-project/btk/internal/access"
 	"github.com/btk-project/btk/internal/btk"
 )
 
@@ -21,6 +22,10 @@ var errBadGateway = &btk.Error{Code: btk.CodeBadGateway, Message: "the upstream 
 // errGatewayTimeout answers a proxied request whose upstream did not send
 // its response headers within the upstream timeout.
 var errGatewayTimeout = &btk.Error{Code: btk.CodeGatewayTimeout, Message: "the upstream service did not answer in time"}
+
+// errAboveUpstreamRoot refuses a proxied request whose path climbs above the
+// root while the upstream has a base path it would leave.
+var errAboveUpstreamRoot = &btk.Error{Code: btk.CodeBadUserInput, Message: "the path climbs above the root"}
 
 // errKeyNoLongerValid ends a proxied connection whose key was revoked,
 // replaced or expired while it lasted.
@@ -103,7 +108,16 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 			Fail(w, errBadGateway)
 		},
 	}
+	// An upstream with a base path (http://host/api/) gets /x as /api/x, and
+	// /../admin as /api/../admin, which it reads as /admin: with a base
+	// path, a path that climbs above the root in any reading is refused,
+	// whatever the credential.
+	based := strings.Trim(upstream.Path, "/") != ""
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if based && !withinRoot(r) {
+			Fail(w, errAboveUpstreamRoot)
+			return
+		}
 		var a btk.Actor
 		var req btk.KeyRequest
 		switch h.check(w, r, entryProxy, &a, &req) {
@@ -123,6 +137,21 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 		}
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// withinRoot reports whether every reading of r's path stays below the
+// root (access.Normalize and access.Readings refuse one that climbs above
+// it).
+func withinRoot(r *http.Request) bool {
+	p := r.URL.EscapedPath()
+	if p == "" {
+		return true // an authority-form CONNECT: the upstream is asked for "/"
+	}
+	if _, ok := access.Normalize(p); !ok {
+		return false
+	}
+	_, ok := access.Readings(r.Method, p)
+	return ok
 }
 
 // isDial reports whether err is a failure to connect to the upstream (not

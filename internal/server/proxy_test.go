@@ -392,3 +392,40 @@ func TestProxyRevokeWhileInFlight(t *testing.T) {
 		}
 	}
 }
+
+// An upstream with a base path (--upstream http://host/api/) gets /x as
+// /api/x; a path that climbs above the root would leave the base path
+// (/../admin reached it as /api/../admin, which servers read as /admin). It
+// is refused (400) whatever the credential, in every spelling, and never
+// reaches the upstream (docs/gateway.md#btks-reverse-proxy).
+func TestProxyKeepsTheUpstreamBasePath(t *testing.T) {
+	t.Parallel()
+	e, owner := newAdminEnv(t)
+	k := e.createKey(owner, "base-path")
+	var mu sync.Mutex
+	var got []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.RequestURI)
+		mu.Unlock()
+		io.WriteString(w, "upstream says hi")
+	}))
+	defer up.Close()
+	p := e.proxyFor(up.URL + "/api/")
+	for _, path := range []string{"/../admin", "/%2e%2e/admin", "/x/..%2f..%2fadmin", "/x/..;/..;/admin"} {
+		for _, h := range []map[string]string{{"X-Api-Key": k.Plaintext}, {"Authorization": "Bearer whatever"}} {
+			r := send(t, p.Client(), "GET", p.URL+path, h, nil)
+			if msg, code := r.message(t); r.Status != http.StatusBadRequest || code != "BAD_USER_INPUT" {
+				t.Errorf("GET %s with %v: HTTP %d %q (%s), want 400", path, h, r.Status, msg, code)
+			}
+		}
+	}
+	if r := send(t, p.Client(), "GET", p.URL+"/orders/../7", map[string]string{"X-Api-Key": k.Plaintext}, nil); r.Status != http.StatusOK {
+		t.Errorf("GET /orders/../7: HTTP %d %s", r.Status, r.Body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "/api/orders/../7" {
+		t.Errorf("the upstream got %q, want only /api/orders/../7", got)
+	}
+}
