@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -121,20 +122,128 @@ func (s *State) usePipeline() error {
 	// deferred face, whose wait can end at a deadline (bounded).
 	opts := redis.DefaultBlockingAutoPipelineOptions()
 	opts.MaxQueuedCommands = maxQueued
-	if s.kind == Cluster {
-		// A pipeline per primary (full duplex, one connection each), with
-		// MOVED and ASK followed: the half-duplex pipeline's batches span
-		// primaries and wait for the slowest, so one stalled primary held
-		// up every workspace's checks (docs/clusters.md#when-redis-stalls).
-		// Its window, per primary, bounds what a stalled one holds.
-		opts.FullDuplex, opts.FullDuplexWindow = true, maxQueued
+	bound := readTimeout(s.rdb)
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		// A half-duplex pipeline per primary: one shared pipeline's batches
+		// span primaries and wait for the slowest, so one stalled primary
+		// held up every workspace's checks; go-redis's full-duplex pipeline
+		// per primary isolates them too, but costs a system call per check
+		// on a fast link (docs/clusters.md#when-redis-stalls).
+		s.checks = &perPrimary{cc: cc, opts: opts, bound: bound}
+		return nil
 	}
 	ap, err := s.rdb.AsyncAutoPipelineWithOptions(opts)
 	if err != nil {
 		return err
 	}
-	s.checks = &bounded{ap: ap, bound: readTimeout(s.rdb)}
+	s.checks = &bounded{ap: ap, bound: bound}
 	return nil
+}
+
+// perPrimary sends each command through the half-duplex pipeline of the
+// primary that serves its key's slot (the key of a script call: its first
+// key), as the cluster client's slot map says. An answer that says the map
+// is out of date (MOVED, ASK, TRYAGAIN during a slot move; CLUSTERDOWN,
+// LOADING, READONLY while a primary changes) sends the command again
+// through the cluster client, which follows it; any other failure asks the
+// cluster client to reload its map.
+type perPrimary struct {
+	cc    *redis.ClusterClient
+	opts  *redis.AutoPipelineOptions
+	bound time.Duration
+	// pipes holds each primary's pipeline (a go-redis node client caches
+	// its own and closes it with the node), read without a lock and
+	// replaced whole under mu; at most maxPrimaries entries, then it
+	// starts again, so that nodes gone from the cluster are forgotten.
+	pipes atomic.Pointer[map[*redis.Client]*bounded]
+	mu    sync.Mutex
+}
+
+// maxPrimaries bounds perPrimary's pipelines: far above a cluster's
+// primaries, low enough that the nodes of past topologies cost nothing.
+const maxPrimaries = 256
+
+func (p *perPrimary) Process(ctx context.Context, cmd redis.Cmder) error {
+	pipe, err := p.pipeFor(ctx, cmd)
+	if err != nil {
+		return p.cc.Process(ctx, cmd)
+	}
+	err = pipe.Process(ctx, cmd)
+	if err == nil || redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return err
+	}
+	if _, moved := redis.IsMovedError(err); moved || redirected(err) {
+		return p.cc.Process(ctx, cmd)
+	}
+	p.cc.ReloadState(ctx)
+	return err
+}
+
+// redirected reports whether err is an answer after which the cluster
+// client tries again (ASK, TRYAGAIN, CLUSTERDOWN, LOADING, READONLY).
+func redirected(err error) bool {
+	if _, ask := redis.IsAskError(err); ask {
+		return true
+	}
+	for _, prefix := range [...]string{"TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// pipeFor returns the pipeline of the primary serving cmd's first key.
+func (p *perPrimary) pipeFor(ctx context.Context, cmd redis.Cmder) (*bounded, error) {
+	key, ok := firstKey(cmd)
+	if !ok {
+		return nil, errors.New("redisstate: a command without a key")
+	}
+	node, err := p.cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if m := p.pipes.Load(); m != nil {
+		if b := (*m)[node]; b != nil {
+			return b, nil
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.pipes.Load()
+	if old != nil {
+		if b := (*old)[node]; b != nil {
+			return b, nil
+		}
+	}
+	ap, err := node.AsyncAutoPipelineWithOptions(p.opts)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[*redis.Client]*bounded)
+	if old != nil && len(*old) < maxPrimaries {
+		maps.Copy(m, *old)
+	}
+	b := &bounded{ap: ap, bound: p.bound}
+	m[node] = b
+	p.pipes.Store(&m)
+	return b, nil
+}
+
+// firstKey is the first key of an EVALSHA or EVAL (the key checks' and
+// throttles' script: its keys share a slot).
+func firstKey(cmd redis.Cmder) (string, bool) {
+	args := cmd.Args()
+	if len(args) < 4 {
+		return "", false
+	}
+	switch k := args[3].(type) {
+	case *string:
+		return *k, true
+	case string:
+		return k, true
+	}
+	return "", false
 }
 
 // maxQueued bounds the key checks a stalled Redis leaves queued in an
