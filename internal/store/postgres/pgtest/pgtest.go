@@ -6,12 +6,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Env is the variable that names the test database.
@@ -48,8 +50,20 @@ func URL(t testing.TB) string {
 			return
 		}
 		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
+		// A drop can lose a deadlock to a backend of the test's servers
+		// that is still ending, or to another test's drop, under a loaded
+		// machine: PostgreSQL then cancels it, and it is tried again.
+		for attempt := 1; ; attempt++ {
+			_, err := conn.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`)
+			var pgErr *pgconn.PgError
+			if err != nil && attempt < 5 && errors.As(err, &pgErr) && pgErr.Code == "40P01" { // deadlock_detected
+				time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Errorf("drop schema %s: %v", schema, err)
+			}
+			return
 		}
 	})
 	return WithSchema(t, base, schema)
