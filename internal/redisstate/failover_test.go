@@ -291,3 +291,89 @@ func TestClusterPrimaryRestartedWithOlderData(t *testing.T) {
 		}
 	}
 }
+
+// The primary hangs (SIGSTOP) rather than dies: the sentinels promote the
+// replica, a revoke is answered by the new primary, then the old one wakes
+// up still believing itself primary, with the token from before, until the
+// sentinels make it a replica. The instance that had the key cached (and
+// had not heard of the failover: its connections to the old primary were
+// idle) never accepts it: its poller met a primary that did not answer, so
+// what it cached before is read again. (The sentinels take 3 s to declare
+// the primary down, above the poller's 2 s at most: see
+// docs/clusters.md#failover.)
+func TestHungPrimaryWakesUpAfterFailover(t *testing.T) {
+	g := redistest.Sentinels(t, "sentinel down-after-milliseconds btkprimary 3000")
+	inst, other := openAt(t, g.URL()), openAt(t, g.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 100000, PerDay: 100000}, Now: time.Now()}
+	c.Seen = current(t, inst, c)
+	if v, err := inst.Allow(ctx, c); err != nil || !v.Allowed {
+		t.Fatalf("%+v %v", v, err)
+	}
+	g.Primary.Stop()
+	g.WaitPromoted(t)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := other.Changed(ctx, ws) // the revoke, on the new primary
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no revoke answered 30 s after the promotion: %v", err)
+		}
+	}
+	g.Primary.Continue()
+	// Until the sentinels have made the old primary a replica, and a while
+	// after: never decided under the revision from before the revoke.
+	var answered, failed int
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		v, err := inst.Allow(ctx, c)
+		switch {
+		case err != nil:
+			failed++
+		case !v.Stale:
+			t.Fatalf("a record cached before the revoke was decided after the old primary woke up: %+v", v)
+		default:
+			answered++
+		}
+	}
+	g.Primary.WaitRole(t, "slave")
+	t.Logf("%d stale answers, %d failures", answered, failed)
+	if answered == 0 {
+		t.Fatalf("no answer in 2 s after the old primary woke up (%d failures)", failed)
+	}
+}
+
+// A primary that hangs (SIGSTOP) and answers again, keeping the
+// connections btk holds to it: meanwhile a revoke may have been answered
+// elsewhere (a new primary this instance has not heard of). The poller's
+// first failure moves the epoch on, so the record cached before the hang is
+// read again rather than trusted on the connection that survived it.
+func TestHungPrimaryMakesCacheStale(t *testing.T) {
+	srv := redistest.Standalone(t)
+	inst := openAt(t, srv.URL())
+	ctx := context.Background()
+	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1000, PerDay: 1000}, Now: time.Now()}
+	c.Seen = current(t, inst, c)
+	if v, err := inst.Allow(ctx, c); err != nil || !v.Allowed {
+		t.Fatalf("%+v %v", v, err)
+	}
+	srv.Stop()
+	for deadline := time.Now().Add(5 * watchEvery); inst.ids.current() == c.Seen.Epoch && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv.Continue()
+	for i := 0; ; i++ {
+		v, err := inst.Allow(ctx, c)
+		if err == nil && !v.Stale {
+			t.Fatalf("after the primary hung and answered again, the record cached before was trusted: %+v", v)
+		}
+		if err == nil {
+			break
+		}
+		if i == 20 {
+			t.Fatalf("no answer after the primary answered again: %v", err)
+		}
+	}
+}

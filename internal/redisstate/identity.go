@@ -57,6 +57,13 @@ func (id *identities) bump() {
 	id.epoch.Store(&e)
 }
 
+// lost moves the epoch on: the servers met may have changed unseen.
+func (id *identities) lost() {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	id.bump()
+}
+
 // current returns the epoch.
 func (id *identities) current() string { return *id.epoch.Load() }
 
@@ -140,6 +147,7 @@ const watchEvery = time.Second
 func (s *State) watch() {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-s.stop:
@@ -147,8 +155,18 @@ func (s *State) watch() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), watchEvery)
-		_ = s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error { return s.checkIdentity(ctx, c) })
+		err := s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error { return s.checkIdentity(ctx, c) })
 		cancel()
+		// A primary that does not answer may be failed over without this
+		// instance hearing of it, and answer again later, still a primary
+		// with the token from before a revoke the new one answered (a hung
+		// primary woken up before the sentinels demote it): at the first
+		// failure, the records cached before it are read again
+		// (docs/clusters.md#failover). Once per outage, not every second.
+		if err != nil && !failing {
+			s.ids.lost()
+		}
+		failing = err != nil
 	}
 }
 

@@ -203,8 +203,10 @@ type SentinelGroup struct {
 }
 
 // Sentinels starts a primary, a replica and three sentinels (quorum 2)
-// that declare the primary down after half a second.
-func Sentinels(t testing.TB) *SentinelGroup {
+// that declare the primary down after half a second. conf lines are added
+// to each sentinel's configuration (a later line wins: "sentinel
+// down-after-milliseconds btkprimary 3000").
+func Sentinels(t testing.TB, conf ...string) *SentinelGroup {
 	t.Helper()
 	server := testproc.Need(t, "redis-server", "redis-server")
 	sentinel := testproc.Need(t, "redis-sentinel", "redis-sentinel")
@@ -213,11 +215,11 @@ func Sentinels(t testing.TB) *SentinelGroup {
 	g.Replica = start(t, server, "replicaof 127.0.0.1 "+strconv.Itoa(g.Primary.Port), "repl-diskless-load on-empty-db")
 	g.waitLinked(t, g.Primary, 1)
 	for i := range g.Sentinels {
-		g.Sentinels[i] = start(t, sentinel,
-			"sentinel monitor "+g.Master+" 127.0.0.1 "+strconv.Itoa(g.Primary.Port)+" 2",
-			"sentinel down-after-milliseconds "+g.Master+" 500",
-			"sentinel failover-timeout "+g.Master+" 5000",
-			"sentinel parallel-syncs "+g.Master+" 1")
+		g.Sentinels[i] = start(t, sentinel, append([]string{
+			"sentinel monitor " + g.Master + " 127.0.0.1 " + strconv.Itoa(g.Primary.Port) + " 2",
+			"sentinel down-after-milliseconds " + g.Master + " 500",
+			"sentinel failover-timeout " + g.Master + " 5000",
+			"sentinel parallel-syncs " + g.Master + " 1"}, conf...)...)
 	}
 	// Every sentinel knows the replica and the other sentinels.
 	deadline := time.Now().Add(wait)
