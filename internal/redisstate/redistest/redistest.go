@@ -388,20 +388,28 @@ func (g *ClusterGroup) Owner(t testing.TB, slot int) *Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	ranges, err := g.Nodes[0].Client().ClusterSlots(ctx).Result()
+	shards, err := g.Nodes[0].Client().ClusterShards(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range ranges {
-		if r.Start <= slot && slot <= r.End {
-			for _, n := range g.Nodes {
-				if n.Addr() == r.Nodes[0].Addr {
-					return n
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if int(r.Start) > slot || slot > int(r.End) {
+				continue
+			}
+			for _, node := range sh.Nodes {
+				if node.Role != "master" {
+					continue
+				}
+				for _, n := range g.Nodes { // by port: every node is on 127.0.0.1
+					if strings.HasSuffix(n.Addr(), ":"+strconv.FormatInt(node.Port, 10)) {
+						return n
+					}
 				}
 			}
 		}
 	}
-	t.Fatalf("no node serves slot %d: %v", slot, ranges)
+	t.Fatalf("no node serves slot %d: %+v", slot, shards)
 	return nil
 }
 
