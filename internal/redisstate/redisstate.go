@@ -294,6 +294,7 @@ func (b *bounded) deadline() context.Context {
 	if d := b.cur.Load(); d != nil && now.Sub(d.from) < b.bound/4 {
 		return d.ctx
 	}
+	// #nosec G118 -- it expires by itself at its deadline; checks that started under it still wait on it, so nothing may cancel it sooner
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(b.bound))
 	b.cur.Store(&deadline{ctx: ctx, cancel: cancel, from: now})
 	return ctx
