@@ -24,6 +24,18 @@ func openAt(t *testing.T, url string) *State {
 	return s
 }
 
+// cachedOn has inst accept a key check of ws and returns it: the record a
+// later change (or a lost server) must make stale on inst.
+func cachedOn(t *testing.T, inst *State) btk.KeyCheck {
+	t.Helper()
+	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1000, PerDay: 1000}, Now: time.Now()}
+	c.Seen = current(t, inst, c)
+	if v, err := inst.Allow(context.Background(), c); err != nil || !v.Allowed {
+		t.Fatalf("%+v %v", v, err)
+	}
+	return c
+}
+
 // A change is answered only once the replica has it: right after Changed
 // returns, the replica answers the new token. A replica that does not
 // acknowledge makes Changed fail (the caller answers UNAVAILABLE).
@@ -175,13 +187,9 @@ func TestPollerNoticesNewIdentity(t *testing.T) {
 func TestFailoverToReplicaThatMissedTheRevoke(t *testing.T) {
 	g := redistest.Sentinels(t)
 	inst, other := openAt(t, g.URL()), openAt(t, g.URL())
+	c := cachedOn(t, inst)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1000, PerDay: 1000}, Now: time.Now()}
-	c.Seen = current(t, inst, c)
-	if v, err := inst.Allow(ctx, c); err != nil || !v.Allowed {
-		t.Fatalf("%+v %v", v, err)
-	}
 	// The replica cannot link again (the primary has no password, so its
 	// AUTH fails), and its link is cut.
 	g.Replica.Do(t, "CONFIG", "SET", "masterauth", "not-the-password")
@@ -257,13 +265,9 @@ func TestSentinelUnknownPrimaryNamed(t *testing.T) {
 func TestClusterPrimaryRestartedWithOlderData(t *testing.T) {
 	g := redistest.Cluster(t)
 	inst, other := openAt(t, g.URL()), openAt(t, g.URL())
+	c := cachedOn(t, inst)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1000, PerDay: 1000}, Now: time.Now()}
-	c.Seen = current(t, inst, c)
-	if v, err := inst.Allow(ctx, c); err != nil || !v.Allowed {
-		t.Fatalf("%+v %v", v, err)
-	}
 	if err := other.Changed(ctx, ws); err != nil { // the revoke
 		t.Fatal(err)
 	}
@@ -354,11 +358,7 @@ func TestHungPrimaryMakesCacheStale(t *testing.T) {
 	srv := redistest.Standalone(t)
 	inst := openAt(t, srv.URL())
 	ctx := context.Background()
-	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1000, PerDay: 1000}, Now: time.Now()}
-	c.Seen = current(t, inst, c)
-	if v, err := inst.Allow(ctx, c); err != nil || !v.Allowed {
-		t.Fatalf("%+v %v", v, err)
-	}
+	c := cachedOn(t, inst)
 	srv.Stop()
 	for deadline := time.Now().Add(5 * watchEvery); inst.ids.current() == c.Seen.Epoch && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
