@@ -129,7 +129,7 @@ func (s *State) usePipeline() error {
 		// held up every workspace's checks; go-redis's full-duplex pipeline
 		// per primary isolates them too, but costs a system call per check
 		// on a fast link (docs/clusters.md#when-redis-stalls).
-		s.checks = &perPrimary{cc: cc, opts: opts, bound: bound}
+		s.checks = &perPrimary{cc: cc, opts: opts, bound: bound, following: make(chan struct{}, maxFollowing)}
 		return nil
 	}
 	ap, err := s.rdb.AsyncAutoPipelineWithOptions(opts)
@@ -151,6 +151,12 @@ type perPrimary struct {
 	cc    *redis.ClusterClient
 	opts  *redis.AutoPipelineOptions
 	bound time.Duration
+	// deadlines bound a check's whole wait, the command it sends again
+	// through cc included (follow).
+	deadlines deadlines
+	// following holds a slot for each command sent again through cc
+	// (follow) whose answer is still to come, waited for or not.
+	following chan struct{}
 	// pipes holds each primary's pipeline (a go-redis node client caches
 	// its own and closes it with the node), read without a lock and
 	// replaced whole under mu; at most maxPrimaries entries, then it
@@ -163,20 +169,60 @@ type perPrimary struct {
 // primaries, low enough that the nodes of past topologies cost nothing.
 const maxPrimaries = 256
 
+// maxFollowing bounds the commands perPrimary sends again through the
+// cluster client and has stopped waiting for (a goroutine each, until
+// go-redis gives up on a stalled primary): beyond it a redirected check
+// fails at once, as one beyond maxQueued does.
+const maxFollowing = 1 << 12
+
 func (p *perPrimary) Process(ctx context.Context, cmd redis.Cmder) error {
+	var dl context.Context // nil: no read timeout, no bound
+	if p.bound > 0 {
+		dl = p.deadlines.next(p.bound)
+	}
 	pipe, err := p.pipeFor(ctx, cmd)
 	if err != nil {
-		return p.cc.Process(ctx, cmd)
+		return p.follow(ctx, cmd, dl)
 	}
-	err = pipe.Process(ctx, cmd)
+	err = pipe.processUntil(ctx, cmd, dl)
 	if err == nil || redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return err
 	}
 	if _, moved := redis.IsMovedError(err); moved || redirected(err) {
-		return p.cc.Process(ctx, cmd)
+		return p.follow(ctx, cmd, dl)
 	}
 	p.cc.ReloadState(ctx)
 	return err
+}
+
+// follow sends cmd again through the cluster client, which follows MOVED
+// and ASK and retries (up to four sends, each retried once after a
+// timeout), and waits for its answer until dl, the deadline of the check's
+// first send: a redirect to a stalled primary fails the check within one
+// read timeout of its start, as a stall of its own primary does
+// (docs/clusters.md#when-redis-stalls). The cluster client cannot be
+// stopped mid-read, so it runs on; the command may still run later,
+// counting a request nobody was answered for (bounded.Process).
+func (p *perPrimary) follow(ctx context.Context, cmd redis.Cmder, dl context.Context) error {
+	if dl == nil {
+		return p.cc.Process(ctx, cmd)
+	}
+	select {
+	case p.following <- struct{}{}:
+	default:
+		return fmt.Errorf("redisstate: %d redirected commands still waiting for Redis", maxFollowing)
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer func() { <-p.following }()
+		done <- p.cc.Process(ctx, cmd)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-dl.Done():
+		return fmt.Errorf("redisstate: no answer from Redis within %v", p.bound)
+	}
 }
 
 // redirected reports whether err is an answer after which the cluster
@@ -261,10 +307,13 @@ const maxQueued = 1 << 16
 // waiting fails (503); its command may still run when Redis wakes up,
 // counting a request nobody was answered.
 type bounded struct {
-	ap    *redis.AutoPipeliner
-	bound time.Duration
-	cur   atomic.Pointer[deadline]
+	ap        *redis.AutoPipeliner
+	bound     time.Duration
+	deadlines deadlines
 }
+
+// deadlines hands out shared deadlines (deadline).
+type deadlines struct{ cur atomic.Pointer[deadline] }
 
 // deadline is a context that expires bound after from, shared by every
 // check that starts in the first quarter of it: no timer per check.
@@ -275,11 +324,20 @@ type deadline struct {
 }
 
 func (b *bounded) Process(ctx context.Context, cmd redis.Cmder) error {
+	var dl context.Context
+	if b.bound > 0 { // redis://…?read_timeout=0 (or -1): no read timeout, no bound
+		dl = b.deadlines.next(b.bound)
+	}
+	return b.processUntil(ctx, cmd, dl)
+}
+
+// processUntil is Process waiting until dl (nil: without a bound).
+func (b *bounded) processUntil(ctx context.Context, cmd redis.Cmder, dl context.Context) error {
 	f := b.ap.Submit(ctx, cmd)
-	if b.bound <= 0 { // redis://…?read_timeout=0 (or -1): no read timeout, no bound
+	if dl == nil {
 		return f.Wait()
 	}
-	if err := f.WaitContext(b.deadline()); err != nil {
+	if err := f.WaitContext(dl); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("redisstate: no answer from Redis within %v", b.bound)
 		}
@@ -288,15 +346,15 @@ func (b *bounded) Process(ctx context.Context, cmd redis.Cmder) error {
 	return nil
 }
 
-// deadline returns a context that expires in (3/4 bound, bound].
-func (b *bounded) deadline() context.Context {
+// next returns a context that expires in (3/4 bound, bound].
+func (d *deadlines) next(bound time.Duration) context.Context {
 	now := time.Now()
-	if d := b.cur.Load(); d != nil && now.Sub(d.from) < b.bound/4 {
-		return d.ctx
+	if c := d.cur.Load(); c != nil && now.Sub(c.from) < bound/4 {
+		return c.ctx
 	}
 	// #nosec G118 -- it expires by itself at its deadline; checks that started under it still wait on it, so nothing may cancel it sooner
-	ctx, cancel := context.WithDeadline(context.Background(), now.Add(b.bound))
-	b.cur.Store(&deadline{ctx: ctx, cancel: cancel, from: now})
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(bound))
+	d.cur.Store(&deadline{ctx: ctx, cancel: cancel, from: now})
 	return ctx
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/storetest"
 	"github.com/btk-project/btk/internal/testclock"
 	"github.com/btk-project/btk/internal/testproc"
 )
@@ -128,6 +129,95 @@ func TestSweepTellsWhatAFailedLeakReportDidNot(t *testing.T) {
 		t.Fatal("after the next sweep run, the other instance still accepts the key the leak report revoked")
 	}
 	c.sweepMovesNoToken(t, next)
+}
+
+// An owner's change that committed but could not tell Redis answers
+// UNAVAILABLE, and its caller may never repeat it (a browser closed, a CI
+// job that gave up): the change is listed in its own transaction, so the
+// next sweep run of any instance tells, and the other instance, which had
+// the key cached and kept accepting it meanwhile, then refuses it.
+func TestSweepTellsWhatAnUnrepeatedChangeDidNot(t *testing.T) {
+	const outside = "198.51.100.7"
+	nets := []string{"192.0.2.0/24"}
+	for _, ch := range []struct {
+		name   string
+		change func(c *cluster, id string) error
+	}{
+		{"revokeApiKey", func(c *cluster, id string) error {
+			_, err := c.a.RevokeKey(context.Background(), c.owner, id)
+			return err
+		}},
+		{"rotateApiKey", func(c *cluster, id string) error {
+			_, err := c.a.RotateKey(context.Background(), c.owner, id, btk.RotateKeyInput{})
+			return err
+		}},
+		{"revokeAllApiKeys", func(c *cluster, _ string) error {
+			_, err := c.a.RevokeAllKeys(context.Background(), c.owner)
+			return err
+		}},
+		{"updateApiKey", func(c *cluster, id string) error {
+			in := btk.UpdateKeyInput{AllowedCIDRs: btk.Change[[]string]{Set: true, Value: &nets}}
+			_, err := c.a.UpdateKey(context.Background(), c.owner, id, in)
+			return err
+		}},
+	} {
+		t.Run(ch.name, func(t *testing.T) {
+			c, px, _ := cutCluster(t)
+			k := c.key(t, "k")
+			if !from(t, c.b, k.Plaintext, outside) { // cached on b
+				t.Fatal("a new key is refused")
+			}
+			px.Cut()
+			if err := ch.change(c, k.Key.ID); btk.ErrorCode(err) != btk.CodeUnavailable {
+				t.Fatalf("%s with Redis cut off from its instance: %v, want UNAVAILABLE", ch.name, err)
+			}
+			if !from(t, c.b, k.Plaintext, outside) {
+				t.Fatal("the untold instance refuses the key already: the test shows nothing")
+			}
+			px.Restore()
+			next := c.restarted(t) // the instance that committed stopped; another sweeps
+			if _, err := next.SweepUnusedKeys(context.Background()); err != nil {
+				t.Fatalf("the next sweep: %v", err)
+			}
+			if from(t, c.b, k.Plaintext, outside) {
+				t.Fatalf("after the next sweep run, the other instance still accepts the key as before the %s", ch.name)
+			}
+			c.sweepMovesNoToken(t, next)
+		})
+	}
+}
+
+// The same for a change to the workspace rather than to one key: its
+// limits lowered on an instance cut off from Redis, never repeated. The
+// other instance keeps the workspace's old limits from its cache until the
+// next sweep run of any instance tells it; then it counts the key against
+// the new limit.
+func TestSweepTellsAnUnrepeatedWorkspaceChange(t *testing.T) {
+	c, px, _ := cutCluster(t)
+	ctx := context.Background()
+	ws := c.owner.WorkspaceID
+	k := c.acceptedKey(t, "k") // one use this minute, cached on b with the workspace
+	one := 1
+	px.Cut()
+	if _, err := c.a.SetWorkspaceRateLimits(ctx, c.owner, ws, &one, nil); btk.ErrorCode(err) != btk.CodeUnavailable {
+		t.Fatalf("limits lowered with Redis cut off from their instance: %v, want UNAVAILABLE", err)
+	}
+	if u := storetest.Untold(t, c.db); u[ws] == "" {
+		t.Fatalf("listed %v, want the workspace %s", u, ws)
+	}
+	if !accepts(t, c.b, k.Plaintext) {
+		t.Fatal("the untold instance applies the new limit already: the test shows nothing")
+	}
+	px.Restore()
+	if _, err := c.restarted(t).SweepUnusedKeys(ctx); err != nil {
+		t.Fatalf("the next sweep: %v", err)
+	}
+	if u := storetest.Untold(t, c.db); len(u) != 0 {
+		t.Fatalf("after the sweep run told: still listed %v", u)
+	}
+	if _, _, err := c.b.AuthenticateKey(ctx, k.Plaintext); btk.ErrorCode(err) != btk.CodeRateLimited {
+		t.Fatalf("third use in a minute under a limit of 1 a minute, after the sweep told: %v, want RATE_LIMITED", err)
+	}
 }
 
 // restarted is another instance on the cluster's database and Redis

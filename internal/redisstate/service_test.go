@@ -33,21 +33,28 @@ func newCluster(t *testing.T) *cluster {
 // the real time; the States then keep the Redis server's).
 func clusterOf(t *testing.T, sa, sb *State, now btk.Clock) *cluster {
 	t.Helper()
-	c := &cluster{sa: sa, sb: sb, now: now}
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "btk.db"), true)
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "btk.db"), true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	c.db = db
-	c.a, c.b = c.instance(t, sa), c.instance(t, sb)
+	return clusterOn(t, db, db, sa, sb, now)
+}
+
+// clusterOn is clusterOf with a on the store dbA and b on dbB: one SQLite
+// handle for both, or two pools of one PostgreSQL schema, as two btk serve
+// processes have. c.db is dbA.
+func clusterOn(t *testing.T, dbA, dbB btk.Store, sa, sb *State, now btk.Clock) *cluster {
+	t.Helper()
+	c := &cluster{sa: sa, sb: sb, now: now, db: dbA}
+	ctx := context.Background()
+	c.a, c.b = c.instanceOn(t, dbA, sa), c.instanceOn(t, dbB, sb)
 	boot, err := c.a.Bootstrap(ctx, "admin@example.com", "correct horse battery")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var acct *btk.Account
-	if err := db.Read(ctx, func(tx btk.Tx) (err error) {
+	if err := dbA.Read(ctx, func(tx btk.Tx) (err error) {
 		acct, err = tx.AccountByEmail(ctx, "admin@example.com")
 		return err
 	}); err != nil {
@@ -62,11 +69,24 @@ func clusterOf(t *testing.T, sa, sb *State, now btk.Clock) *cluster {
 // instance, or one restarted) with the State st.
 func (c *cluster) instance(t *testing.T, st *State) *btk.Service {
 	t.Helper()
+	return c.instanceOn(t, c.db, st)
+}
+
+// instanceOn is instance on the store db (an instance's own pool).
+func (c *cluster) instanceOn(t *testing.T, db btk.Store, st *State) *btk.Service {
+	t.Helper()
+	return c.gated(t, db, st, st)
+}
+
+// gated is an instance on db whose KeyGate is gate (st, or a wrapper of
+// it) and whose throttle is st's.
+func (c *cluster) gated(t *testing.T, db btk.Store, st *State, gate btk.KeyGate) *btk.Service {
+	t.Helper()
 	if c.now != nil {
 		st.UseClock(c.now)
 	}
-	svc, err := btk.NewService(context.Background(), c.db, []byte(strings.Repeat("s", 32)),
-		btk.Config{Now: c.now, KeyGate: st, Throttle: st.Throttle()})
+	svc, err := btk.NewService(context.Background(), db, []byte(strings.Repeat("s", 32)),
+		btk.Config{Now: c.now, KeyGate: gate, Throttle: st.Throttle()})
 	if err != nil {
 		t.Fatal(err)
 	}

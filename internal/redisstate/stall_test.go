@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,10 +112,14 @@ func queued(s *State) int {
 // go on being answered, none failing — the stalled primary's checks do not
 // share a batch, or a wait, with theirs (docs/clusters.md#when-redis-stalls).
 // (The node timeout is long enough for the cluster not to declare itself
-// down meanwhile.)
+// down meanwhile. The read timeout is 2 s, not the default 500 ms: a check
+// held up by the stalled primary never gets its answer, so it fails at any
+// read timeout, while a healthy primary on a loaded two-core CI machine —
+// the race detector, three Redis servers, other packages' tests — once
+// took longer than 375 ms, the shortest shared deadline, to answer.)
 func TestStalledShardLeavesOthersServing(t *testing.T) {
 	g := redistest.Cluster(t, "cluster-node-timeout 60000")
-	s := openAt(t, g.URL())
+	s := openAt(t, g.URL()+"?read_timeout=2s")
 	stalled := g.Nodes[0]
 	var healthy, sick []btk.KeyCheck
 	for i := 0; len(healthy) < 32 || len(sick) < 8; i++ {
@@ -177,6 +182,56 @@ func TestNoReadTimeoutNoBound(t *testing.T) {
 		c.Seen = current(t, s, c)
 		if v, err := s.Allow(context.Background(), c); err != nil || !v.Allowed {
 			t.Fatalf("%s: %+v %v", q, v, err)
+		}
+	}
+}
+
+// TestRedirectedCheckToAStalledPrimary: a key check whose primary answers
+// MOVED to a primary that has stalled is sent again through go-redis's
+// cluster client, which tries it up to four times, each retried once after
+// a read timeout (1.6 s here before the bound). The check's wait is bounded
+// by one read timeout from its start, redirect included: it fails then
+// (503, never accepted) with the bound's error while the cluster client
+// still waits for the primary — not with go-redis's own error once its
+// retries are spent — and the command left with the cluster client ends
+// once the primary answers again (docs/clusters.md#when-redis-stalls).
+func TestRedirectedCheckToAStalledPrimary(t *testing.T) {
+	g := redistest.Cluster(t, "cluster-node-timeout 60000")
+	s := openAt(t, g.URL()) // read timeout 500 ms
+	const readTimeout = 500 * time.Millisecond
+	// A workspace with no keys yet, on another primary than dst: its slot
+	// can be given to dst at once.
+	dst := g.Nodes[1]
+	var c btk.KeyCheck
+	var src *redistest.Server
+	var slot int
+	for i := 0; ; i++ {
+		c = btk.KeyCheck{KeyID: "k", WorkspacePrefix: fmt.Sprintf("m%07x", i), Limits: ratelimit.Limits{PerMinute: 1 << 30, PerDay: 1 << 30}, Now: time.Now()}
+		slot = g.Slot(t, s.revKey(c.WorkspacePrefix))
+		if src = g.Owner(t, slot); src != dst {
+			break
+		}
+	}
+	// The instance's slot map still names src; src now answers MOVED.
+	src.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", dst.ID(t))
+	dst.Stop()
+	defer dst.Continue()
+	start := time.Now()
+	v, err := s.Allow(context.Background(), c)
+	following := s.checks.(*perPrimary).following
+	stillWaiting := len(following)
+	t.Logf("redirected to a stalled primary: %v after %v, %d redirected commands still with the cluster client", err, time.Since(start), stillWaiting)
+	if err == nil {
+		t.Fatalf("answered %+v by a stalled primary", v)
+	}
+	if want := fmt.Sprintf("no answer from Redis within %v", readTimeout); !strings.Contains(err.Error(), want) || stillWaiting != 1 {
+		t.Errorf("failed with %q, %d redirected commands still waiting: want %q while the cluster client still waits (1): the check waited for go-redis's retries, not one read timeout",
+			err, stillWaiting, want)
+	}
+	dst.Continue()
+	for deadline := time.Now().Add(20 * time.Second); len(following) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after the primary woke up: %d redirected commands still waiting", len(following))
 		}
 	}
 }

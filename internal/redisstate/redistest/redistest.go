@@ -173,16 +173,23 @@ func (s *Server) Restart() {
 // is role: "master" or "slave".
 func (s *Server) WaitRole(t testing.TB, role string) {
 	t.Helper()
+	s.waitReplication(t, "role:"+role, "is not "+role)
+}
+
+// waitReplication waits until the server's INFO replication holds want;
+// past the wait the test fails with "ADDR " + failure.
+func (s *Server) waitReplication(t testing.TB, want, failure string) {
+	t.Helper()
 	c := s.Client()
 	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		info, err := c.Info(ctx, "replication").Result()
 		cancel()
-		if err == nil && strings.Contains(info, "role:"+role) {
+		if err == nil && strings.Contains(info, want) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s is not %s: %s %v", s.Addr(), role, info, err)
+			t.Fatalf("%s %s: %s %v", s.Addr(), failure, info, err)
 		}
 	}
 }
@@ -361,14 +368,25 @@ func (g *ClusterGroup) URL() string {
 	return "redis+cluster://" + strings.Join(hosts, ",")
 }
 
-// Pair starts a primary and a replica of it (no sentinels).
-func Pair(t testing.TB) (primary, replica *Server) {
+// Pair starts a primary and a replica of it (no sentinels). conf lines
+// are added to the primary's configuration ("min-replicas-to-write 1", …).
+func Pair(t testing.TB, conf ...string) (primary, replica *Server) {
 	t.Helper()
 	server := testproc.Need(t, "redis-server", "redis-server")
-	primary = start(t, server)
+	primary = start(t, server, conf...)
 	replica = start(t, server, "replicaof 127.0.0.1 "+strconv.Itoa(primary.Port))
 	(&SentinelGroup{}).waitLinked(t, primary, 1)
 	return primary, replica
+}
+
+// WaitGoodReplicas waits until a primary with min-replicas-to-write counts
+// n good replicas (INFO replication's min_slaves_good_slaves): the count
+// its writes are refused or accepted by. Redis refreshes it when a replica
+// comes online or its link closes, and once a second for the lag.
+func (s *Server) WaitGoodReplicas(t testing.TB, n int) {
+	t.Helper()
+	s.waitReplication(t, "min_slaves_good_slaves:"+strconv.Itoa(n)+"\r\n",
+		"does not count "+strconv.Itoa(n)+" good replicas (is min-replicas-to-write set?)")
 }
 
 // Slot returns the hash slot of key.
