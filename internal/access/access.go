@@ -52,6 +52,9 @@ type Rules struct {
 	// upper tells whether a pattern has an upper-case letter.
 	folded node
 	upper  bool
+	// slash tells whether a literal pattern ends with "/" ("/admin/"),
+	// for SlashEnds.
+	slash bool
 }
 
 // node is one path segment of the trie. Rules ending here are in rules,
@@ -78,7 +81,7 @@ func (r *Rules) Match(method, path string) *Rule {
 		return nil
 	}
 	var best *Rule
-	r.root.match(method, path[1:], &best)
+	r.root.match(method, path[1:], false, &best)
 	return best
 }
 
@@ -99,6 +102,10 @@ func (r *Rules) Folds(path string) bool {
 	return false
 }
 
+// SlashEnds reports whether a pattern ends with "/" ("/admin/"): only
+// then can a path without its trailing slash match otherwise with one.
+func (r *Rules) SlashEnds() bool { return r != nil && r.slash }
+
 // MatchFold is Match without regard to case: the first rule (in file
 // order) whose pattern matches path when both are in lower case, as a
 // server that routes case-insensitively (Express, ASP.NET Core, IIS) would
@@ -108,15 +115,17 @@ func (r *Rules) MatchFold(method, path string) *Rule {
 		return nil
 	}
 	var best *Rule
-	r.folded.match(method, strings.ToLower(path)[1:], &best)
+	r.folded.match(method, path[1:], true, &best)
 	return best
 }
 
 // match walks the segments of path (without its leading slash) from n,
 // keeping in best the matching rule of lowest index. It explores the exact
 // child and the * child of each segment: its cost depends on the depth of
-// the path, not on the number of rules.
-func (n *node) match(method, path string, best **Rule) {
+// the path, not on the number of rules. With fold, each segment is looked
+// up in lower case (the folded trie): only the segments walked are
+// lowered, not an 8 KiB path for every reading (Readings).
+func (n *node) match(method, path string, fold bool, best **Rule) {
 	for _, ru := range n.rest { // ** matches the rest, also when empty
 		if *best != nil && ru.Index >= (*best).Index {
 			break
@@ -131,20 +140,23 @@ func (n *node) match(method, path string, best **Rule) {
 		seg, rest, more = path[:i], path[i+1:], true
 	}
 	if n.exact != nil {
+		if fold {
+			seg = strings.ToLower(seg) // allocates only for an upper-case segment
+		}
 		if c := n.exact[seg]; c != nil {
-			c.next(method, rest, more, best)
+			c.next(method, rest, more, fold, best)
 		}
 	}
 	if n.star != nil {
-		n.star.next(method, rest, more, best)
+		n.star.next(method, rest, more, fold, best)
 	}
 }
 
 // next continues at child n after one segment: at the end of the path its
 // own rules apply, otherwise the walk goes on.
-func (n *node) next(method, rest string, more bool, best **Rule) {
+func (n *node) next(method, rest string, more, fold bool, best **Rule) {
 	if more {
-		n.match(method, rest, best)
+		n.match(method, rest, fold, best)
 		return
 	}
 	for _, ru := range n.rules {
@@ -170,6 +182,7 @@ func (n *node) next(method, rest string, more bool, best **Rule) {
 func (r *Rules) add(ru *Rule) {
 	lower := strings.ToLower(ru.Path)
 	r.upper = r.upper || lower != ru.Path
+	r.slash = r.slash || len(ru.Path) > 1 && strings.HasSuffix(ru.Path, "/")
 	r.root.add(ru, ru.Path)
 	r.folded.add(ru, lower)
 	r.count++
@@ -276,7 +289,9 @@ func Parse(data []byte) (*Rules, error) {
 		if err != nil {
 			return nil, yamlError(err)
 		}
-		if len(next.Content) > 0 && next.Content[0].Tag != "!!null" { // a bare "---" drops nothing
+		// A bare "---" (an empty scalar) drops nothing; a mapping tagged
+		// "!!null" still holds rules.
+		if c := next.Content; len(c) > 0 && (c[0].Kind != yaml.ScalarNode || c[0].Tag != "!!null") {
 			return nil, &Error{Line: next.Line, Reason: `a second YAML document ("---"): put every rule in one "rules:" list`}
 		}
 	}
@@ -378,10 +393,16 @@ func parseRule(item *yaml.Node) (*Rule, error) {
 			}
 			ru.Scopes = ss
 		case "deny":
-			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
+			// The YAML 1.2 spellings only: an explicit "!!bool yes" (or 1,
+			// on) was read as false, and the deny became an allow.
+			switch {
+			case v.Kind != yaml.ScalarNode || v.Tag != "!!bool":
+				return nil, &Error{Line: v.Line, Reason: "deny must be true or false"}
+			case v.Value == "true" || v.Value == "True" || v.Value == "TRUE":
+				ru.Deny = true
+			case v.Value != "false" && v.Value != "False" && v.Value != "FALSE":
 				return nil, &Error{Line: v.Line, Reason: "deny must be true or false"}
 			}
-			ru.Deny = v.Value == "true" || v.Value == "True" || v.Value == "TRUE"
 		default:
 			return nil, &Error{Line: k.Line, Reason: fmt.Sprintf("unknown field %q (expected path, methods, scopes or deny)", k.Value)}
 		}

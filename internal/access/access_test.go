@@ -2,6 +2,8 @@ package access
 
 import (
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -75,6 +77,7 @@ func TestMatchFold(t *testing.T) {
 		{"/api/orders/7", 1},
 		{"/Api/ORDERS/7", 1},
 		{"/api/orders", -1},
+		{"/API/ORDERS/7/X", -1},
 	} {
 		got := -1
 		if ru := r.MatchFold("GET", tc.path); ru != nil {
@@ -91,6 +94,21 @@ func TestMatchFold(t *testing.T) {
 	if lower.Folds("/orders/42") || !lower.Folds("/Orders/42") || !r.Folds("/orders/42") {
 		t.Error("Folds: a lower-case path under lower-case patterns needs no folding; anything else does")
 	}
+	// Only the segments the walk reaches are lowered: the readings of a
+	// hostile 8 KiB path (Readings) are each matched without regard to
+	// case, and lowering every one whole cost a copy of 8 KiB apiece.
+	long := "/ADMIN/" + strings.Repeat("X/", MaxPathLen/2-4)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		if ru := r.MatchFold("GET", long); ru == nil || ru.Index != 0 {
+			t.Fatalf("MatchFold of a long path = %+v, want rule 0", ru)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 100*256 {
+		t.Errorf("MatchFold of a %d-byte path allocates %d bytes a call", len(long), n/100)
+	}
 }
 
 func TestParseErrorsNameTheLine(t *testing.T) {
@@ -100,6 +118,8 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"rules:\n  - path: a/b\n", `access rules:2: path "a/b" must start with /`},
 		{"rules:\n  - path: /a/**/b\n", "access rules:2: path \"/a/**/b\": ** may only be the last segment"},
 		{"rules:\n  - path: /a*\n", "access rules:2: path \"/a*\": * and ** stand alone"},
+		// No suffix wildcard (docs/access.md#format-suffixes-rails-spring).
+		{"rules:\n  - path: /admin/users.*\n", "access rules:2: path \"/admin/users.*\": * and ** stand alone"},
 		{"rules:\n  - path: /a/../b\n", "access rules:2: path \"/a/../b\" must be written decoded"},
 		{"rules:\n  - path: /a\n    methods: [get]\n", `access rules:3: method "get"`},
 		{"rules:\n  - path: /a\n    scopes: [Orders]\n", `access rules:3: scope "Orders"`},
@@ -114,6 +134,12 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"rules:\n  - path: /admin/**\n    deny: true\n---\nrules:\n  - path: /orders/**\n", "access rules:4: a second YAML document"},
 		{"rules:\n  - path: /a\n---\n- [\n", "access rules:"},
 		{"rules:\n  - path: /a\n---\n---\nrules: []\n", "access rules:4: a second YAML document"},
+		// A tag does not make a document or a deny mean what it does not
+		// say: "!!null" on a mapping still holds rules, and "!!bool yes" is
+		// no "true" (it was read as false: the deny became an allow).
+		{"rules:\n  - path: /a\n--- !!null\nrules:\n  - path: /admin/**\n    deny: true\n", "a second YAML document"},
+		{"rules:\n  - path: /admin/**\n    deny: !!bool yes\n", "access rules:3: deny must be true or false"},
+		{"rules:\n  - path: /admin/**\n    deny: !!bool 1\n", "access rules:3: deny must be true or false"},
 	} {
 		_, err := Parse([]byte(tc.doc))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -230,6 +256,47 @@ func TestReadings(t *testing.T) {
 		{"GET", "/files/100%25", nil, true},
 		{"GET", "/files/100%2541", []Request{{"GET", "/files/100A", false}}, true},
 		{"GET", "/admin%2500", nil, false},
+		// The second decoding is lenient, as PHP's and Python's are: a bad
+		// escape beside a good one does not keep the good one from decoding.
+		{"GET", "/%2561dmin/x%25", []Request{{"GET", "/admin/x%", false}}, true},
+		{"GET", "/%2561dmin/x%25zz", []Request{{"GET", "/admin/x%zz", false}}, true},
+		{"GET", "/x%25zz%2500", nil, false},
+		{"GET", "/public#/%252e%252e/admin", []Request{{"GET", "/public#/%2e%2e/admin", false}, {"GET", "/admin", false}}, true},
+		// IIS (Windows) drops a segment's trailing dots and spaces, after
+		// removing dot segments: "." and ".." keep their meaning, and
+		// ".. " or "..." is a name, never "..", so it never climbs; a
+		// segment left empty is dropped as Windows collapses separators.
+		{"GET", "/admin./x", []Request{{"GET", "/admin/x", false}}, true},
+		{"GET", "/admin%20/x", []Request{{"GET", "/admin/x", false}}, true},
+		{"GET", "/admin /x", []Request{{"GET", "/admin/x", false}}, true},
+		{"GET", "/admin.%20./x", []Request{{"GET", "/admin/x", false}}, true},
+		{"GET", "/admin%2e/x", []Request{{"GET", "/admin/x", false}}, true},
+		{"GET", "/admin.", []Request{{"GET", "/admin", false}}, true},
+		{"GET", "/admin.?q", []Request{{"GET", "/admin", false}}, true},
+		{"GET", "/orders/./1/../2", nil, true},
+		{"GET", "/orders/v1.2/x.json", nil, true},
+		{"GET", "/public/.../admin", []Request{{"GET", "/public/admin", false}}, true},
+		{"GET", "/public/..%20/admin", []Request{{"GET", "/public/admin", false}}, true},
+		{"GET", "/admin/...", []Request{{"GET", "/admin/", false}}, true},
+		{"GET", "/.../admin", []Request{{"GET", "/admin", false}}, true},
+		{"GET", "/public/x./../admin", nil, true}, // ".." first: "/admin" either way
+		// With the other readings: "\" for "/" (IIS too), ";" dropped.
+		{"GET", "/admin.\\x", []Request{{"GET", "/admin./x", false}, {"GET", "/admin/x", false}}, true},
+		{"GET", "/admin.;v=1/x", []Request{{"GET", "/admin./x", false}, {"GET", "/admin/x", false}}, true},
+		{"GET", "/admin%252e/x", []Request{{"GET", "/admin./x", false}, {"GET", "/admin/x", false}}, true},
+		// A decoded "?" or "#" is where a server that parses the decoded
+		// path again cuts off a query or fragment.
+		{"GET", "/admin%3F.css", []Request{{"GET", "/admin", false}}, true},
+		{"GET", "/admin%3f.css", []Request{{"GET", "/admin", false}}, true},
+		{"GET", "/admin%23.css", []Request{{"GET", "/admin", false}}, true},
+		{"GET", "/admin/x%3F/../../public", []Request{{"GET", "/admin/x", false}}, true},
+		{"GET", "/public%3F/../admin", []Request{{"GET", "/public", false}}, true},
+		{"GET", "/admin%253F.css", []Request{{"GET", "/admin?.css", false}, {"GET", "/admin", false}}, true},
+		{"GET", "/admin%3F%252e%252e", []Request{{"GET", "/admin", false}, {"GET", "/admin?..", false}, {"GET", "/admin?", false}}, true},
+		{"GET", "/public%2523/../admin", []Request{{"GET", "/public", false}}, true}, // decoded twice, then cut
+		{"GET", "/..%3F/..", nil, false}, // cut: "/..", which climbs
+		{"GET", "/admin.%3F.css", []Request{{"GET", "/admin.", false}, {"GET", "/admin", false}}, true},
+		{"GET", "/orders/1?x=%3F", nil, true}, // in the query: nothing to cut
 	} {
 		got, ok := Readings(tc.method, tc.raw)
 		if ok != tc.ok || fmt.Sprint(got) != fmt.Sprint(tc.want) {
@@ -248,7 +315,128 @@ func TestReadings(t *testing.T) {
 	if n, ok := Normalize("/" + strings.Repeat("a", MaxPathLen-1)); !ok || len(n) != MaxPathLen {
 		t.Errorf("Normalize of a %d-byte path refused", MaxPathLen)
 	}
-	if n := testing.AllocsPerRun(100, func() { Readings("GET", "/orders/42/lines") }); n != 0 {
-		t.Errorf("a plain request costs %v allocations", n)
+	// A plain path costs nothing: dots inside a segment, dot segments
+	// (Normalize's), a space inside a segment, a query with escapes.
+	for _, p := range []string{"/orders/42/lines", "/orders/v1.2/lines.json", "/orders/./42/../42", "/files/a b/c", "/orders/42?q=a.+b%3F&c=d.", "/a/.."} {
+		if n := testing.AllocsPerRun(100, func() { Readings("GET", p) }); n != 0 {
+			t.Errorf("a plain request (%s) costs %v allocations", p, n)
+		}
+	}
+}
+
+// TestReadingsMethodOverrides: a method-override header's value is one more
+// method reading (docs/access.md#method-override-headers), in upper case
+// and decided in full (not IfMatched: the upstream runs that method); a
+// value that is no method token refuses the request, as a method that is
+// none does.
+func TestReadingsMethodOverrides(t *testing.T) {
+	for _, tc := range []struct {
+		method, raw string
+		overrides   []string
+		want        []Request
+		ok          bool
+	}{
+		{"POST", "/reports/1", []string{"DELETE"}, []Request{{"DELETE", "/reports/1", false}}, true},
+		{"POST", "/reports/1", []string{"delete"}, []Request{{"DELETE", "/reports/1", false}}, true},
+		{"POST", "/reports/1", []string{"POST"}, nil, true},
+		{"POST", "/reports/1", []string{""}, nil, true}, // overrides nothing, to any framework
+		{"POST", "/reports/1", []string{"DELETE", "PUT", "delete"}, []Request{{"DELETE", "/reports/1", false}, {"PUT", "/reports/1", false}}, true},
+		// An override that is also another reading's method is decided in full.
+		{"post", "/x", []string{"POST"}, []Request{{"POST", "/x", false}}, true},
+		{"POST", "/x", []string{"head"}, []Request{{"HEAD", "/x", false}, {"GET", "/x", true}}, true},
+		// Every path reading meets every method reading.
+		{"POST", "//reports/1", []string{"DELETE"}, []Request{{"DELETE", "//reports/1", false}, {"POST", "/reports/1", false}, {"DELETE", "/reports/1", false}}, true},
+		// No method token: refused, not guessed at ("DELETE, GET" is DELETE
+		// to Express).
+		{"POST", "/x", []string{"DELETE, GET"}, nil, false},
+		{"POST", "/x", []string{"DEL ETE"}, nil, false},
+		{"POST", "/x", []string{"GET", "DEL\x00"}, nil, false},
+		{"PO ST", "/x", nil, nil, false},
+		{"", "/x", nil, nil, false},
+		{"M-SEARCH", "/x", nil, nil, true},
+		// At most MaxMethodOverrides (8) values: each is decided against
+		// every reading of the path, and a refusal counts against no limit.
+		{"POST", "/x", []string{"A", "B", "C", "D", "E", "F", "G", "H"}, []Request{
+			{"A", "/x", false}, {"B", "/x", false}, {"C", "/x", false}, {"D", "/x", false},
+			{"E", "/x", false}, {"F", "/x", false}, {"G", "/x", false}, {"H", "/x", false}}, true},
+		{"POST", "/x", []string{"A", "B", "C", "D", "E", "F", "G", "H", "I"}, nil, false},
+		{"POST", "/x", []string{"GET", "GET", "GET", "GET", "GET", "GET", "GET", "GET", "GET"}, nil, false},
+	} {
+		got, ok := Readings(tc.method, tc.raw, tc.overrides...)
+		if ok != tc.ok || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("Readings(%q, %q, %q) = %v, %v; want %v, %v", tc.method, tc.raw, tc.overrides, got, ok, tc.want, tc.ok)
+		}
+	}
+	var none []string
+	if n := testing.AllocsPerRun(100, func() { Readings("POST", "/orders/42/lines", none...) }); n != 0 {
+		t.Errorf("a plain request without override headers costs %v allocations", n)
+	}
+}
+
+// TestQueryOverrides: "_method" in a query, as Symfony, Laravel and
+// Express's method-override read it (docs/access.md#method-override-headers).
+func TestQueryOverrides(t *testing.T) {
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"", nil},
+		{"page=2&method=DELETE&_methods=PUT&x_method=PUT&_Method=PUT", nil},
+		{"_method=DELETE", []string{"DELETE"}},
+		{"a=1&_method=delete&b=2", []string{"delete"}},
+		{"_method=DELETE&_method=PUT", []string{"DELETE", "PUT"}},
+		{"a=1;_method=DELETE", []string{"DELETE"}},
+		{"_method=DELETE;x=1", []string{"DELETE"}},
+		{"%5Fmethod=DELETE", []string{"DELETE"}}, // decoded key
+		{"_%6Dethod=DELETE", []string{"DELETE"}}, // decoded key
+		{".method=DELETE", []string{"DELETE"}},   // PHP: "." is "_"
+		{"+method=DELETE", nil},                  // PHP drops a leading space: "method"
+		{"_+method=DELETE", nil},
+		{"+_method=DELETE", []string{"DELETE"}},  // PHP drops leading spaces
+		{"_method[]=DELETE", []string{"DELETE"}}, // qs: an array, Express takes the first
+		{"_method%5B0%5D=PUT", []string{"PUT"}},  // the same, encoded
+		{"_method=DEL%45TE", []string{"DELETE"}}, // decoded value
+		{"_method=DELETE+GET", []string{"DELETE GET"}},
+		{"_method", []string{""}},
+		{"_method=%zz", []string{"%zz"}}, // a bad escape stays
+		// Collecting stops past MaxMethodOverrides: the request is refused.
+		{strings.Repeat("_method=A&", 5000), strings.Fields(strings.Repeat("A ", MaxMethodOverrides+1))},
+	} {
+		got := QueryOverrides(tc.query, nil)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) || len(got) != len(tc.want) {
+			t.Errorf("QueryOverrides(%q) = %q, want %q", tc.query, got, tc.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { QueryOverrides("page=2&sort=-created&q=a%20b+c", nil) }); n != 0 {
+		t.Errorf("a query without _method costs %v allocations", n)
+	}
+}
+
+// TestMethodOverrides: the three override headers, in any case and with
+// "_" for "-" (Rack and PHP read X_HTTP_Method_Override as the same
+// variable), every value of each, and the query's "_method"; nothing, and
+// no allocation, without them (docs/access.md#method-override-headers).
+func TestMethodOverrides(t *testing.T) {
+	h := map[string][]string{
+		"X-Http-Method-Override":  {"DELETE"},
+		"X-Http-Method":           {"PUT", "PATCH"},
+		"X-Method-Override":       {"OPTIONS"},
+		"X_http_method_override":  {"TRACE"},
+		"X-Http-Method-Overrides": {"LOCK"},
+		"X-Http-Methods":          {"MOVE"},
+		"Content-Type":            {"text/plain"},
+	}
+	got := MethodOverrides(h, "a=1&_method=copy")
+	slices.Sort(got)
+	if want := []string{"DELETE", "OPTIONS", "PATCH", "PUT", "TRACE", "copy"}; !slices.Equal(got, want) {
+		t.Errorf("methodOverrides = %q, want %q", got, want)
+	}
+	plain := map[string][]string{"X-Api-Key": {"k"}, "User-Agent": {"curl"}, "Accept": {"*/*"}, "X-Forwarded-Method": {"POST"}, "X-Forwarded-Uri": {"/x"}}
+	const query = "page=2&sort=-created&method=x&q=a%20b+c"
+	if got := MethodOverrides(plain, query); got != nil {
+		t.Errorf("methodOverrides without override headers = %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { MethodOverrides(plain, query) }); n != 0 {
+		t.Errorf("methodOverrides without override headers costs %v allocations", n)
 	}
 }

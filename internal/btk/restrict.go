@@ -41,6 +41,14 @@ type KeyRequest struct {
 	// Normalize runs here). With Rules and no Path (forward-auth without
 	// X-Forwarded-Method / X-Forwarded-Uri) a scoped key is refused.
 	Method, Path string
+	// Header and Query are where the rules read the request's method
+	// overrides (X-HTTP-Method-Override and the like, "_method"), each one
+	// more method they decide the request as
+	// (docs/access.md#method-override-headers): read only where the rules
+	// apply, not on every key check. Query is the raw query when Path
+	// holds none (the proxy's); forward-auth's is in Path.
+	Header map[string][]string
+	Query  string
 }
 
 // restrictions is what the key check needs of a key's AllowedCIDRs and
@@ -163,10 +171,14 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 		return err
 	}
 	// The same request as other servers read it ("//", ";parameters", "\",
-	// a lower-case method): each reading must pass too, so that the
-	// upstream never serves a path the rules refuse
-	// (docs/access.md#paths).
-	alts, ok := access.Readings(req.Method, req.Path)
+	// a lower-case method, a method-override header): each reading must
+	// pass too, so that the upstream never serves a path or runs a method
+	// the rules refuse (docs/access.md#paths).
+	query := req.Query
+	if i := strings.IndexByte(req.Path, '?'); i >= 0 {
+		query = req.Path[i+1:]
+	}
+	alts, ok := access.Readings(req.Method, req.Path, access.MethodOverrides(req.Header, query)...)
 	if !ok {
 		return ErrKeyPathDeny
 	}
@@ -183,7 +195,8 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 // that another server would apply must allow it too, where one matches
 // (where none does, the path as it is decides alone):
 //   - Express and Spring serve "/admin/" as "/admin": the rule of the path
-//     without its trailing slash;
+//     without its trailing slash, and Express serves "/admin" as "/admin/":
+//     the rule of the path with one, where a pattern ends with "/";
 //   - Express, ASP.NET Core and IIS route without regard to case: the rule
 //     that matches when path and patterns are in lower case.
 func (r *restrictions) decide(rules *access.Rules, method, path string, ifMatched bool) error {
@@ -193,17 +206,30 @@ func (r *restrictions) decide(rules *access.Rules, method, path string, ifMatche
 	trimmed := strings.TrimRight(path, "/")
 	slash := trimmed != path && trimmed != ""
 	if slash {
-		if err := r.apply(rules.Match(method, trimmed), true); err != nil {
+		if err := r.decideAlso(rules, method, trimmed); err != nil {
+			return err
+		}
+	}
+	// Allocates only under a pattern that ends with "/".
+	if trimmed != "" && trimmed+"/" != path && rules.SlashEnds() {
+		if err := r.decideAlso(rules, method, trimmed+"/"); err != nil {
 			return err
 		}
 	}
 	if rules.Folds(path) {
-		if err := r.apply(rules.MatchFold(method, path), true); err != nil {
-			return err
-		}
-		if slash {
-			return r.apply(rules.MatchFold(method, trimmed), true)
-		}
+		return r.apply(rules.MatchFold(method, path), true)
+	}
+	return nil
+}
+
+// decideAlso applies the rule that matches another spelling of the path,
+// in its case and without regard to case, where one matches.
+func (r *restrictions) decideAlso(rules *access.Rules, method, path string) error {
+	if err := r.apply(rules.Match(method, path), true); err != nil {
+		return err
+	}
+	if rules.Folds(path) {
+		return r.apply(rules.MatchFold(method, path), true)
 	}
 	return nil
 }

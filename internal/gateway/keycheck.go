@@ -142,8 +142,12 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry, a *btk
 		case len(ms) == 1 && len(us) == 1 && ms[0] != "" && us[0] != "":
 			req.Method, req.Path = ms[0], us[0]
 		}
+		// The gateway forwards the client's headers to forward-auth (nginx
+		// auth_request, Traefik, Caddy): an override header is here.
+		req.Header = r.Header
 	case entryProxy:
 		req.Rules, req.Method, req.Path = true, r.Method, r.URL.EscapedPath()
+		req.Header, req.Query = r.Header, r.URL.RawQuery
 		if req.Path == "" {
 			// An authority-form CONNECT: the upstream is asked for "/",
 			// which the rules decide (an empty path would be an unknown

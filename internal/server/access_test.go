@@ -212,14 +212,15 @@ func TestAccessRulesAtEveryEntryPoint(t *testing.T) {
 
 // TestAccessRulesHoldForEveryReading: upstreams do not all read a path as
 // RFC 3986 does (nginx and Tomcat merge "//" before removing dot segments,
-// Tomcat drops ";parameters", IIS takes "\" for "/", Django upper-cases the
-// method); a request that some upstream would serve as a refused path is
+// Tomcat drops ";parameters", IIS takes "\" for "/" and drops trailing dots
+// and spaces, servers that parse a decoded path again cut it at "?" or "#",
+// Django upper-cases the method); a request that some upstream would serve as a refused path is
 // refused at both entry points, and never reaches the upstream
 // (docs/access.md#paths).
 func TestAccessRulesHoldForEveryReading(t *testing.T) {
 	t.Parallel()
 	e, owner, p := newAccessEnv(t)
-	e.svc.SetAccessRules(mustRules(t, accessRules+"  - path: /reports/**\n    methods: [DELETE]\n    deny: true\n  - path: /exports/**\n    methods: [GET]\n    deny: true\n  - path: /internal\n    deny: true\n  - path: /status\n    scopes: [ops]\n  - path: /status/*\n    scopes: [orders:read]\n  - path: /ping\n    methods: [HEAD]\n    scopes: [orders:read]\n"))
+	e.svc.SetAccessRules(mustRules(t, accessRules+"  - path: /reports/**\n    methods: [DELETE]\n    deny: true\n  - path: /exports/**\n    methods: [GET]\n    deny: true\n  - path: /internal\n    deny: true\n  - path: /status\n    scopes: [ops]\n  - path: /status/*\n    scopes: [orders:read]\n  - path: /ping\n    methods: [HEAD]\n    scopes: [orders:read]\n  - path: /backstage/\n    deny: true\n"))
 	reader := e.createKeyWith(owner, "reader", `scopes:["orders:read"]`)
 	plain := e.createKey(owner, "plain")
 	const mayNot = "API key may not call this path"
@@ -234,12 +235,25 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 		{plain, "GET", "/admin;jsessionid=1/x"},
 		{reader, "GET", "/orders/..%5Cadmin"},        // IIS: /admin
 		{plain, "GET", "/orders/%252e%252e/admin/x"}, // decoded twice: /admin/x
+		{plain, "GET", "/%2561dmin/x%25"},            // decoded twice leniently (PHP, Python): /admin/x%
 		{plain, "delete", "/reports/1"},              // Django: DELETE
 		{plain, "HEAD", "/exports/1"},                // the GET handler answers it
 		{plain, "GET", "/internal/"},                 // Express, Spring: /internal
 		{plain, "GET", "/internal//"},
 		{plain, "GET", "/ADMIN/x"},   // Express, ASP.NET Core, IIS: /admin/x
 		{plain, "GET", "/Internal/"}, // both
+		{plain, "GET", "/backstage"}, // Express: /backstage/
+		{plain, "GET", "/Backstage"},
+		{plain, "GET", "/admin./x"},       // IIS (Windows drops trailing dots and spaces): /admin/x
+		{plain, "GET", "/admin%20/x"},     // the same
+		{plain, "GET", "/admin.%20./x"},   // the same
+		{reader, "GET", "/admin%2E/x"},    // the same
+		{plain, "GET", "/admin.%5Cx"},     // IIS: "\" is "/" too
+		{plain, "GET", "/ADMIN.;v=1/x"},   // with the other readings
+		{plain, "GET", "/admin%3F.css"},   // decoded, then cut at "?": /admin
+		{plain, "GET", "/admin%23.css"},   // the same at "#"
+		{plain, "GET", "/admin%253F.css"}, // decoded twice, then cut
+		{reader, "GET", "/admin/x%3F/../../orders/1"},
 	} {
 		seen := p.rec.count()
 		wantRefused(t, "authorize "+tc.method+" "+tc.path, p.authorize(tc.key.Plaintext, tc.method, tc.path), 403, "FORBIDDEN", mayNot)
@@ -268,7 +282,7 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 		t.Errorf("proxy, a %d-byte path: HTTP %d, want 403", len(long), r.Status)
 	}
 	// Readings that the rules allow are no reason to refuse.
-	for _, path := range []string{"/orders/7;v=2", "/orders//7", "/orders/7/..;/8"} {
+	for _, path := range []string{"/orders/7;v=2", "/orders//7", "/orders/7/..;/8", "/orders/7.json", "/orders/7.", "/orders/7%20", "/orders/v1.2/lines", "/orders/7%3F", "/orders/a%3Fb", "/orders/a%23b", "/orders/../orders/7"} {
 		wantAccepted(t, "authorize GET "+path, p.authorize(reader.Plaintext, "GET", path))
 		wantAccepted(t, "proxy GET "+path, p.proxied(reader.Plaintext, "GET", path))
 	}
@@ -280,6 +294,98 @@ func TestAccessRulesHoldForEveryReading(t *testing.T) {
 	// "/status/" is "/status/*" to the rules, "/status" to Express: the
 	// scope of the rule of "/status" is needed too.
 	wantRefused(t, "scoped GET /status/", p.authorize(reader.Plaintext, "GET", "/status/"), 403, "FORBIDDEN", "API key lacks scope ops")
+}
+
+// TestMethodOverrideHeadersMeetTheRules: Rails, Express's method-override,
+// ASP.NET Core, Symfony and Laravel serve a POST carrying
+// X-HTTP-Method-Override: DELETE as a DELETE; it passed a deny on DELETE.
+// Each override header's value is decided as the request's method too, at
+// forward-auth (where the gateway forwards the client's headers) and at
+// the proxy, and a refused request never reaches the upstream
+// (docs/access.md#method-override-headers).
+func TestMethodOverrideHeadersMeetTheRules(t *testing.T) {
+	t.Parallel()
+	e, owner, p := newAccessEnv(t)
+	e.svc.SetAccessRules(mustRules(t, accessRules+"  - path: /reports/**\n    methods: [DELETE]\n    deny: true\n  - path: /orders/**\n    methods: [PATCH]\n    scopes: [orders:write]\n"))
+	plain := e.createKey(owner, "plain")
+	writer := e.createKeyWith(owner, "writer", `scopes:["orders:write"]`)
+	const mayNot = "API key may not call this path"
+	authorize := func(key, method, uri string, h map[string]string) authResponse {
+		t.Helper()
+		hh := map[string]string{"X-Api-Key": key, "X-Forwarded-Method": method, "X-Forwarded-Uri": uri}
+		for k, v := range h {
+			hh[k] = v
+		}
+		return p.e.authorize("GET", hh)
+	}
+	proxied := func(key, method, path string, h map[string]string) authResponse {
+		t.Helper()
+		hh := map[string]string{"X-Api-Key": key}
+		for k, v := range h {
+			hh[k] = v
+		}
+		return send(t, p.proxy.Client(), method, p.proxy.URL+path, hh, nil)
+	}
+	for _, tc := range []struct {
+		key    newKey
+		path   string
+		header map[string]string
+	}{
+		{plain, "/reports/1", map[string]string{"X-HTTP-Method-Override": "DELETE"}},
+		{plain, "/reports/1", map[string]string{"X-HTTP-Method": "DELETE"}},
+		{plain, "/reports/1", map[string]string{"X-Method-Override": "DELETE"}},
+		{plain, "/reports/1", map[string]string{"x-http-method-override": "delete"}},
+		{plain, "/reports/1", map[string]string{"X_HTTP_Method_Override": "DELETE"}}, // Rack, PHP: the same variable
+		{plain, "/reports/1", map[string]string{"X-HTTP-Method-Override": "PATCH", "X-HTTP-Method": "DELETE"}},
+		{plain, "//reports/1", map[string]string{"X-HTTP-Method-Override": "DELETE"}},
+		// Symfony and Laravel read "_method" from the query too.
+		{plain, "/reports/1?_method=DELETE", nil},
+		{plain, "/reports/1?a=1&%5Fmethod=delete", nil},
+		{plain, "/reports/1?.method=DELETE", nil},
+		// No method: refused, not guessed at (Express reads the first of a list).
+		{plain, "/orders/1", map[string]string{"X-HTTP-Method-Override": "DELETE, GET"}},
+		// A scoped key may POST; it may not DELETE, which no rule allows.
+		{writer, "/orders/1", map[string]string{"X-HTTP-Method-Override": "DELETE"}},
+		// More than 8 values, every one of them allowed: refused for its cost.
+		{plain, "/orders/1?" + strings.Repeat("_method=GET&", 9), nil},
+	} {
+		what := fmt.Sprintf("POST %s %v", tc.path, tc.header)
+		seen := p.rec.count()
+		wantRefused(t, "authorize "+what, authorize(tc.key.Plaintext, "POST", tc.path, tc.header), 403, "FORBIDDEN", mayNot)
+		wantRefused(t, "proxy "+what, proxied(tc.key.Plaintext, "POST", tc.path, tc.header), 403, "FORBIDDEN", mayNot)
+		if p.rec.count() != seen {
+			t.Errorf("%s reached the upstream", what)
+		}
+	}
+	// X-Forwarded-Method is held to the same: a gateway names a method
+	// token (nginx, Traefik and Caddy forward the request line's).
+	wantRefused(t, "authorize, X-Forwarded-Method DELETE, GET", authorize(plain.Plaintext, "DELETE, GET", "/orders/1", nil), 403, "FORBIDDEN", mayNot)
+	// An override the rules allow passes, and reaches the upstream as sent.
+	for _, tc := range []struct {
+		key    newKey
+		path   string
+		header map[string]string
+	}{
+		{plain, "/reports/1", map[string]string{"X-HTTP-Method-Override": "GET"}},
+		{plain, "/orders/1", map[string]string{"X-HTTP-Method-Override": "DELETE"}},
+		{writer, "/orders/1", map[string]string{"X-HTTP-Method-Override": "PATCH"}},
+		{writer, "/orders/1", map[string]string{"X-HTTP-Method-Override": "post"}},
+		{writer, "/orders/1", map[string]string{"X-HTTP-Method-Override": ""}}, // overrides nothing
+		{writer, "/orders/1?_method=PATCH", nil},
+	} {
+		what := fmt.Sprintf("POST %s %v", tc.path, tc.header)
+		wantAccepted(t, "authorize "+what, authorize(tc.key.Plaintext, "POST", tc.path, tc.header))
+		wantAccepted(t, "proxy "+what, proxied(tc.key.Plaintext, "POST", tc.path, tc.header))
+		for k, v := range tc.header {
+			if got := p.rec.last(t).Get(k); got != v {
+				t.Errorf("%s: the upstream saw %s %q", what, k, got)
+			}
+		}
+	}
+	// A key without scopes on a server without rules is decided without
+	// them, overrides included.
+	e.svc.SetAccessRules(nil)
+	wantAccepted(t, "no rules", authorize(plain.Plaintext, "POST", "/reports/1", map[string]string{"X-HTTP-Method-Override": "DELETE, GET"}))
 }
 
 // TestAuthorizeTwoOriginalRequests: a gateway that adds X-Forwarded-Uri
@@ -380,6 +486,16 @@ func TestRestrictionRefusalsCountNothing(t *testing.T) {
 		}
 		if r := p.proxied(k.Plaintext, "GET", "/admin"); r.Status != 403 {
 			t.Fatalf("deny refusal: HTTP %d", r.Status)
+		}
+		// The method an override header names is decided too
+		// (docs/access.md#method-override-headers).
+		override := map[string]string{"X-Api-Key": k.Plaintext, "X-HTTP-Method-Override": "DELETE"}
+		if r := send(t, p.proxy.Client(), "GET", p.proxy.URL+"/orders/1", override, nil); r.Status != 403 {
+			t.Fatalf("override refusal at the proxy: HTTP %d", r.Status)
+		}
+		override["X-Forwarded-Method"], override["X-Forwarded-Uri"] = "GET", "/orders/1"
+		if r := e.authorize("GET", override); r.Status != 403 {
+			t.Fatalf("override refusal at /v1/authorize: HTTP %d", r.Status)
 		}
 	}
 	// All three requests of the limit are still there.
