@@ -262,11 +262,18 @@ const (
 	sweepRetry = 10 * time.Second
 )
 
+// unusedKeySweeper is what sweepLoop runs: a *btk.Service, or in a test
+// the same service called from outside a synctest bubble, so that the
+// schedule is checked on a fake clock (TestSweepRetriedAfterAFailedRun).
+type unusedKeySweeper interface {
+	SweepUnusedKeys(ctx context.Context) (int, error)
+}
+
 // sweepLoop revokes the keys the workspaces' policies find unused
 // (revokeUnusedAfterDays), shortly after start and then every minute; every
 // instance runs it, and each key is revoked and audited once
 // (btk.Service.SweepUnusedKeys).
-func sweepLoop(ctx context.Context, svc *btk.Service, log *slog.Logger) {
+func sweepLoop(ctx context.Context, svc unusedKeySweeper, log *slog.Logger) {
 	every(ctx, 10*time.Second, func() time.Duration {
 		n, err := svc.SweepUnusedKeys(ctx)
 		if n > 0 {

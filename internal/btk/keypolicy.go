@@ -77,6 +77,7 @@ func (s *Service) UpdateKey(ctx context.Context, a *Actor, id string, in UpdateK
 	}
 	var k *APIKey
 	var changed bool
+	var marks untold
 	err = s.store.Write(ctx, func(tx Tx) error {
 		old, err := ownKey(ctx, tx, a, id)
 		if err != nil {
@@ -118,8 +119,12 @@ func (s *Service) UpdateKey(ctx context.Context, a *Actor, id string, in UpdateK
 			return err
 		}
 		changed = true
-		return s.audit(ctx, tx, a, AuditEntry{Action: AuditUpdated, APIKeyID: nk.ID, APIKeyName: nk.Name},
-			map[string]any{"name": nk.Name, "changes": meta})
+		if err := s.audit(ctx, tx, a, AuditEntry{Action: AuditUpdated, APIKeyID: nk.ID, APIKeyName: nk.Name},
+			map[string]any{"name": nk.Name, "changes": meta}); err != nil {
+			return err
+		}
+		marks, err = s.markUntold(ctx, tx, a.WorkspaceID) // last: the order of the sweep's locks
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -130,7 +135,7 @@ func (s *Service) UpdateKey(ctx context.Context, a *Actor, id string, in UpdateK
 	// Also when nothing changed: this may be the repeat of an update whose
 	// answer could not tell the other instances (see changed), and they
 	// keep the old networks, scopes and limits until told.
-	if err := s.changed(ctx, a.WorkspaceID); err != nil {
+	if err := s.tell(ctx, a.WorkspaceID, marks); err != nil {
 		return nil, err
 	}
 	k.restrictions = nil
@@ -279,7 +284,7 @@ func (s *Service) sweepWorkspace(ctx context.Context, workspaceID string, days i
 				return err
 			}
 		}
-		marks, err = markUntold(ctx, tx, workspaceID)
+		marks, err = s.markUntold(ctx, tx, workspaceID)
 		return err
 	})
 	if err != nil || len(revoked) == 0 {
@@ -288,8 +293,5 @@ func (s *Service) sweepWorkspace(ctx context.Context, workspaceID string, days i
 	for _, k := range revoked {
 		s.forgetKey(k)
 	}
-	if err := s.changed(ctx, workspaceID); err != nil {
-		return len(revoked), err
-	}
-	return len(revoked), s.told(ctx, marks)
+	return len(revoked), s.tell(ctx, workspaceID, marks)
 }

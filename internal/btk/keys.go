@@ -4,10 +4,28 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 )
+
+// DefaultMaxKeysPerWorkspace bounds a workspace's keys that are not
+// revoked (expired ones count until they are revoked; Config.MaxKeysPerWorkspace):
+// every create adds a row, and revoke-all revokes them all in one
+// transaction (docs/security.md, what a client can make the server hold).
+// It sits well above the 10,000 active keys the product's budgets are
+// measured with (docs/design.md#budgets), as the key cache's 100,000 does.
+// Rotation replaces a key, so it is never refused by it; revoked keys stay
+// as the record (docs/design.md#api-keys).
+const DefaultMaxKeysPerWorkspace = 100_000
+
+// errTooManyKeys refuses a create past the bound max. It is
+// BAD_USER_INPUT, as the workspace's webhook bound is: no plan raises it.
+func errTooManyKeys(max int) error {
+	return &Error{Code: CodeBadUserInput, Message: fmt.Sprintf(
+		"a workspace has at most %d keys that are not revoked; revoke keys it no longer uses (expired keys count until revoked)", max)}
+}
 
 // CreateKeyInput is what createApiKey accepts.
 type CreateKeyInput struct {
@@ -141,6 +159,12 @@ func (s *Service) CreateKey(ctx context.Context, a *Actor, in CreateKeyInput) (*
 	if err != nil {
 		return nil, err
 	}
+	// A full workspace is refused in a read transaction: counting 10,000
+	// keys takes about 10 ms on SQLite, which creates refused over and
+	// over would otherwise hold its one writer for.
+	if err := s.store.Read(ctx, func(tx Tx) error { return s.checkKeyCount(ctx, tx, a.WorkspaceID) }); err != nil {
+		return nil, err
+	}
 	var res *NewKeyResult
 	err = s.store.Write(ctx, func(tx Tx) error {
 		w, err := s.checkPlan(ctx, tx, a.WorkspaceID)
@@ -148,6 +172,11 @@ func (s *Service) CreateKey(ctx context.Context, a *Actor, in CreateKeyInput) (*
 			return err
 		}
 		if err := checkLifetime(w, in.ExpiresAt, s.now()); err != nil {
+			return err
+		}
+		// Counted again after checkPlan locked the workspace row
+		// (PostgreSQL), so concurrent creates cannot all pass at the bound.
+		if err := s.checkKeyCount(ctx, tx, a.WorkspaceID); err != nil {
 			return err
 		}
 		k := &APIKey{
@@ -190,6 +219,7 @@ func (s *Service) RotateKey(ctx context.Context, a *Actor, id string, in RotateK
 		}
 	}
 	var res *NewKeyResult
+	var marks untold
 	err := s.store.Write(ctx, func(tx Tx) error {
 		old, err := ownKey(ctx, tx, a, id)
 		if err != nil {
@@ -233,8 +263,12 @@ func (s *Service) RotateKey(ctx context.Context, a *Actor, id string, in RotateK
 		if res.Revoked, err = tx.APIKey(ctx, old.ID); err != nil {
 			return err
 		}
-		return s.audit(ctx, tx, a, AuditEntry{Action: AuditRotated, APIKeyID: old.ID, APIKeyName: old.Name, NewAPIKeyID: k.ID},
-			map[string]any{"name": old.Name, "newApiKeyId": k.ID, "newName": k.Name})
+		if err := s.audit(ctx, tx, a, AuditEntry{Action: AuditRotated, APIKeyID: old.ID, APIKeyName: old.Name, NewAPIKeyID: k.ID},
+			map[string]any{"name": old.Name, "newApiKeyId": k.ID, "newName": k.Name}); err != nil {
+			return err
+		}
+		marks, err = s.markUntold(ctx, tx, a.WorkspaceID) // last: the order of the sweep's locks
+		return err
 	})
 	if errors.Is(err, ErrKeyRevoked) {
 		// Tell the other instances again: an earlier answer may have failed
@@ -245,7 +279,7 @@ func (s *Service) RotateKey(ctx context.Context, a *Actor, id string, in RotateK
 		return nil, err
 	}
 	s.forgetKey(res.Revoked)
-	if err := s.changed(ctx, a.WorkspaceID); err != nil {
+	if err := s.tell(ctx, a.WorkspaceID, marks); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -259,6 +293,7 @@ func (s *Service) RevokeKey(ctx context.Context, a *Actor, id string) (*APIKey, 
 	}
 	var k *APIKey
 	var revoked bool
+	var marks untold
 	err := s.store.Write(ctx, func(tx Tx) error {
 		var err error
 		if k, err = ownKey(ctx, tx, a, id); err != nil || k.RevokedAt != nil {
@@ -271,8 +306,12 @@ func (s *Service) RevokeKey(ctx context.Context, a *Actor, id string) (*APIKey, 
 			return err
 		}
 		revoked = true
-		return s.audit(ctx, tx, a, AuditEntry{Action: AuditRevoked, APIKeyID: k.ID, APIKeyName: k.Name},
-			map[string]any{"name": k.Name})
+		if err := s.audit(ctx, tx, a, AuditEntry{Action: AuditRevoked, APIKeyID: k.ID, APIKeyName: k.Name},
+			map[string]any{"name": k.Name}); err != nil {
+			return err
+		}
+		marks, err = s.markUntold(ctx, tx, a.WorkspaceID) // last: the order of the sweep's locks
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -282,7 +321,7 @@ func (s *Service) RevokeKey(ctx context.Context, a *Actor, id string) (*APIKey, 
 	}
 	// Also when it was revoked already: an earlier answer may have failed
 	// to tell the other instances (see changed).
-	if err := s.changed(ctx, a.WorkspaceID); err != nil {
+	if err := s.tell(ctx, a.WorkspaceID, marks); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -296,19 +335,24 @@ func (s *Service) RevokeAllKeys(ctx context.Context, a *Actor) (int, error) {
 		return 0, err
 	}
 	var n int
+	var marks untold
 	err := s.store.Write(ctx, func(tx Tx) error {
 		var err error
 		if n, err = tx.RevokeAllAPIKeys(ctx, a.WorkspaceID, s.now(), a.AccountID); err != nil {
 			return err
 		}
-		return s.audit(ctx, tx, a, AuditEntry{Action: AuditRevokedAll, RevokedCount: &n},
-			map[string]any{"revokedCount": n})
+		if err := s.audit(ctx, tx, a, AuditEntry{Action: AuditRevokedAll, RevokedCount: &n},
+			map[string]any{"revokedCount": n}); err != nil {
+			return err
+		}
+		marks, err = s.markUntold(ctx, tx, a.WorkspaceID) // last: the order of the sweep's locks
+		return err
 	})
 	if err != nil {
 		return 0, err
 	}
 	s.cache.dropWorkspace(a.WorkspaceID, true)
-	if err := s.changed(ctx, a.WorkspaceID); err != nil {
+	if err := s.tell(ctx, a.WorkspaceID, marks); err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -332,6 +376,19 @@ func (s *Service) issue(ctx context.Context, tx Tx, a *Actor, k *APIKey) (*NewKe
 		return nil, err
 	}
 	return &NewKeyResult{Key: k, Plaintext: plaintext}, nil
+}
+
+// checkKeyCount refuses a key more in a workspace that has
+// Config.MaxKeysPerWorkspace keys not revoked.
+func (s *Service) checkKeyCount(ctx context.Context, tx Tx, workspaceID string) error {
+	n, err := tx.CountActiveAPIKeys(ctx, workspaceID)
+	if err != nil {
+		return err
+	}
+	if n >= s.cfg.MaxKeysPerWorkspace {
+		return errTooManyKeys(s.cfg.MaxKeysPerWorkspace)
+	}
+	return nil
 }
 
 // checkPlan refuses issuing keys on a plan that does not allow it, and

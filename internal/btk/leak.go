@@ -252,7 +252,7 @@ func (s *Service) ReportLeaks(ctx context.Context, by Reporter, reports []LeakRe
 		for _, k := range revoked {
 			ids[k.WorkspaceID] = true
 		}
-		marks, err = markUntold(ctx, tx, slices.Collect(maps.Keys(ids))...)
+		marks, err = s.markUntold(ctx, tx, slices.Collect(maps.Keys(ids))...)
 		return err
 	})
 	if err != nil {

@@ -23,6 +23,9 @@ type Config struct {
 	Now Clock
 	// KeyCacheSize bounds the in-memory key cache (entries); 0 means 100,000.
 	KeyCacheSize int
+	// MaxKeysPerWorkspace bounds a workspace's keys that are not revoked;
+	// 0 means DefaultMaxKeysPerWorkspace.
+	MaxKeysPerWorkspace int
 	// Observer receives key-check figures for metrics; nil observes nothing.
 	Observer Observer
 	// KeyGate and Throttle hold the state instances share (rate-limit
@@ -106,6 +109,9 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	}
 	if cfg.KeyCacheSize == 0 {
 		cfg.KeyCacheSize = 100_000
+	}
+	if cfg.MaxKeysPerWorkspace == 0 {
+		cfg.MaxKeysPerWorkspace = DefaultMaxKeysPerWorkspace
 	}
 	if cfg.UsageRetention == 0 {
 		cfg.UsageRetention = DefaultUsageRetention

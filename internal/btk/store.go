@@ -29,6 +29,9 @@ type Store interface {
 	// FAILED) created before before, and returns how many it deleted;
 	// pending ones stay whatever their age.
 	PruneDeliveries(ctx context.Context, before time.Time) (int64, error)
+	// PruneSessions deletes the sessions that expired before before, and
+	// returns how many it deleted.
+	PruneSessions(ctx context.Context, before time.Time) (int64, error)
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 	Close() error
@@ -109,6 +112,9 @@ type Tx interface {
 	// revoked: a key revoked by a concurrent sweep is not returned twice.
 	// Canary keys are never revoked: unused is what they are for.
 	RevokeUnusedAPIKeys(ctx context.Context, workspaceID string, before, at time.Time, limit int) ([]*APIKey, error)
+	// CountActiveAPIKeys counts the workspace's keys that are not revoked
+	// (expired ones included).
+	CountActiveAPIKeys(ctx context.Context, workspaceID string) (int, error)
 	// RevokeAllAPIKeys revokes every non-revoked key of the workspace and
 	// returns how many it revoked.
 	RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error)

@@ -9,16 +9,21 @@ import (
 	"github.com/google/uuid"
 )
 
-// A revocation the server makes on its own (the unused-key sweep) has no
-// caller to repeat it when telling the other instances fails (see
-// changed), and the next sweep does not find the keys again: they are
-// revoked. A leak report has a caller, but a scanner's retries are its
-// own. So the transaction that revokes also lists the workspace in the
-// setting untoldSetting, a tell made after the commit takes it off, and
-// every sweep run, of every instance, first tells the workspaces listed:
-// a failed tell is repeated until it succeeds, also when the instance that
-// revoked has stopped (docs/access.md#workspace-key-policy). The list is
-// empty but for failures, and has at most one entry per workspace.
+// A change is told to the other instances after it commits (changed). A
+// revocation the server makes on its own (the unused-key sweep) has no
+// caller to repeat it when that tell fails, and the next sweep does not
+// find the keys again: they are revoked. A leak report's caller is a
+// scanner whose retries are its own; an owner's revoke, rotation, revoke-all
+// or narrowing answered UNAVAILABLE may never be repeated either (a browser
+// closed, a CI job that gave up), and the instance that committed it may
+// stop before telling. So the transaction of every such change also lists
+// the workspace in the setting untoldSetting, a tell made after the commit
+// takes it off, and every sweep run, of every instance, first tells the
+// workspaces listed: a failed tell is repeated until it succeeds, also when
+// the instance that committed the change has stopped
+// (docs/clusters.md#shared-state-in-redis). The list is empty but for
+// failures, and has at most one entry per workspace. One node has no other
+// instance to tell: nothing is listed there.
 const untoldSetting = "untold_workspaces"
 
 // untold maps a workspace id to the mark of the latest transaction that
@@ -50,8 +55,11 @@ func writeUntold(ctx context.Context, tx Tx, u untold) error {
 }
 
 // markUntold lists the workspaces as not yet told, in the transaction
-// that revokes, and returns their marks for told.
-func markUntold(ctx context.Context, tx Tx, workspaceIDs ...string) (untold, error) {
+// of the change, and returns their marks for told; nothing on one node.
+func (s *Service) markUntold(ctx context.Context, tx Tx, workspaceIDs ...string) (untold, error) {
+	if !s.clustered {
+		return nil, nil
+	}
 	u, err := readUntold(ctx, tx)
 	if err != nil {
 		return nil, err
@@ -86,6 +94,19 @@ func (s *Service) told(ctx context.Context, done untold) error {
 		}
 		return writeUntold(ctx, tx, u)
 	})
+}
+
+// tell tells the other instances of a committed change to workspaceID's
+// keys or limits (changed) and takes the workspace off the list where its
+// transaction listed it (marks). The change is told once changed returns:
+// should taking it off fail, the next sweep run tells it again, which
+// costs the instances one read of the workspace's keys and changes nothing.
+func (s *Service) tell(ctx context.Context, workspaceID string, marks untold) error {
+	if err := s.changed(ctx, workspaceID); err != nil {
+		return err
+	}
+	_ = s.told(ctx, marks)
+	return nil
 }
 
 // tellUntold tells the instances of the workspaces listed, and takes off

@@ -124,6 +124,13 @@ func (s *Service) flushUsage(ctx context.Context, all bool) error {
 		if _, err := s.store.PruneDeliveries(ctx, nowT.Add(-s.cfg.UsageRetention)); err != nil {
 			return fmt.Errorf("webhook delivery retention: %w", err)
 		}
+		// Every login and impersonation adds a session row, and an expired
+		// one is refused like a missing one (ResolveSession): without this
+		// they stayed for ever (docs/security.md, what a client can make the
+		// server hold). The session.login events stay: they are the record.
+		if _, err := s.store.PruneSessions(ctx, nowT); err != nil {
+			return fmt.Errorf("expired sessions: %w", err)
+		}
 	}
 	// Keys written longer ago than the interval are due at once anyway.
 	if now-u.lastSweep >= int64(UsageWriteInterval) {

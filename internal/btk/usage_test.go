@@ -28,6 +28,8 @@ func (s *usageStore) PruneDeliveries(_ context.Context, before time.Time) (int64
 	return 0, nil
 }
 
+func (s *usageStore) PruneSessions(context.Context, time.Time) (int64, error) { return 0, nil }
+
 func (s *usageStore) RecordUsage(_ context.Context, u []KeyUsage, c []UsageCount, cl []KeyClient) error {
 	if s.fail {
 		return errors.New("disk full")

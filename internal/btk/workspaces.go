@@ -123,6 +123,7 @@ func (s *Service) updateWorkspace(ctx context.Context, a *Actor, id, action stri
 		return nil, ErrNotFound
 	}
 	var w *Workspace
+	var marks untold
 	err := s.store.Write(ctx, func(tx Tx) (err error) {
 		if w, err = tx.Workspace(ctx, id); err != nil {
 			return err
@@ -131,13 +132,17 @@ func (s *Service) updateWorkspace(ctx context.Context, a *Actor, id, action stri
 		if err := tx.UpdateWorkspace(ctx, w); err != nil {
 			return err
 		}
-		return s.recordEvent(ctx, tx, a, id, action, targetWorkspace, id, requestMeta(a, meta))
+		if err := s.recordEvent(ctx, tx, a, id, action, targetWorkspace, id, requestMeta(a, meta)); err != nil {
+			return err
+		}
+		marks, err = s.markUntold(ctx, tx, id) // last: the order of the sweep's locks
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.cache.dropWorkspace(id, false)
-	if err := s.changed(ctx, id); err != nil {
+	if err := s.tell(ctx, id, marks); err != nil {
 		return nil, err
 	}
 	return w, nil

@@ -835,7 +835,7 @@ func (v *CreateApiKeyInput) GetAllowedCidrs() []string { return v.AllowedCidrs }
 
 // CreateApiKeyResponse is returned by CreateApiKey on success.
 type CreateApiKeyResponse struct {
-	// Issue a new API key. Owner tier; plan must allow issuing.
+	// Issue a new API key. Owner tier; plan must allow issuing; a workspace has at most 100,000 keys that are not revoked (expired ones included), past which this is BAD_USER_INPUT.
 	CreateApiKey CreateApiKeyCreateApiKeyCreateApiKeyPayload `json:"createApiKey"`
 }
 

@@ -1,12 +1,20 @@
 package server_test
 
 import (
+	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/storetest"
 )
 
 // Stored client strings are bounded (docs/security.md#what-a-client-can-make-the-server-hold):
@@ -130,5 +138,211 @@ func TestQueryCacheHoldsOnlySmallDocuments(t *testing.T) {
 	}
 	if grew := heap() - before; grew > 4<<20 {
 		t.Fatalf("200 documents of 60 KB left %d MB in memory", grew>>20)
+	}
+}
+
+// A workspace's keys that are not revoked are bounded
+// (docs/security.md#what-a-client-can-make-the-server-hold): an owner could
+// create keys without end, each a row that revoke-all then updates in one
+// transaction. At the bound a create is BAD_USER_INPUT, as the webhook
+// bound is, and writes nothing; concurrent creates cannot overshoot it;
+// revoked keys do not count; rotation (one revoked, one issued) still works,
+// and revoking a key makes room.
+func TestKeysPerWorkspaceBounded(t *testing.T) {
+	// A bound of the test's own (btk.Config.MaxKeysPerWorkspace; the
+	// default, btk.DefaultMaxKeysPerWorkspace, is 100,000 rows to write).
+	const bound = 200
+	e, admin := newAdminEnv(t, func(c *btk.Config) { c.MaxKeysPerWorkspace = bound })
+	ws := e.createWorkspace(admin, "Full", "CLOUD_PRO")
+	owner := cred{Bearer: e.impersonate(admin, ws)}
+	// The rows below the bound are written straight to the store: as many
+	// creates through GraphQL would each wait for their own commit.
+	ctx := context.Background()
+	err := e.db.Write(ctx, func(tx btk.Tx) error {
+		w, err := tx.Workspace(ctx, ws)
+		if err != nil {
+			return err
+		}
+		gone := storetest.Key(w, "gone")
+		if err := tx.CreateAPIKey(ctx, gone); err != nil {
+			return err
+		}
+		if err := tx.RevokeAPIKey(ctx, gone.ID, e.clock.Now(), "", ""); err != nil {
+			return err
+		}
+		for i := range bound - 2 {
+			if err := tx.CreateAPIKey(ctx, storetest.Key(w, fmt.Sprintf("filler %d", i))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Eight creates at once with two places left: two win.
+	const create = `mutation($n:String!,$c:Boolean){createApiKey(input:{name:$n,canary:$c}){apiKey{id}}}`
+	results := make([]response, 8)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			<-start
+			results[i] = e.do(owner, create, map[string]any{"n": fmt.Sprintf("racer %d", i)})
+		})
+	}
+	close(start)
+	wg.Wait()
+	var won []string
+	for i, r := range results {
+		switch r.Code() {
+		case "":
+			var out struct {
+				CreateApiKey struct{ ApiKey struct{ ID string } }
+			}
+			r.decode(t, &out)
+			won = append(won, out.CreateApiKey.ApiKey.ID)
+		case "BAD_USER_INPUT":
+			if msg := r.Errors[0].Message; !strings.Contains(msg, fmt.Sprintf("at most %d keys", bound)) {
+				t.Errorf("create %d refused with %q", i, msg)
+			}
+		default:
+			t.Errorf("create %d: %+v", i, r.Errors)
+		}
+	}
+	if len(won) != 2 {
+		t.Fatalf("%d concurrent creates passed with 2 places left", len(won))
+	}
+	for _, canary := range []bool{false, true} {
+		if r := e.do(owner, create, map[string]any{"n": "one more", "c": canary}); r.Code() != "BAD_USER_INPUT" {
+			t.Errorf("create (canary %v) past the bound: %q", canary, r.Code())
+		}
+	}
+	var out struct {
+		RotateApiKey struct{ ApiKey struct{ ID string } }
+	}
+	e.must(e.elevated(owner, adminPassword), `mutation($id:ID!){rotateApiKey(id:$id){apiKey{id}}}`, map[string]any{"id": won[0]}, &out)
+	e.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": out.RotateApiKey.ApiKey.ID}, &struct{}{})
+	e.must(owner, create, map[string]any{"n": "room again"}, &struct{}{})
+	if r := e.do(owner, create, map[string]any{"n": "one more"}); r.Code() != "BAD_USER_INPUT" {
+		t.Errorf("create past the bound after one made room: %q", r.Code())
+	}
+	// Refused creates write no audit rows.
+	assertAudit(t, e, owner, []string{"CREATED", "CREATED", "ROTATED", "REVOKED", "CREATED"}, nil)
+}
+
+// Expired sessions are deleted (docs/security.md#what-a-client-can-make-the-server-hold):
+// every login adds a session row, and they stayed for ever. The hourly
+// retention run deletes those that expired; a live session is untouched,
+// an expired token is refused as before, and the session.login events stay.
+func TestExpiredSessionsPruned(t *testing.T) {
+	e, admin := newAdminEnv(t)
+	ctx := context.Background()
+	sessionID := func(token string) string {
+		t.Helper()
+		parts := strings.Split(token, ".")
+		if len(parts) != 3 {
+			t.Fatalf("not a JWT: %q", token)
+		}
+		raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+		var claims struct {
+			JTI string `json:"jti"` // the session id
+		}
+		if err == nil {
+			err = json.Unmarshal(raw, &claims)
+		}
+		if err != nil || claims.JTI == "" {
+			t.Fatalf("JWT claims %s: %v", raw, err)
+		}
+		return claims.JTI
+	}
+	stored := func(token string) bool {
+		t.Helper()
+		err := e.db.Read(ctx, func(tx btk.Tx) error {
+			_, err := tx.Session(ctx, sessionID(token))
+			return err
+		})
+		if err != nil && !errors.Is(err, btk.ErrNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	logins := func() int {
+		t.Helper()
+		var out struct {
+			AuditEvents struct{ Nodes []struct{ ID string } }
+		}
+		e.must(admin, `{auditEvents(first:500, action:"session.login"){nodes{id}}}`, nil, &out)
+		return len(out.AuditEvents.Nodes)
+	}
+
+	old := e.login(adminEmail, adminPassword, "")
+	if err := e.svc.FlushDueUsage(ctx); err != nil { // the first run prunes at once
+		t.Fatal(err)
+	}
+	if !stored(old) || !stored(admin.Bearer) {
+		t.Fatal("a live session was deleted")
+	}
+	e.clock.Advance(btk.SessionTTL / 2)
+	admin.Bearer = e.login(adminEmail, adminPassword, "")
+	before := logins()
+	e.clock.Advance(btk.SessionTTL/2 + time.Second)
+	if err := e.svc.FlushDueUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if stored(old) {
+		t.Error("an expired session is still stored after the retention run")
+	}
+	if !stored(admin.Bearer) {
+		t.Error("a live session was deleted")
+	}
+	if r := e.do(cred{Bearer: old}, `{me{id}}`, nil); r.Code() != "UNAUTHENTICATED" {
+		t.Errorf("an expired session's token: %q", r.Code())
+	}
+	if after := logins(); after != before || after < 3 {
+		t.Errorf("session.login events: %d before the run, %d after", before, after)
+	}
+}
+
+// The stored strings a platform admin gives are bounded too
+// (docs/security.md#what-a-client-can-make-the-server-hold): a workspace
+// name of at most 100 characters, an email of at most 254 bytes; one more
+// is BAD_USER_INPUT and stores nothing.
+func TestAdminStringsBounded(t *testing.T) {
+	t.Parallel()
+	e, admin := newAdminEnv(t)
+	const createWS = `mutation($n:String!){createWorkspace(input:{name:$n}){id}}`
+	e.must(admin, createWS, map[string]any{"n": strings.Repeat("é", 100)}, &struct{}{})
+	if r := e.do(admin, createWS, map[string]any{"n": strings.Repeat("é", 101)}); r.Code() != "BAD_USER_INPUT" {
+		t.Errorf("a workspace name of 101 characters: %q", r.Code())
+	}
+	const createAcct = `mutation($e:String!){createAccount(input:{email:$e,password:"a long enough password"}){id}}`
+	email := func(n int) string { // n bytes: labels of at most 63
+		local := strings.Repeat("a", 64) + "@"
+		domain := ".example"
+		var mid []string
+		for rest := n - len(local) - len(domain); rest > 0; {
+			l := min(rest, 62) // a label and the dot after it, but the last
+			if rest <= 63 {
+				l = rest
+			}
+			mid = append(mid, strings.Repeat("b", l))
+			rest -= l + 1
+		}
+		s := local + strings.Join(mid, ".") + domain
+		if len(s) != n {
+			t.Fatalf("email of %d bytes, want %d", len(s), n)
+		}
+		return s
+	}
+	e.must(admin, createAcct, map[string]any{"e": email(254)}, &struct{}{})
+	if r := e.do(admin, createAcct, map[string]any{"e": email(255)}); r.Code() != "BAD_USER_INPUT" {
+		t.Errorf("an email of 255 bytes: %q", r.Code())
+	}
+	var out struct{ Workspaces, Accounts []struct{ ID string } }
+	e.must(admin, `{workspaces{id} accounts{id}}`, nil, &out)
+	if len(out.Workspaces) != 2 || len(out.Accounts) != 2 {
+		t.Errorf("%d workspaces, %d accounts stored; want 2 and 2", len(out.Workspaces), len(out.Accounts))
 	}
 }

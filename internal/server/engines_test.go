@@ -58,6 +58,9 @@ var storeTests = []namedTest{
 	{"TestAuditEventsInTheChangesTransaction", TestAuditEventsInTheChangesTransaction},
 	{"TestKeyHistoryAcrossRotations", TestKeyHistoryAcrossRotations},
 	{"TestWebhooksOverGraphQL", TestWebhooksOverGraphQL},
+	{"TestWebhookBoundsOverGraphQL", TestWebhookBoundsOverGraphQL},
+	{"TestKeysPerWorkspaceBounded", TestKeysPerWorkspaceBounded},
+	{"TestExpiredSessionsPruned", TestExpiredSessionsPruned},
 	{"TestPostgresUnreachable", testPostgresUnreachable},
 }
 

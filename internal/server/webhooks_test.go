@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/btk-project/btk/internal/btk"
@@ -143,4 +145,53 @@ func TestWebhooksOverGraphQL(t *testing.T) {
 	if !del.DeleteWebhook {
 		t.Error("deleteWebhook returned false")
 	}
+}
+
+// A workspace's webhooks are bounded over GraphQL
+// (docs/security.md#what-a-client-can-make-the-server-hold): at most 10,
+// each URL at most 2,048 bytes and at most 32 event names of 64 bytes; past
+// any of them createWebhook is BAD_USER_INPUT and stores nothing, and
+// deleting one makes room.
+func TestWebhookBoundsOverGraphQL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *btk.Config) { c.WebhookAllowPrivate = true })
+	owner := e.admin()
+	const create = `mutation($u:String!,$e:[String!]){createWebhook(input:{url:$u,events:$e}){webhook{id}}}`
+	base := "https://hooks.example.com/"
+	events := make([]string, btk.MaxWebhookEvents+1)
+	for i := range events {
+		events[i] = "api_key.e" + strings.Repeat("x", i) // distinct names; no digits in an event name
+	}
+	for what, vars := range map[string]map[string]any{
+		"a URL of 2,049 bytes": {"u": base + strings.Repeat("x", btk.MaxWebhookURLLen+1-len(base))},
+		"33 events":            {"u": base, "e": events},
+		"an event of 65 bytes": {"u": base, "e": []string{"api_key." + strings.Repeat("x", 57)}},
+	} {
+		if r := e.do(owner, create, vars); r.Code() != "BAD_USER_INPUT" {
+			t.Errorf("%s: %q %+v", what, r.Code(), r.Errors)
+		}
+	}
+	var ids []string
+	for i := range btk.MaxWebhooksPerWorkspace {
+		vars := map[string]any{"u": base + strings.Repeat("x", btk.MaxWebhookURLLen-len(base)), "e": events[:btk.MaxWebhookEvents]}
+		if i > 0 {
+			vars = map[string]any{"u": base + strconv.Itoa(i)}
+		}
+		var out struct {
+			CreateWebhook struct{ Webhook struct{ ID string } }
+		}
+		e.must(owner, create, vars, &out)
+		ids = append(ids, out.CreateWebhook.Webhook.ID)
+	}
+	r := e.do(owner, create, map[string]any{"u": base + "one-more"})
+	if r.Code() != "BAD_USER_INPUT" || !strings.Contains(r.Errors[0].Message, "at most 10 webhooks") {
+		t.Fatalf("an eleventh webhook: %q %+v", r.Code(), r.Errors)
+	}
+	var list struct{ Webhooks []struct{ ID string } }
+	e.must(owner, `{webhooks{id}}`, nil, &list)
+	if len(list.Webhooks) != btk.MaxWebhooksPerWorkspace {
+		t.Fatalf("%d webhooks stored", len(list.Webhooks))
+	}
+	e.must(owner, `mutation($id:ID!){deleteWebhook(id:$id)}`, map[string]any{"id": ids[0]}, &struct{}{})
+	e.must(owner, create, map[string]any{"u": base + "room-again"}, &struct{}{})
 }

@@ -2172,7 +2172,7 @@ type Mutation {
   logout: Boolean!
   "Re-enter the password for a 5-minute elevation token (sent as X-Elevation to rotate)."
   elevate(password: String!): Elevation!
-  "Issue a new API key. Owner tier; plan must allow issuing."
+  "Issue a new API key. Owner tier; plan must allow issuing; a workspace has at most 100,000 keys that are not revoked (expired ones included), past which this is BAD_USER_INPUT."
   createApiKey(input: CreateApiKeyInput!): CreateApiKeyPayload!
   "Revoke a key and issue its replacement in one step. Owner tier; plan must allow issuing; needs X-Elevation."
   rotateApiKey(id: ID!, input: RotateApiKeyInput): RotateApiKeyPayload!

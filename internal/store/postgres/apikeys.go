@@ -3,8 +3,11 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/store/sqlshared"
@@ -151,6 +154,14 @@ func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, repl
 	return err
 }
 
+// CountActiveAPIKeys reads the partial index api_keys_workspace_active.
+func (t *tx) CountActiveAPIKeys(ctx context.Context, workspaceID string) (int, error) {
+	var n int
+	err := t.tx.QueryRow(ctx,
+		`SELECT count(*) FROM api_keys WHERE workspace_id = $1 AND revoked_at IS NULL`, workspaceID).Scan(&n)
+	return n, mapErr("count active api keys", err)
+}
+
 // RevokeAllAPIKeys also revokes expired keys: they are not revoked yet, and
 // listing shows them until they are.
 //
@@ -161,25 +172,63 @@ func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, repl
 // second pass (a new snapshot at READ COMMITTED) revokes those keys too; a
 // later insert waits until this transaction commits. Locking the workspace
 // first instead could deadlock with a rotation holding its key's row.
+//
+// The second pass must not wait for a key while holding the workspace row:
+// a key created between the passes may be locked meanwhile by an update,
+// revocation or rotation of it, which then needs the workspace row (its
+// audit rows' foreign key, checkPlan), and the two would deadlock (40P01).
+// So the second pass does not wait (NOWAIT): when such a key is locked, the
+// workspace lock is given back (the savepoint), the locked keys are waited
+// for without it, and the workspace is locked again.
 func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error) {
 	// Rows are locked in id order, the order RecordUsage takes them in, so
 	// that a usage flush and a revoke-all never deadlock.
 	const revoke = `WITH locked AS MATERIALIZED (
-			SELECT id FROM api_keys WHERE workspace_id = $3 AND revoked_at IS NULL ORDER BY id FOR UPDATE
+			SELECT id FROM api_keys WHERE workspace_id = $3 AND revoked_at IS NULL ORDER BY id FOR UPDATE%s
 		)
 		UPDATE api_keys k SET revoked_at = $1, revoked_by = $2 FROM locked l WHERE k.id = l.id AND k.revoked_at IS NULL`
-	first, err := t.exec(ctx, "revoke all api keys", false, revoke, at, optStr(by), workspaceID)
+	waiting, nowait := fmt.Sprintf(revoke, ""), fmt.Sprintf(revoke, " NOWAIT")
+	n, err := t.exec(ctx, "revoke all api keys", false, waiting, at, optStr(by), workspaceID)
 	if err != nil {
 		return 0, err
 	}
-	if t.write {
+	if !t.write {
+		second, err := t.exec(ctx, "revoke all api keys", false, waiting, at, optStr(by), workspaceID)
+		return int(n + second), err
+	}
+	for try := 0; ; try++ {
+		if _, err := t.exec(ctx, "revoke all api keys", false, `SAVEPOINT revoke_all`); err != nil {
+			return 0, err
+		}
 		if _, err := t.exec(ctx, "revoke all api keys", false, `SELECT FROM workspaces WHERE id = $1 FOR UPDATE`, workspaceID); err != nil {
 			return 0, err
 		}
+		// Past maxRevokeAllTries (keys created and locked again and
+		// again), it waits as it did before NOWAIT: PostgreSQL then
+		// breaks a deadlock, should one form.
+		q := nowait
+		if try == maxRevokeAllTries {
+			q = waiting
+		}
+		second, err := t.exec(ctx, "revoke all api keys", false, q, at, optStr(by), workspaceID)
+		var pe *pgconn.PgError
+		if err == nil || !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available
+			return int(n + second), err
+		}
+		if _, err := t.exec(ctx, "revoke all api keys", false, `ROLLBACK TO SAVEPOINT revoke_all`); err != nil {
+			return 0, err
+		}
+		more, err := t.exec(ctx, "revoke all api keys", false, waiting, at, optStr(by), workspaceID)
+		if err != nil {
+			return 0, err
+		}
+		n += more
 	}
-	second, err := t.exec(ctx, "revoke all api keys", false, revoke, at, optStr(by), workspaceID)
-	return int(first + second), err
 }
+
+// maxRevokeAllTries bounds how often RevokeAllAPIKeys gives back the
+// workspace lock to wait for a key.
+const maxRevokeAllTries = 16
 
 // ClaimCanaryMark records that a canary key's use is being recorded at
 // at, unless one was recorded after notBefore (docs/leaks.md): one

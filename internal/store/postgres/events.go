@@ -24,6 +24,17 @@ const deliveryCursor = 'd'
 // for the workspace's webhooks, all in t.
 func (t *tx) addEvent(ctx context.Context, ev *btk.AuditEvent, created int64) error {
 	chain := ev.WorkspaceID
+	if chain != "" {
+		// The workspace row before the chain's head: the audit_events
+		// row's foreign key locks it (FOR KEY SHARE) anyway, and a change
+		// that holds it FOR UPDATE (a key created, a plan changed) takes
+		// the head after it. Taken after the head, an event alone (an
+		// elevation, a canary's use) and such a change deadlocked.
+		if _, err := t.exec(ctx, "add audit event", false,
+			`SELECT FROM workspaces WHERE id = $1 FOR KEY SHARE`, chain); err != nil {
+			return err
+		}
+	}
 	head, err := t.lockChainHead(ctx, chain)
 	if err != nil {
 		return err

@@ -60,33 +60,38 @@ func addUsage(ctx context.Context, t pgx.Tx, counts []btk.UsageCount, clients []
 	return nil
 }
 
-// PruneUsage deletes the hours that start before before; several instances
-// doing it at once delete each row once.
-func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
+// prune runs op's DELETE of the rows before before (its one parameter)
+// and returns how many it deleted.
+func (db *DB) prune(ctx context.Context, op, query string, before time.Time) (int64, error) {
 	b, err := sqlshared.UnixNano(before)
 	if err != nil {
 		return 0, err
 	}
-	tag, err := db.pool.Exec(ctx, `DELETE FROM api_key_usage WHERE hour < $1`, b)
+	tag, err := db.pool.Exec(ctx, query, b)
 	if err != nil {
-		return 0, mapErr("prune usage", err)
+		return 0, mapErr(op, err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// PruneUsage deletes the hours that start before before; several instances
+// doing it at once delete each row once.
+func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
+	return db.prune(ctx, "prune usage", `DELETE FROM api_key_usage WHERE hour < $1`, before)
 }
 
 // PruneDeliveries deletes the finished webhook deliveries created before
 // before (docs/webhooks.md); several instances doing it at once delete each
 // row once.
 func (db *DB) PruneDeliveries(ctx context.Context, before time.Time) (int64, error) {
-	b, err := sqlshared.UnixNano(before)
-	if err != nil {
-		return 0, err
-	}
-	tag, err := db.pool.Exec(ctx, `DELETE FROM webhook_deliveries WHERE status <> 'PENDING' AND created_at < $1`, b)
-	if err != nil {
-		return 0, mapErr("prune deliveries", err)
-	}
-	return tag.RowsAffected(), nil
+	return db.prune(ctx, "prune deliveries", `DELETE FROM webhook_deliveries WHERE status <> 'PENDING' AND created_at < $1`, before)
+}
+
+// PruneSessions deletes the sessions that expired before before; several
+// instances doing it at once delete each row once. It scans the table (no
+// index on expires_at): once an hour, over about half a day of logins.
+func (db *DB) PruneSessions(ctx context.Context, before time.Time) (int64, error) {
+	return db.prune(ctx, "prune sessions", `DELETE FROM sessions WHERE expires_at < $1`, before)
 }
 
 func (t *tx) UsageSeries(ctx context.Context, f btk.UsageFilter) ([]btk.UsageCount, error) {

@@ -148,6 +148,14 @@ func (t *tx) RevokeAPIKey(ctx context.Context, id string, at time.Time, by, repl
 	return err
 }
 
+// CountActiveAPIKeys reads the partial index api_keys_workspace_active.
+func (t *tx) CountActiveAPIKeys(ctx context.Context, workspaceID string) (int, error) {
+	var n int
+	err := t.tx.QueryRowContext(ctx,
+		`SELECT count(*) FROM api_keys WHERE workspace_id = ? AND revoked_at IS NULL`, workspaceID).Scan(&n)
+	return n, mapErr("count active api keys", err)
+}
+
 // RevokeAllAPIKeys also revokes expired keys: they are not revoked yet, and
 // listing shows them until they are.
 func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error) {

@@ -73,33 +73,37 @@ func execChunks[T any](ctx context.Context, t *sql.Tx, rows []T, perStatement in
 	return nil
 }
 
-// PruneUsage deletes the hours that start before before.
-func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
+// prune runs op's DELETE of the rows before before (its one parameter)
+// and returns how many it deleted.
+func (db *DB) prune(ctx context.Context, op, query string, before time.Time) (int64, error) {
 	b, err := sqlshared.UnixNano(before)
 	if err != nil {
 		return 0, err
 	}
-	res, err := db.w.ExecContext(ctx, `DELETE FROM api_key_usage WHERE hour < ?`, b)
+	res, err := db.w.ExecContext(ctx, query, b)
 	if err != nil {
-		return 0, mapErr("prune usage", err)
+		return 0, mapErr(op, err)
 	}
 	n, err := res.RowsAffected()
-	return n, mapErr("prune usage", err)
+	return n, mapErr(op, err)
+}
+
+// PruneUsage deletes the hours that start before before.
+func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
+	return db.prune(ctx, "prune usage", `DELETE FROM api_key_usage WHERE hour < ?`, before)
 }
 
 // PruneDeliveries deletes the finished webhook deliveries created before
 // before (docs/webhooks.md).
 func (db *DB) PruneDeliveries(ctx context.Context, before time.Time) (int64, error) {
-	b, err := sqlshared.UnixNano(before)
-	if err != nil {
-		return 0, err
-	}
-	res, err := db.w.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE status <> 'PENDING' AND created_at < ?`, b)
-	if err != nil {
-		return 0, mapErr("prune deliveries", err)
-	}
-	n, err := res.RowsAffected()
-	return n, mapErr("prune deliveries", err)
+	return db.prune(ctx, "prune deliveries", `DELETE FROM webhook_deliveries WHERE status <> 'PENDING' AND created_at < ?`, before)
+}
+
+// PruneSessions deletes the sessions that expired before before. It scans
+// the table (no index on expires_at): once an hour, over about half a day
+// of logins.
+func (db *DB) PruneSessions(ctx context.Context, before time.Time) (int64, error) {
+	return db.prune(ctx, "prune sessions", `DELETE FROM sessions WHERE expires_at < ?`, before)
 }
 
 func (t *tx) UsageSeries(ctx context.Context, f btk.UsageFilter) ([]btk.UsageCount, error) {

@@ -189,6 +189,40 @@ func testMemberships(t *testing.T, db btk.Store) {
 	}
 }
 
+// PruneSessions deletes the sessions that expired before the cut, revoked
+// or not, and no other; running it again deletes nothing.
+func testPruneSessions(t *testing.T, db btk.Store) {
+	a := newAccount(t, db, "a@example.com")
+	cut := t0.Add(12 * time.Hour)
+	var kept []string
+	for _, s := range []*btk.Session{
+		{ExpiresAt: cut.Add(-time.Nanosecond)},
+		{ExpiresAt: t0.Add(time.Hour), RevokedAt: ptr(t0)},
+		{ExpiresAt: cut},
+		{ExpiresAt: cut.Add(time.Hour), RevokedAt: ptr(t0)},
+	} {
+		s.ID, s.AccountID, s.CreatedAt = uuid.NewString(), a.ID, t0
+		write(t, db, func(tx btk.Tx) error { return tx.CreateSession(ctx, s) })
+		if !s.ExpiresAt.Before(cut) {
+			kept = append(kept, s.ID)
+		}
+	}
+	if n, err := db.PruneSessions(ctx, cut); err != nil || n != 2 {
+		t.Fatalf("PruneSessions = %d, %v; want 2", n, err)
+	}
+	if n, err := db.PruneSessions(ctx, cut); err != nil || n != 0 {
+		t.Errorf("PruneSessions again = %d, %v; want 0", n, err)
+	}
+	read(t, db, func(tx btk.Tx) error {
+		for _, id := range kept {
+			if _, err := tx.Session(ctx, id); err != nil {
+				t.Errorf("a session expiring at or after the cut: %v", err)
+			}
+		}
+		return nil
+	})
+}
+
 func testSessionRoundTripAndRevoke(t *testing.T, db btk.Store) {
 	a := newAccount(t, db, "a@example.com")
 	w := newWorkspace(t, db)

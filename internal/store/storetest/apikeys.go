@@ -197,6 +197,34 @@ func testRevokeAllAPIKeys(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	})
 }
 
+// CountActiveAPIKeys counts the workspace's keys that are not revoked,
+// expired ones included, and no other workspace's: the domain bounds a
+// workspace's keys by it (btk.MaxKeysPerWorkspace).
+func testCountActiveAPIKeys(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	count := func() int {
+		t.Helper()
+		var n int
+		read(t, db, func(tx btk.Tx) (err error) {
+			n, err = tx.CountActiveAPIKeys(ctx, ws.ID)
+			return err
+		})
+		return n
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("an empty workspace counts %d keys", n)
+	}
+	createKey(t, db, key(ws, "a"))
+	exp := key(ws, "expired")
+	exp.ExpiresAt = ptr(t0)
+	createKey(t, db, exp)
+	gone := createKey(t, db, key(ws, "gone"))
+	write(t, db, func(tx btk.Tx) error { return tx.RevokeAPIKey(ctx, gone.ID, t0, "", "") })
+	createKey(t, db, key(newWorkspace(t, db), "a"))
+	if n := count(); n != 2 {
+		t.Errorf("CountActiveAPIKeys = %d, want 2 (one active, one expired)", n)
+	}
+}
+
 func testAPIKeysPaging(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	other := newWorkspace(t, db)
 	var ids []string // newest first

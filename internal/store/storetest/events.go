@@ -538,3 +538,35 @@ func claim(t *testing.T, db btk.Store, at time.Time, claimer string) []*btk.Webh
 	})
 	return ds
 }
+
+// An event alone (a session's elevation, a canary key's use) racing a
+// change that locks its workspace row first and then writes its event
+// (a key created, a plan changed): on PostgreSQL the event alone must not
+// lock the chain's head before the workspace row, which its audit_events
+// row's foreign key locks (FOR KEY SHARE) and the change holds FOR UPDATE,
+// or the two wait for each other (deadlock detected).
+func testAuditEventRacesWorkspaceLock(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	const n = 8
+	errs := make([]error, n)
+	race(db, n, func(i int) {
+		ev := &btk.AuditEvent{WorkspaceID: ws.ID, Action: "session.elevated", ActorEmail: fmt.Sprint("w", i),
+			TargetType: "session", CreatedAt: t0.Add(time.Duration(i))}
+		errs[i] = db.Write(ctx, func(tx btk.Tx) error {
+			if i%2 == 0 {
+				if _, err := tx.Workspace(ctx, ws.ID); err != nil {
+					return err
+				}
+				widen() // the events alone take the chain meanwhile
+			}
+			return tx.AddAuditEvent(ctx, ev)
+		})
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("writer %d: %v", i, err)
+		}
+	}
+	if got := checkChain(t, db, ws.ID); got != n {
+		t.Errorf("chain has %d rows, want %d", got, n)
+	}
+}

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -109,3 +110,27 @@ func Key(ws *btk.Workspace, name string) *btk.APIKey { return key(ws, name) }
 
 // CreateKey stores k and returns it.
 func CreateKey(t testing.TB, db btk.Store, k *btk.APIKey) *btk.APIKey { return createKey(t, db, k) }
+
+// Untold reads the server setting untold_workspaces (internal/btk/untold.go):
+// workspace id → mark of the change that listed it last; empty when unset.
+// It is a stored name, which a rename would orphan in existing databases.
+func Untold(t testing.TB, db btk.Store) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	var v string
+	err := db.Read(ctx, func(tx btk.Tx) (err error) {
+		v, err = tx.Setting(ctx, "untold_workspaces")
+		return err
+	})
+	u := map[string]string{}
+	if errors.Is(err, btk.ErrNotFound) {
+		return u
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(v), &u); err != nil {
+		t.Fatalf("untold_workspaces %q: %v", v, err)
+	}
+	return u
+}

@@ -25,6 +25,7 @@ var storeTests = []struct {
 	{"AccountRoundTripAndEmail", testAccountRoundTripAndEmail},
 	{"Memberships", testMemberships},
 	{"SessionRoundTripAndRevoke", testSessionRoundTripAndRevoke},
+	{"PruneSessions", testPruneSessions},
 	{"TimesComeBackUTC", testTimesComeBackUTC},
 	{"WebhookClaimsFair", testWebhookClaimsFair},
 	{"ForeignKeysEnforced", testForeignKeysEnforced},
@@ -49,6 +50,7 @@ var workspaceTests = []struct {
 	{"APIKeyNameRaceWithoutCheck", testAPIKeyNameRaceWithoutCheck},
 	{"RevokeAPIKey", testRevokeAPIKey},
 	{"RevokeAllAPIKeys", testRevokeAllAPIKeys},
+	{"CountActiveAPIKeys", testCountActiveAPIKeys},
 	{"APIKeysPaging", testAPIKeysPaging},
 	{"BadCursor", testBadCursor},
 	{"RecordUsage", testRecordUsage},
@@ -78,6 +80,7 @@ var workspaceTests = []struct {
 	// The event stream (docs/webhooks.md).
 	{"AuditChain", testAuditChain},
 	{"AuditChainConcurrent", testAuditChainConcurrent},
+	{"AuditEventRacesWorkspaceLock", testAuditEventRacesWorkspaceLock},
 	{"WebhookOutbox", testWebhookOutbox},
 	{"WebhookClaimsConcurrent", testWebhookClaimsConcurrent},
 	{"ExpiryNotices", testExpiryNotices},
