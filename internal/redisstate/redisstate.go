@@ -210,7 +210,7 @@ func (p *perPrimary) follow(ctx context.Context, cmd redis.Cmder, dl context.Con
 	select {
 	case p.following <- struct{}{}:
 	default:
-		return fmt.Errorf("redisstate: %d redirected commands still waiting for Redis", maxFollowing)
+		return fmt.Errorf("redisstate: %d redirected commands still waiting for Redis", cap(p.following))
 	}
 	done := make(chan error, 1)
 	go func() {

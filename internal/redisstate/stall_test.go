@@ -196,26 +196,8 @@ func TestNoReadTimeoutNoBound(t *testing.T) {
 // retries are spent — and the command left with the cluster client ends
 // once the primary answers again (docs/clusters.md#when-redis-stalls).
 func TestRedirectedCheckToAStalledPrimary(t *testing.T) {
-	g := redistest.Cluster(t, "cluster-node-timeout 60000")
-	s := openAt(t, g.URL()) // read timeout 500 ms
+	s, c, dst := movedToAStalledPrimary(t)
 	const readTimeout = 500 * time.Millisecond
-	// A workspace with no keys yet, on another primary than dst: its slot
-	// can be given to dst at once.
-	dst := g.Nodes[1]
-	var c btk.KeyCheck
-	var src *redistest.Server
-	var slot int
-	for i := 0; ; i++ {
-		c = btk.KeyCheck{KeyID: "k", WorkspacePrefix: fmt.Sprintf("m%07x", i), Limits: ratelimit.Limits{PerMinute: 1 << 30, PerDay: 1 << 30}, Now: time.Now()}
-		slot = g.Slot(t, s.revKey(c.WorkspacePrefix))
-		if src = g.Owner(t, slot); src != dst {
-			break
-		}
-	}
-	// The instance's slot map still names src; src now answers MOVED.
-	src.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", dst.ID(t))
-	dst.Stop()
-	defer dst.Continue()
 	start := time.Now()
 	v, err := s.Allow(context.Background(), c)
 	following := s.checks.(*perPrimary).following
@@ -232,6 +214,95 @@ func TestRedirectedCheckToAStalledPrimary(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); len(following) > 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("20 s after the primary woke up: %d redirected commands still waiting", len(following))
+		}
+	}
+}
+
+// movedToAStalledPrimary opens an instance on a Redis Cluster of the test's
+// own (read timeout 500 ms) and returns a key check whose workspace's slot
+// the instance's slot map still gives to a primary that now answers MOVED,
+// to dst, which has stalled (SIGSTOP; it answers again when the test ends).
+func movedToAStalledPrimary(t *testing.T) (*State, btk.KeyCheck, *redistest.Server) {
+	t.Helper()
+	g := redistest.Cluster(t, "cluster-node-timeout 60000")
+	s := openAt(t, g.URL())
+	// A workspace with no keys yet, on another primary than dst: its slot
+	// can be given to dst at once.
+	dst := g.Nodes[1]
+	var c btk.KeyCheck
+	var src *redistest.Server
+	var slot int
+	for i := 0; ; i++ {
+		c = btk.KeyCheck{KeyID: "k", WorkspacePrefix: fmt.Sprintf("m%07x", i), Limits: ratelimit.Limits{PerMinute: 1 << 30, PerDay: 1 << 30}, Now: time.Now()}
+		slot = g.Slot(t, s.revKey(c.WorkspacePrefix))
+		if src = g.Owner(t, slot); src != dst {
+			break
+		}
+	}
+	src.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", dst.ID(t))
+	dst.Stop()
+	t.Cleanup(dst.Continue)
+	return s, c, dst
+}
+
+// Checks redirected to a stalled primary leave at most maxFollowing (here
+// a smaller bound) commands (a goroutine each) with the cluster client once they have
+// failed: past it a redirected check fails at once, so a burst of requests
+// during a slot move to a hung primary cannot pile up goroutines without
+// end. Once the primary answers again nothing is left
+// (docs/clusters.md#when-redis-stalls).
+func TestRedirectedChecksAreBounded(t *testing.T) {
+	s, c, dst := movedToAStalledPrimary(t)
+	// A smaller bound than maxFollowing, set before any check: the race
+	// detector allows 8,128 goroutines at once, fewer than maxFollowing's
+	// commands and the checks beyond them.
+	const bound = 256
+	s.checks.(*perPrimary).following = make(chan struct{}, bound)
+	following := s.checks.(*perPrimary).following
+	base := runtime.NumGoroutine()
+	const n = bound + 1000
+	var accepted, refusedAtOnce, failed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := s.Allow(context.Background(), c)
+			switch {
+			case err == nil:
+				accepted.Add(1)
+			case strings.Contains(err.Error(), "redirected commands still waiting"):
+				refusedAtOnce.Add(1)
+			default:
+				failed.Add(1)
+			}
+		}()
+	}
+	close(start)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("checks still waiting 30 s into the stall")
+	}
+	left := runtime.NumGoroutine() - base
+	t.Logf("%d checks: %d refused at once, %d failed waiting; %d goroutines left, %d redirected commands with the cluster client",
+		n, refusedAtOnce.Load(), failed.Load(), left, len(following))
+	if a := accepted.Load(); a != 0 {
+		t.Fatalf("%d checks accepted by a stalled primary", a)
+	}
+	// Without the bound, every redirected check leaves its command behind.
+	if left > bound+64 {
+		t.Fatalf("%d goroutines left behind by %d failed checks: more than the %d redirected commands the bound allows",
+			left, n, bound)
+	}
+	dst.Continue()
+	for deadline := time.Now().Add(30 * time.Second); len(following) > 0 || runtime.NumGoroutine() > base+10; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the primary woke up: %d redirected commands, %d goroutines (%d before)", len(following), runtime.NumGoroutine(), base)
 		}
 	}
 }
