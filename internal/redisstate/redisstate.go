@@ -91,7 +91,11 @@ type State struct {
 // server), redis+sentinel:// (a primary followed through Sentinel) or
 // redis+cluster:// (Redis Cluster); see docs/clusters.md#shared-state-in-redis — and keeps its
 // keys under prefix. It does not wait for Redis: use Ready.
-func Open(url, prefix string) (*State, error) {
+func Open(url, prefix string) (*State, error) { return openQueued(url, prefix, maxQueued) }
+
+// openQueued is Open with at most queued checks waiting for each Redis
+// server (usePipeline): maxQueued, or a test's own bound.
+func openQueued(url, prefix string, queued int) (*State, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, errors.New("--redis-prefix: must not contain { or } (btk's keys use a hash tag of their own)")
 	}
@@ -105,7 +109,7 @@ func Open(url, prefix string) (*State, error) {
 	// Key checks go through the automatic pipeline: measured, it cuts
 	// btk's CPU per check by two thirds and Redis's by half under
 	// concurrency (docs/clusters.md#what-a-key-check-costs).
-	if err := s.usePipeline(); err != nil {
+	if err := s.usePipeline(queued); err != nil {
 		_ = rdb.Close()
 		return nil, err
 	}
@@ -115,13 +119,15 @@ func Open(url, prefix string) (*State, error) {
 
 // usePipeline sends key checks through go-redis's automatic pipeline:
 // concurrent checks share a write and a read (measured in cost_test.go).
-// A lone check is sent at once: no waiting for company.
-func (s *State) usePipeline() error {
+// A lone check is sent at once: no waiting for company. At most queued
+// checks wait for each Redis server. Called once: go-redis keeps one
+// automatic pipeline per client, whatever the options of a second call.
+func (s *State) usePipeline(queued int) error {
 	// The defaults of the blocking face: one ordered batch in flight, no
 	// coalescing wait (a flush delay of 100 µs measured no better). The
 	// deferred face, whose wait can end at a deadline (bounded).
 	opts := redis.DefaultBlockingAutoPipelineOptions()
-	opts.MaxQueuedCommands = maxQueued
+	opts.MaxQueuedCommands = queued
 	bound := readTimeout(s.rdb)
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		// A half-duplex pipeline per primary: one shared pipeline's batches

@@ -2,6 +2,7 @@ package redisstate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/ratelimit"
 	"github.com/btk-project/btk/internal/redisstate/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // A Redis that stops answering (SIGSTOP: it keeps its connections, as a
@@ -95,6 +97,76 @@ func TestStallFailsClosedWithinTheReadTimeout(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); queued(s) > 0 || runtime.NumGoroutine() > base+10; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("20 s after Redis woke up: %d commands queued, %d goroutines (%d before)", queued(s), runtime.NumGoroutine(), base)
+		}
+	}
+}
+
+// Requests keep coming while Redis stalls, faster than the read timeout
+// fails them: the checks waiting for Redis stop at the pipeline's bound
+// (maxQueued; here a smaller one), and every check past it fails at once
+// (503, never accepted) instead of adding to what the instance holds. Once
+// Redis answers again, the queue empties and checks are answered
+// (docs/clusters.md#when-redis-stalls).
+func TestStalledQueueIsBounded(t *testing.T) {
+	srv := redistest.Standalone(t)
+	const bound = 64
+	// A read timeout of 5 s: every check below submits well within it,
+	// before the batch in flight fails and frees its places.
+	s, err := openQueued(srv.URL()+"?read_timeout=5s", "btktest:", bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1 << 30, PerDay: 1 << 30}, Now: time.Now()}
+	c.Seen = current(t, s, c)
+
+	srv.Stop()
+	defer srv.Continue()
+	const n = bound + 500
+	var accepted, refusedAtOnce, failed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := s.Allow(context.Background(), c)
+			switch {
+			case err == nil:
+				accepted.Add(1)
+			case errors.Is(err, redis.ErrAutoPipelineQueueFull):
+				refusedAtOnce.Add(1)
+			default:
+				failed.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	t.Logf("%d checks in a stall: %d refused at once, %d failed waiting; %d commands queued", n, refusedAtOnce.Load(), failed.Load(), queued(s))
+	if a := accepted.Load(); a != 0 {
+		t.Fatalf("%d checks accepted while Redis answered nothing", a)
+	}
+	// The pipeline keeps its commands until the batch in flight fails
+	// (go-redis's read timeout), whatever the checks' deadlines: without
+	// the bound every check would have been queued and waited.
+	if q := queued(s); q > bound || failed.Load() > bound || refusedAtOnce.Load() < n-bound {
+		t.Fatalf("%d commands queued, %d checks waited, %d refused at once: want at most %d queued and waiting, the rest refused",
+			q, failed.Load(), refusedAtOnce.Load(), bound)
+	}
+
+	srv.Continue()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		v, err := s.Allow(context.Background(), c)
+		if err == nil && v.Allowed && queued(s) == 0 {
+			break
+		}
+		if err == nil && v.Stale {
+			c.Seen = v.Current
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after Redis woke up: %+v %v, %d queued", v, err, queued(s))
 		}
 	}
 }
