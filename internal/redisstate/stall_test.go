@@ -123,37 +123,17 @@ func TestStalledQueueIsBounded(t *testing.T) {
 	srv.Stop()
 	defer srv.Continue()
 	const n = bound + 500
-	var accepted, refusedAtOnce, failed atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, err := s.Allow(context.Background(), c)
-			switch {
-			case err == nil:
-				accepted.Add(1)
-			case errors.Is(err, redis.ErrAutoPipelineQueueFull):
-				refusedAtOnce.Add(1)
-			default:
-				failed.Add(1)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	t.Logf("%d checks in a stall: %d refused at once, %d failed waiting; %d commands queued", n, refusedAtOnce.Load(), failed.Load(), queued(s))
-	if a := accepted.Load(); a != 0 {
+	accepted, refusedAtOnce, failed := burst(t, s, c, n, func(err error) bool { return errors.Is(err, redis.ErrAutoPipelineQueueFull) })
+	t.Logf("%d checks in a stall: %d refused at once, %d failed waiting; %d commands queued", n, refusedAtOnce, failed, queued(s))
+	if a := accepted; a != 0 {
 		t.Fatalf("%d checks accepted while Redis answered nothing", a)
 	}
 	// The pipeline keeps its commands until the batch in flight fails
 	// (go-redis's read timeout), whatever the checks' deadlines: without
 	// the bound every check would have been queued and waited.
-	if q := queued(s); q > bound || failed.Load() > bound || refusedAtOnce.Load() < n-bound {
+	if q := queued(s); q > bound || failed > bound || refusedAtOnce < n-bound {
 		t.Fatalf("%d commands queued, %d checks waited, %d refused at once: want at most %d queued and waiting, the rest refused",
-			q, failed.Load(), refusedAtOnce.Load(), bound)
+			q, failed, refusedAtOnce, bound)
 	}
 
 	srv.Continue()
@@ -333,37 +313,13 @@ func TestRedirectedChecksAreBounded(t *testing.T) {
 	following := s.checks.(*perPrimary).following
 	base := runtime.NumGoroutine()
 	const n = bound + 1000
-	var accepted, refusedAtOnce, failed atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, err := s.Allow(context.Background(), c)
-			switch {
-			case err == nil:
-				accepted.Add(1)
-			case strings.Contains(err.Error(), "redirected commands still waiting"):
-				refusedAtOnce.Add(1)
-			default:
-				failed.Add(1)
-			}
-		}()
-	}
-	close(start)
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("checks still waiting 30 s into the stall")
-	}
+	accepted, refusedAtOnce, failed := burst(t, s, c, n, func(err error) bool {
+		return strings.Contains(err.Error(), "redirected commands still waiting")
+	})
 	left := runtime.NumGoroutine() - base
 	t.Logf("%d checks: %d refused at once, %d failed waiting; %d goroutines left, %d redirected commands with the cluster client",
-		n, refusedAtOnce.Load(), failed.Load(), left, len(following))
-	if a := accepted.Load(); a != 0 {
+		n, refusedAtOnce, failed, left, len(following))
+	if a := accepted; a != 0 {
 		t.Fatalf("%d checks accepted by a stalled primary", a)
 	}
 	// Without the bound, every redirected check leaves its command behind.
@@ -377,4 +333,37 @@ func TestRedirectedChecksAreBounded(t *testing.T) {
 			t.Fatalf("30 s after the primary woke up: %d redirected commands, %d goroutines (%d before)", len(following), runtime.NumGoroutine(), base)
 		}
 	}
+}
+
+// burst runs n key checks c on s at once and counts them: accepted, refused
+// at once (refused says which errors are), and failed otherwise (waited).
+// It fails t if they have not all ended 30 s later.
+func burst(t *testing.T, s *State, c btk.KeyCheck, n int, refused func(error) bool) (accepted, refusedAtOnce, failed int64) {
+	t.Helper()
+	var a, r, f atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			_, err := s.Allow(context.Background(), c)
+			switch {
+			case err == nil:
+				a.Add(1)
+			case refused(err):
+				r.Add(1)
+			default:
+				f.Add(1)
+			}
+		})
+	}
+	close(start)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d checks: still waiting 30 s after they were sent", n)
+	}
+	return a.Load(), r.Load(), f.Load()
 }
