@@ -128,13 +128,8 @@ func TestClusterSentinelFailover(t *testing.T) {
 			t.Fatalf("an instance on the old primary, back as a replica: %+v %v", a, err)
 		}
 	}
-	res, err := clusterClient.Get(direct.url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz of an instance on the old primary, back as a replica: %d", res.StatusCode)
+	if code := readyzStatus(t, direct.url); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz of an instance on the old primary, back as a replica: %d", code)
 	}
 
 	close(stop)

@@ -87,13 +87,8 @@ func TestServeMinReplicasToWrite(t *testing.T) {
 	}
 	// A session needs only the database.
 	mustCall(t, p.url, token, `{me{email}}`, nil, nil)
-	res, err := clusterClient.Get(p.url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz with no replica connected: %d", res.StatusCode)
+	if code := readyzStatus(t, p.url); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with no replica connected: %d", code)
 	}
 	// A btk serve that starts now stops at once, naming the refusal.
 	q := launchServe(t, t.TempDir()+"/btk.db", redisFlag...)

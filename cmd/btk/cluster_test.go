@@ -298,13 +298,8 @@ func failsClosedOver(t *testing.T, bases []string, k procKey, n int) {
 		}
 	}
 	for _, b := range bases {
-		res, err := clusterClient.Get(b + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("/readyz of %s with the shared state down: %d", b, res.StatusCode)
+		if code := readyzStatus(t, b); code != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz of %s with the shared state down: %d", b, code)
 		}
 	}
 }
@@ -569,19 +564,26 @@ func warnings(procs []*serveProcess) string {
 func readyAgain(t *testing.T, base string, deadline time.Time) {
 	t.Helper()
 	for {
-		res, err := clusterClient.Get(base + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode == http.StatusOK {
+		code := readyzStatus(t, base)
+		if code == http.StatusOK {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/readyz of %s after recovery: %d", base, res.StatusCode)
+			t.Fatalf("/readyz of %s after recovery: %d", base, code)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// readyzStatus is the status base's /readyz answers.
+func readyzStatus(t *testing.T, base string) int {
+	t.Helper()
+	res, err := clusterClient.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
 }
 
 // wipeRedis deletes the keys under prefix.

@@ -161,13 +161,8 @@ func testRevokeAPIKey(t *testing.T, db btk.Store, ws *btk.Workspace) {
 
 func testRevokeAllAPIKeys(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	other := newWorkspace(t, db)
-	createKey(t, db, key(ws, "a"))
+	gone := keysInEveryState(t, db, ws)
 	createKey(t, db, key(ws, "b"))
-	exp := key(ws, "expired")
-	exp.ExpiresAt = ptr(t0)
-	createKey(t, db, exp)
-	gone := createKey(t, db, key(ws, "gone"))
-	write(t, db, func(tx btk.Tx) error { return tx.RevokeAPIKey(ctx, gone.ID, t0, "", "") })
 	keep := createKey(t, db, key(other, "a"))
 
 	for _, want := range []int{3, 0} {
@@ -213,16 +208,24 @@ func testCountActiveAPIKeys(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	if n := count(); n != 0 {
 		t.Fatalf("an empty workspace counts %d keys", n)
 	}
+	keysInEveryState(t, db, ws)
+	createKey(t, db, key(newWorkspace(t, db), "a"))
+	if n := count(); n != 2 {
+		t.Errorf("CountActiveAPIKeys = %d, want 2 (one active, one expired)", n)
+	}
+}
+
+// keysInEveryState creates in ws an active key ("a"), an expired one and
+// one revoked at t0 ("gone"), which it returns.
+func keysInEveryState(t *testing.T, db btk.Store, ws *btk.Workspace) *btk.APIKey {
+	t.Helper()
 	createKey(t, db, key(ws, "a"))
 	exp := key(ws, "expired")
 	exp.ExpiresAt = ptr(t0)
 	createKey(t, db, exp)
 	gone := createKey(t, db, key(ws, "gone"))
 	write(t, db, func(tx btk.Tx) error { return tx.RevokeAPIKey(ctx, gone.ID, t0, "", "") })
-	createKey(t, db, key(newWorkspace(t, db), "a"))
-	if n := count(); n != 2 {
-		t.Errorf("CountActiveAPIKeys = %d, want 2 (one active, one expired)", n)
-	}
+	return gone
 }
 
 func testAPIKeysPaging(t *testing.T, db btk.Store, ws *btk.Workspace) {
