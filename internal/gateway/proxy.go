@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
@@ -114,6 +115,7 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 	// whatever the credential.
 	based := strings.Trim(upstream.Path, "/") != ""
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dropConnectionNamed(r.Header)
 		if based && !withinRoot(r) {
 			Fail(w, errAboveUpstreamRoot)
 			return
@@ -137,6 +139,24 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 		}
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// dropConnectionNamed removes the headers r's Connection header names,
+// Upgrade apart: ReverseProxy removes them before it forwards (RFC 9110
+// §7.6.1), so the key check must decide without them. Otherwise
+// "Authorization: Bearer x" with "Connection: Authorization" would be
+// decided as a bearer request (passed on for the upstream to check) and
+// reach the upstream with no credential at all (docs/gateway.md#btks-reverse-proxy).
+// Upgrade stays for ReverseProxy, which forwards an upgrade itself.
+func dropConnectionNamed(h http.Header) {
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			name = textproto.TrimString(name)
+			if name != "" && !strings.EqualFold(name, "Upgrade") {
+				h.Del(name)
+			}
+		}
+	}
 }
 
 // withinRoot reports whether every reading of r's path stays below the

@@ -130,15 +130,30 @@ func TestProxyHeaders(t *testing.T) {
 			h.Get("Authorization"), h.Get("X-Tenant-Id"), h.Get("X-Api-Key-Id"), h.Get("X-Api-Key"))
 	}
 
+	// A Connection header naming the credential: ReverseProxy would drop
+	// it, so the check decides without it. With a key beside it, the key
+	// decides; alone, there is no credential.
+	r = send(t, client, "GET", p.URL+"/", map[string]string{
+		"Authorization": "Bearer junk", "Connection": "keep-alive, authorization", "X-Api-Key": k.Plaintext,
+	}, nil)
+	h = rec.last(t)
+	if r.Status != http.StatusOK || h.Get("Authorization") != "" || h.Get("X-Api-Key-Id") != k.ID {
+		t.Errorf("Connection naming Authorization, with a key: HTTP %d, upstream Authorization %q, X-Api-Key-Id %q (want the key's)",
+			r.Status, h.Get("Authorization"), h.Get("X-Api-Key-Id"))
+	}
+
 	// Refusals are answered by btk; nothing reaches the upstream.
 	n := rec.count()
 	for name, hd := range map[string]map[string]string{
 		"no credential": {"X-Tenant-Id": e.adminWS},
 		"invalid key":   {"X-Api-Key": "btk_nope"},
+		// Without the rule, a bearer call whose Authorization the
+		// Connection header strips: an anonymous request upstream.
+		"no credential once Connection is applied": {"Authorization": "Bearer junk", "Connection": "Authorization"},
 	} {
 		r = send(t, client, "GET", p.URL+"/", hd, nil)
 		msg, code := r.message(t)
-		if r.Status != http.StatusUnauthorized || code != "UNAUTHENTICATED" || (name == "no credential") != (msg == "API key required") {
+		if r.Status != http.StatusUnauthorized || code != "UNAUTHENTICATED" || (name == "invalid key") == (msg == "API key required") {
 			t.Errorf("%s: HTTP %d %q (%s)", name, r.Status, msg, code)
 		}
 	}
