@@ -440,3 +440,33 @@ func TestMethodOverrides(t *testing.T) {
 		t.Errorf("methodOverrides without override headers costs %v allocations", n)
 	}
 }
+
+// TestURLOverrides: X-Original-URL and X-Rewrite-URL in any case and with
+// "_" for "-", every value; nothing, and no allocation, without them; and
+// collecting stops past MaxURLOverrides (docs/access.md#url-override-headers).
+func TestURLOverrides(t *testing.T) {
+	h := map[string][]string{
+		"X-Original-Url":  {"/a"},
+		"X-Rewrite-Url":   {"/b", "/c"},
+		"X_original_url":  {"/d"},
+		"X-Original-Urls": {"/no"},
+		"X-Rewrite":       {"/no"},
+		"Content-Type":    {"text/plain"},
+	}
+	got := URLOverrides(h)
+	slices.Sort(got)
+	if want := []string{"/a", "/b", "/c", "/d"}; !slices.Equal(got, want) {
+		t.Errorf("URLOverrides = %q, want %q", got, want)
+	}
+	h["X-Original-Url"] = []string{"/a", "/e"}
+	if got := URLOverrides(h); len(got) <= MaxURLOverrides {
+		t.Errorf("URLOverrides of %d values = %q, want more than %d", 5, got, MaxURLOverrides)
+	}
+	plain := map[string][]string{"X-Api-Key": {"k"}, "User-Agent": {"curl"}, "Accept": {"*/*"}, "X-Forwarded-Method": {"POST"}, "X-Forwarded-Uri": {"/x"}, "X-Http-Method": {"PUT"}}
+	if got := URLOverrides(plain); got != nil {
+		t.Errorf("URLOverrides without override headers = %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { URLOverrides(plain) }); n != 0 {
+		t.Errorf("URLOverrides without override headers costs %v allocations", n)
+	}
+}

@@ -149,3 +149,34 @@ func sameHeaderName(name, want string) bool {
 	}
 	return true
 }
+
+// URL overrides (docs/access.md#url-override-headers): Symfony before its
+// fix of CVE-2018-14773, zend-diactoros and zend-http, and applications
+// behind IIS's URL Rewrite serve the path that X-Original-URL or
+// X-Rewrite-URL names instead of the request line's. URLOverrides collects
+// them, where the rules apply, and the key check decides each as one more
+// path of the request.
+
+// MaxURLOverrides bounds the URL-override values of one request; a request
+// with more is refused where the rules apply. No client sends more than one.
+const MaxURLOverrides = 4
+
+// URLOverrides returns the values of h's URL-override headers
+// (X-Original-URL, X-Rewrite-URL, matched as MethodOverrides matches its
+// names); nil, without allocating, when there are none. It stops once it
+// holds more than MaxURLOverrides values: the request is refused then.
+func URLOverrides(h map[string][]string) []string {
+	var out []string
+	for name, vs := range h {
+		switch len(name) {
+		case len("X-Original-URL"), len("X-Rewrite-URL"):
+			if sameHeaderName(name, "x-original-url") || sameHeaderName(name, "x-rewrite-url") {
+				out = append(out, vs...)
+				if len(out) > MaxURLOverrides {
+					return out
+				}
+			}
+		}
+	}
+	return out
+}

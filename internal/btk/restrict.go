@@ -3,6 +3,7 @@ package btk
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -163,22 +164,52 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 	if !scoped && rules.Len() == 0 {
 		return nil
 	}
-	path, ok := access.Normalize(req.Path)
-	if !ok {
-		return ErrKeyPathDeny
-	}
-	if err := r.decide(rules, req.Method, path, false); err != nil {
-		return err
-	}
-	// The same request as other servers read it ("//", ";parameters", "\",
-	// a lower-case method, a method-override header): each reading must
-	// pass too, so that the upstream never serves a path or runs a method
-	// the rules refuse (docs/access.md#paths).
 	query := req.Query
 	if i := strings.IndexByte(req.Path, '?'); i >= 0 {
 		query = req.Path[i+1:]
 	}
-	alts, ok := access.Readings(req.Method, req.Path, access.MethodOverrides(req.Header, query)...)
+	methods := access.MethodOverrides(req.Header, query)
+	if err := r.decidePath(rules, req.Method, req.Path, methods); err != nil {
+		return err
+	}
+	// A URL-override header names the path an upstream that honours it
+	// serves instead (docs/access.md#url-override-headers): it is decided
+	// as the request's path is, with every method reading, and the
+	// "_method" of its own query.
+	urls := access.URLOverrides(req.Header)
+	if len(urls) > access.MaxURLOverrides {
+		return ErrKeyPathDeny
+	}
+	for _, u := range urls {
+		if u == "" {
+			u = "/" // an empty one is the root to Symfony
+		}
+		m := methods
+		if i := strings.IndexByte(u, '?'); i >= 0 {
+			m = access.QueryOverrides(u[i+1:], slices.Clip(methods))
+		}
+		if err := r.decidePath(rules, req.Method, u, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decidePath decides one path of a request (as sent: Normalize runs here)
+// with its method and method overrides: the path as the rules read it,
+// then every reading of it as other servers read it ("//", ";parameters",
+// "\", a lower-case method, a method-override header), each of which must
+// pass too, so that the upstream never serves a path or runs a method the
+// rules refuse (docs/access.md#paths).
+func (r *restrictions) decidePath(rules *access.Rules, method, raw string, overrides []string) error {
+	path, ok := access.Normalize(raw)
+	if !ok {
+		return ErrKeyPathDeny
+	}
+	if err := r.decide(rules, method, path, false); err != nil {
+		return err
+	}
+	alts, ok := access.Readings(method, raw, overrides...)
 	if !ok {
 		return ErrKeyPathDeny
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -78,16 +79,26 @@ func (p *entryPoints) graphql(key string) authResponse {
 	return out
 }
 
-func (p *entryPoints) authorize(key, method, uri string) authResponse {
-	h := map[string]string{"X-Api-Key": key}
+// authorize asks /v1/authorize for key, with the client's extra headers
+// (which a gateway forwards).
+func (p *entryPoints) authorize(key, method, uri string, extra ...map[string]string) authResponse {
+	h := withHeaders(map[string]string{"X-Api-Key": key}, extra)
 	if method != "" {
 		h["X-Forwarded-Method"], h["X-Forwarded-Uri"] = method, uri
 	}
 	return p.e.authorize("GET", h)
 }
 
-func (p *entryPoints) proxied(key, method, path string) authResponse {
-	return send(p.e.t, p.proxy.Client(), method, p.proxy.URL+path, map[string]string{"X-Api-Key": key}, nil)
+func (p *entryPoints) proxied(key, method, path string, extra ...map[string]string) authResponse {
+	return send(p.e.t, p.proxy.Client(), method, p.proxy.URL+path, withHeaders(map[string]string{"X-Api-Key": key}, extra), nil)
+}
+
+// withHeaders is h with the headers of extra added.
+func withHeaders(h map[string]string, extra []map[string]string) map[string]string {
+	for _, x := range extra {
+		maps.Copy(h, x)
+	}
+	return h
 }
 
 func wantRefused(t *testing.T, what string, r authResponse, status int, code, msg string) {
@@ -310,22 +321,7 @@ func TestMethodOverrideHeadersMeetTheRules(t *testing.T) {
 	plain := e.createKey(owner, "plain")
 	writer := e.createKeyWith(owner, "writer", `scopes:["orders:write"]`)
 	const mayNot = "API key may not call this path"
-	authorize := func(key, method, uri string, h map[string]string) authResponse {
-		t.Helper()
-		hh := map[string]string{"X-Api-Key": key, "X-Forwarded-Method": method, "X-Forwarded-Uri": uri}
-		for k, v := range h {
-			hh[k] = v
-		}
-		return p.e.authorize("GET", hh)
-	}
-	proxied := func(key, method, path string, h map[string]string) authResponse {
-		t.Helper()
-		hh := map[string]string{"X-Api-Key": key}
-		for k, v := range h {
-			hh[k] = v
-		}
-		return send(t, p.proxy.Client(), method, p.proxy.URL+path, hh, nil)
-	}
+	authorize, proxied := p.authorize, p.proxied
 	for _, tc := range []struct {
 		key    newKey
 		path   string
@@ -386,6 +382,62 @@ func TestMethodOverrideHeadersMeetTheRules(t *testing.T) {
 	// them, overrides included.
 	e.svc.SetAccessRules(nil)
 	wantAccepted(t, "no rules", authorize(plain.Plaintext, "POST", "/reports/1", map[string]string{"X-HTTP-Method-Override": "DELETE, GET"}))
+}
+
+// TestURLOverrideHeadersMeetTheRules: Symfony (before CVE-2018-14773's
+// fix), zend-diactoros and applications behind IIS's URL Rewrite serve the
+// path X-Original-URL or X-Rewrite-URL names; a key allowed on /orders
+// reached /admin with one. Each value is decided as the request's path
+// too, at forward-auth and at the proxy
+// (docs/access.md#url-override-headers).
+func TestURLOverrideHeadersMeetTheRules(t *testing.T) {
+	t.Parallel()
+	e, owner, p := newAccessEnv(t)
+	plain := e.createKey(owner, "plain")
+	reader := e.createKeyWith(owner, "reader", `scopes:["orders:read"]`)
+	const mayNot = "API key may not call this path"
+	for _, tc := range []struct {
+		key    newKey
+		header map[string]string
+		msg    string
+	}{
+		{plain, map[string]string{"X-Original-URL": "/admin/users"}, mayNot},
+		{plain, map[string]string{"X-Rewrite-URL": "/admin/users?x=1"}, mayNot},
+		{plain, map[string]string{"x_original_url": "/admin/users"}, mayNot}, // PHP: the same variable
+		{plain, map[string]string{"X-Original-URL": "/orders/../admin/users"}, mayNot},
+		{plain, map[string]string{"X-Original-URL": "/%61dmin/users"}, mayNot},
+		{plain, map[string]string{"X-Original-URL": "//admin/users"}, mayNot}, // a reading of it: nginx merges "//"
+		{plain, map[string]string{"X-Original-URL": "admin"}, mayNot},         // no path: refused, not guessed at
+		// A scoped key: what no rule allows, a method its scope lacks
+		// (the override's own "_method"), and the root an empty one names.
+		{reader, map[string]string{"X-Original-URL": "/reports/1"}, mayNot},
+		{reader, map[string]string{"X-Rewrite-URL": "/orders/1?_method=POST"}, "API key lacks scope orders:write"},
+		{reader, map[string]string{"X-Original-URL": ""}, mayNot},
+		// More values than any client sends, each allowed: refused for their cost.
+		{reader, map[string]string{"X-Original-URL": "/orders/1", "X-Rewrite-URL": "/orders/2", "X_Original_URL": "/orders/3", "X_Rewrite_URL": "/orders/4", "X-Original_URL": "/orders/5"}, mayNot},
+	} {
+		what := fmt.Sprintf("GET /orders/1 %v", tc.header)
+		seen := p.rec.count()
+		wantRefused(t, "authorize "+what, p.authorize(tc.key.Plaintext, "GET", "/orders/1", tc.header), 403, "FORBIDDEN", tc.msg)
+		wantRefused(t, "proxy "+what, p.proxied(tc.key.Plaintext, "GET", "/orders/1", tc.header), 403, "FORBIDDEN", tc.msg)
+		if p.rec.count() != seen {
+			t.Errorf("%s reached the upstream", what)
+		}
+	}
+	// One the rules allow passes, and reaches the upstream as sent.
+	for _, h := range []map[string]string{{"X-Original-URL": "/orders/2"}, {"X-Rewrite-URL": "/orders/2?page=3"}} {
+		what := fmt.Sprintf("GET /orders/1 %v", h)
+		wantAccepted(t, "authorize "+what, p.authorize(reader.Plaintext, "GET", "/orders/1", h))
+		wantAccepted(t, "proxy "+what, p.proxied(reader.Plaintext, "GET", "/orders/1", h))
+		for k, v := range h {
+			if got := p.rec.last(t).Get(k); got != v {
+				t.Errorf("%s: the upstream saw %s %q", what, k, got)
+			}
+		}
+	}
+	// Where the rules are not consulted, neither is the header.
+	e.svc.SetAccessRules(nil)
+	wantAccepted(t, "no rules", p.authorize(plain.Plaintext, "GET", "/orders/1", map[string]string{"X-Original-URL": "admin"}))
 }
 
 // TestAuthorizeTwoOriginalRequests: a gateway that adds X-Forwarded-Uri
