@@ -40,6 +40,21 @@ func checkedList(c Change[[]string], check func([]string) ([]string, error)) ([]
 	return check(list)
 }
 
+// sameItems reports whether a and b hold the same items in any order: a
+// key's scopes and networks are sets (each list holds an item once), so
+// reordering them is no change to audit (docs/access.md#editing-a-key).
+func sameItems(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
 // UpdateKeyInput is what updateApiKey accepts.
 type UpdateKeyInput struct {
 	Name               Change[string]
@@ -103,11 +118,11 @@ func (s *Service) UpdateKey(ctx context.Context, a *Actor, id string, in UpdateK
 		if err := checkLimits(nk.RateLimitPerMinute, nk.RateLimitPerDay); err != nil {
 			return err
 		}
-		if in.Scopes.Set && !slices.Equal(scopes, old.Scopes) {
+		if in.Scopes.Set && !sameItems(scopes, old.Scopes) {
 			meta["scopes"] = map[string]any{"from": nonNil(old.Scopes), "to": scopes}
 			nk.Scopes = scopes
 		}
-		if in.AllowedCIDRs.Set && !slices.Equal(cidrs, old.AllowedCIDRs) {
+		if in.AllowedCIDRs.Set && !sameItems(cidrs, old.AllowedCIDRs) {
 			meta["allowedCidrs"] = map[string]any{"from": nonNil(old.AllowedCIDRs), "to": cidrs}
 			nk.AllowedCIDRs = cidrs
 		}
