@@ -194,15 +194,7 @@ func TestFailoverToReplicaThatMissedTheRevoke(t *testing.T) {
 	// AUTH fails), and its link is cut.
 	g.Replica.Do(t, "CONFIG", "SET", "masterauth", "not-the-password")
 	g.Primary.Do(t, "CLIENT", "KILL", "TYPE", "replica")
-	admin := g.Primary.Client()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if n, err := connectedReplicas(ctx, admin); err == nil && n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the primary still counts its replica")
-		}
-	}
+	waitConnectedReplicas(t, g.Primary, 0)
 	if err := other.Changed(ctx, ws); err != nil { // the revoke, answered at once
 		t.Fatal(err)
 	}
@@ -235,6 +227,60 @@ func TestFailoverToReplicaThatMissedTheRevoke(t *testing.T) {
 			t.Fatalf("the record read again, on the new primary: %+v %v", v, err)
 		}
 		c.Seen = v.Current
+	}
+}
+
+// Under Sentinel a change is told only once a majority of the sentinels
+// name the primary that took it. A partition put an instance on the old
+// primary's side, cut off from its replica and the sentinels, which
+// promoted the replica: its revoke was answered at once (no replica
+// connected) and lost when the partition healed, while the instances that
+// had moved to the new primary already accepted the key until the next
+// change in the workspace. Here two of the three sentinels stop answering:
+// the change is written on the primary but not told (the service answers
+// UNAVAILABLE and tells it again later); with them back, it is told.
+func TestChangeToldOnlyWhenTheSentinelsAgree(t *testing.T) {
+	g := redistest.Sentinels(t)
+	s := openAt(t, g.URL()+"?read_timeout=300ms")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Changed(ctx, ws); err != nil {
+		t.Fatalf("a change with every sentinel answering: %v", err)
+	}
+	before, err := g.Primary.Client().Get(ctx, s.revKey(ws[:8])).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Sentinels[0].Stop()
+	g.Sentinels[1].Stop()
+	err = s.Changed(ctx, ws)
+	g.Sentinels[0].Continue()
+	g.Sentinels[1].Continue()
+	if err == nil || !strings.Contains(err.Error(), "1 of 3 sentinels name the primary that took the change, 2 needed") {
+		t.Fatalf("a change with two of three sentinels silent: %v", err)
+	}
+	if tok, err := g.Primary.Client().Get(ctx, s.revKey(ws[:8])).Result(); err != nil || tok == before {
+		t.Fatalf("the primary does not hold the change: %q %v (before %q)", tok, err, before)
+	}
+	if err := s.Changed(ctx, ws); err != nil {
+		t.Fatalf("a change with the sentinels back: %v", err)
+	}
+}
+
+// waitConnectedReplicas waits until the primary counts n replicas connected.
+func waitConnectedReplicas(t *testing.T, primary *redistest.Server, n int) {
+	t.Helper()
+	admin := primary.Client()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		got, err := connectedReplicas(ctx, admin)
+		cancel()
+		if err == nil && got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the primary counts %d replicas (%v), want %d", got, err, n)
+		}
 	}
 }
 

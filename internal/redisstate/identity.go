@@ -190,7 +190,7 @@ func (s *State) Ready(ctx context.Context) error {
 	// that name as "all sentinels ... are unreachable", each answer nil:
 	// an operator would look for a network fault, not a misspelt name.
 	if s.kind == Sentinel && errors.Is(err, redis.Nil) {
-		return fmt.Errorf("redisstate: the sentinels answer, but monitor no primary named %q (the MASTER of redis+sentinel://…/MASTER/db)", s.master)
+		return fmt.Errorf("redisstate: the sentinels answer, but monitor no primary named %q (the MASTER of redis+sentinel://…/MASTER/db)", s.failover.MasterName)
 	}
 	// A dial that timed out, the caller's context not done: go-redis says
 	// only "context deadline exceeded".

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,9 +71,11 @@ type State struct {
 	// it (usePipeline).
 	checks processor
 	kind   Kind
-	master string // Sentinel's name of the primary
-	prefix string
-	ids    *identities
+	// failover is a Sentinel deployment's options: the primary's name and
+	// the sentinels (sentinelsAgree); nil otherwise.
+	failover *redis.FailoverOptions
+	prefix   string
+	ids      *identities
 	// seed is this instance's random value, from which the script makes a
 	// missing revision token (with the server's time); seedArg is it boxed.
 	seed    string
@@ -101,11 +104,11 @@ func openQueued(url, prefix string, queued int) (*State, error) {
 	}
 	s := &State{prefix: prefix, ids: newIdentities(), seed: random(), usage: make(map[string]ratelimit.State), stop: make(chan struct{})}
 	s.seedArg = s.seed
-	rdb, kind, master, err := parse(url, s.onConnect)
+	rdb, kind, failover, err := parse(url, s.onConnect)
 	if err != nil {
 		return nil, err
 	}
-	s.rdb, s.checks, s.kind, s.master = rdb, rdb, kind, master
+	s.rdb, s.checks, s.kind, s.failover = rdb, rdb, kind, failover
 	// Key checks go through the automatic pipeline: measured, it cuts
 	// btk's CPU per check by two thirds and Redis's by half under
 	// concurrency (docs/clusters.md#what-a-key-check-costs).
@@ -560,8 +563,12 @@ const (
 // acknowledged it (WAIT); when it has none, at once — no replica can then
 // be promoted with the old token but one that was disconnected, and its
 // promotion gives it a new replication id, which every instance notices
-// (identity.go). A change that reached fewer replicas is an error: the
-// caller answers UNAVAILABLE and the revoke can be repeated.
+// (identity.go). Under Sentinel, also only once a majority of the
+// sentinels name this primary (sentinelsAgree): a primary cut off from them
+// may have been replaced already. A change that did not get that far is an
+// error: the caller answers UNAVAILABLE, the workspace stays on the list of
+// those to tell again, and the revoke can be repeated. (The token is
+// written all the same: instances on this primary see it at once.)
 func (s *State) Changed(ctx context.Context, workspaceID string) error {
 	if len(workspaceID) < btk.WorkspacePrefixLen {
 		return fmt.Errorf("redisstate: bad workspace id %q", workspaceID)
@@ -578,7 +585,7 @@ func (s *State) Changed(ctx context.Context, workspaceID string) error {
 	// (docs/clusters.md#resharding-a-redis-cluster).
 	asking := false
 	for redirects := 0; ; redirects++ {
-		err = change(ctx, c, key, asking)
+		err = s.change(ctx, c, key, asking)
 		addr, moved := redis.IsMovedError(err)
 		if !moved {
 			addr, asking = redis.IsAskError(err)
@@ -599,7 +606,7 @@ const maxRedirects = 3
 // change writes a new token under key on the primary c, after ASKING when
 // c is importing the key's slot (an ASK redirect), and waits for c's
 // replicas (Changed).
-func change(ctx context.Context, c *redis.Client, key string, asking bool) error {
+func (s *State) change(ctx context.Context, c *redis.Client, key string, asking bool) error {
 	replicas, err := connectedReplicas(ctx, c)
 	if err != nil {
 		return err
@@ -614,22 +621,93 @@ func change(ctx context.Context, c *redis.Client, key string, asking bool) error
 			return err
 		}
 	}
+	var runID string // the primary's, for the sentinels (sentinelsAgree)
+	if s.kind == Sentinel {
+		info, err := conn.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		runID, _ = infoField(info, "run_id")
+	}
 	if err := conn.Set(ctx, key, random(), 0).Err(); err != nil {
 		return err
 	}
-	if replicas == 0 {
-		return nil
-	}
-	var acked int64
-	for range waitRounds {
-		if acked, err = conn.Do(ctx, "WAIT", replicas, waitTimeout.Milliseconds()).Int64(); err != nil {
-			return err
+	if replicas > 0 {
+		var acked int64
+		for range waitRounds {
+			if acked, err = conn.Do(ctx, "WAIT", replicas, waitTimeout.Milliseconds()).Int64(); err != nil {
+				return err
+			}
+			if acked >= int64(replicas) {
+				break
+			}
 		}
-		if acked >= int64(replicas) {
-			return nil
+		if acked < int64(replicas) {
+			return fmt.Errorf("redisstate: the change reached %d of %d replicas within %v", acked, replicas, waitRounds*waitTimeout)
 		}
 	}
-	return fmt.Errorf("redisstate: the change reached %d of %d replicas within %v", acked, replicas, waitRounds*waitTimeout)
+	if s.kind == Sentinel {
+		return s.sentinelsAgree(ctx, runID)
+	}
+	return nil
+}
+
+// sentinelsAgree is nil when a majority of the URL's sentinels answer and
+// name the primary whose run id is runID as the primary, not down. A change is told
+// only then: a partition that cut the primary (and an instance on its side)
+// off from the sentinels and its replica let the sentinels promote the
+// replica, while that instance's revokes were answered on the old primary
+// at once (no replica connected); when the partition healed the old
+// primary became a replica and the revokes were gone, while instances that
+// had moved to the new primary before them accepted the revoked keys until
+// the next change in the workspace. On the old primary's side a majority
+// cannot be reached (a sentinel there still names the old primary, but
+// alone), so the change is not told: the caller answers UNAVAILABLE and the
+// workspace is told again once the sentinels answer (docs/clusters.md#failover).
+func (s *State) sentinelsAgree(ctx context.Context, runID string) error {
+	addrs := s.failover.SentinelAddrs
+	answers := make(chan string, len(addrs))
+	for _, addr := range addrs {
+		go func() {
+			sc := redis.NewSentinelClient(&redis.Options{
+				Addr: addr, Username: s.failover.SentinelUsername, Password: s.failover.SentinelPassword,
+				DialTimeout: s.failover.DialTimeout, ReadTimeout: s.failover.ReadTimeout, WriteTimeout: s.failover.WriteTimeout,
+				TLSConfig: s.failover.TLSConfig, MaxRetries: -1, DisableIdentity: true, Protocol: protocol,
+			})
+			defer sc.Close()
+			m, err := sc.Master(ctx, s.failover.MasterName).Result()
+			switch {
+			case err != nil:
+				answers <- "no answer (" + err.Error() + ")"
+			case m["runid"] != "" && m["runid"] != runID:
+				// (A sentinel that has not read the primary's INFO since
+				// a failover names no run id yet: not held against it.)
+				answers <- "another primary, " + net.JoinHostPort(m["ip"], m["port"])
+			case strings.Contains(m["flags"], "s_down") || strings.Contains(m["flags"], "o_down"):
+				answers <- "the primary down"
+			default:
+				answers <- ""
+			}
+		}()
+	}
+	agree, need := 0, len(addrs)/2+1
+	var others []string
+	for range addrs {
+		if a := <-answers; a == "" {
+			agree++
+		} else {
+			others = append(others, a)
+		}
+		if agree >= need {
+			return nil // the others' answers go to the channel's buffer
+		}
+		if len(others) > len(addrs)-need {
+			break
+		}
+	}
+	slices.Sort(others)
+	return fmt.Errorf("redisstate: %d of %d sentinels name the primary that took the change, %d needed (the others: %s): it could be lost in a failover",
+		agree, len(addrs), need, strings.Join(others, "; "))
 }
 
 // connectedReplicas reads connected_slaves from INFO replication.
@@ -765,6 +843,15 @@ func Redact(raw string) string {
 	if !ok {
 		return "redis://(unparsable URL)"
 	}
+	// Query parameters may hold a password too (sentinel_password), with
+	// a path before them or not.
+	rest, query, hasQuery := strings.Cut(rest, "?")
+	if hasQuery {
+		query = "?" + query
+		if strings.Contains(query, "password") {
+			query = "?(parameters hidden)"
+		}
+	}
 	authority, path, hasPath := strings.Cut(rest, "/")
 	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
 		if user, _, hasPass := strings.Cut(authority[:at], ":"); hasPass {
@@ -774,11 +861,7 @@ func Redact(raw string) string {
 	if hasPath {
 		path = "/" + path
 	}
-	// Query parameters may hold a password too (sentinel_password).
-	if p, q, ok := strings.Cut(path, "?"); ok && strings.Contains(q, "password") {
-		path = p + "?(parameters hidden)"
-	}
-	return scheme + "://" + authority + path
+	return scheme + "://" + authority + path + query
 }
 
 // Wipe deletes every key under the prefix (tests; what a Redis restarted

@@ -66,18 +66,24 @@ func (st settings) tlsConfig() *tls.Config {
 }
 
 // parse reads a --redis URL into the client it names, and for Sentinel the
-// name of the primary. The client is not connected yet.
-func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, Kind, string, error) {
+// client's options (the primary's name, the sentinels). The client is not
+// connected yet.
+func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redis.UniversalClient, Kind, *redis.FailoverOptions, error) {
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, 0, "", badURL("no scheme in the URL")
+		return nil, 0, nil, badURL("no scheme in the URL")
+	}
+	if unescapedPassword(raw) {
+		// The parsers would read the rest of the password as a host, a
+		// path or a query, and quote it in their errors.
+		return nil, 0, nil, badURL("the password holds a /, ? or # that is not percent-encoded (write %%2F, %%3F, %%23)")
 	}
 	switch strings.ToLower(scheme) {
 	case "redis", "rediss":
 		opt, err := redis.ParseURL(raw)
 		if err != nil {
 			// go-redis's own message may quote the URL: name the fault only.
-			return nil, 0, "", badURL("%s", describeParseError(err))
+			return nil, 0, nil, badURL("%s", describeParseError(err))
 		}
 		applyDefaults(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout)
 		opt.PoolTimeout, opt.MaxRetries = time.Second, 1
@@ -87,23 +93,23 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 			opt.Protocol = protocol
 		}
 		opt.DisableIdentity = true
-		return redis.NewClient(opt), Standalone, "", nil
+		return redis.NewClient(opt), Standalone, nil, nil
 	case "redis+sentinel", "rediss+sentinel":
 		st, hosts, path, err := split(raw)
 		if err != nil {
-			return nil, 0, "", err
+			return nil, 0, nil, err
 		}
 		parts := strings.Split(strings.Trim(path, "/"), "/")
 		if parts[0] == "" {
-			return nil, 0, "", badURL("redis+sentinel needs the primary's name as the path (/MASTER)")
+			return nil, 0, nil, badURL("redis+sentinel needs the primary's name as the path (/MASTER)")
 		}
 		if len(parts) > 2 {
-			return nil, 0, "", badURL("redis+sentinel's path is /MASTER or /MASTER/db, not %q", path)
+			return nil, 0, nil, badURL("redis+sentinel's path is /MASTER or /MASTER/db, not %q", path)
 		}
 		db := 0
 		if len(parts) == 2 {
 			if db, err = strconv.Atoi(parts[1]); err != nil || db < 0 {
-				return nil, 0, "", badURL("the database %q is not a number", parts[1])
+				return nil, 0, nil, badURL("the database %q is not a number", parts[1])
 			}
 		}
 		opt := &redis.FailoverOptions{
@@ -114,14 +120,17 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 			DialerRetries: 2, DialerRetryTimeout: 20 * time.Millisecond,
 			OnConnect: onConnect, Protocol: protocol, DisableIdentity: true, TLSConfig: st.tlsConfig(),
 		}
-		return redis.NewFailoverClient(opt), Sentinel, opt.MasterName, nil
+		return redis.NewFailoverClient(opt), Sentinel, opt, nil
 	case "redis+cluster", "rediss+cluster":
 		st, hosts, path, err := split(raw)
 		if err != nil {
-			return nil, 0, "", err
+			return nil, 0, nil, err
 		}
 		if p := strings.Trim(path, "/"); p != "" && p != "0" {
-			return nil, 0, "", badURL("Redis Cluster has only database 0; remove the path %q", path)
+			return nil, 0, nil, badURL("Redis Cluster has only database 0; remove the path %q", path)
+		}
+		if st.sentinelPassword != "" {
+			return nil, 0, nil, badURL("sentinel_password is for redis+sentinel:// only")
 		}
 		opt := &redis.ClusterOptions{
 			Addrs: hosts, Username: st.username, Password: st.password,
@@ -130,9 +139,9 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 			DialerRetries: 2, DialerRetryTimeout: 20 * time.Millisecond,
 			OnConnect: onConnect, Protocol: protocol, DisableIdentity: true, TLSConfig: st.tlsConfig(),
 		}
-		return redis.NewClusterClient(opt), Cluster, "", nil
+		return redis.NewClusterClient(opt), Cluster, nil, nil
 	}
-	return nil, 0, "", badURL("unknown scheme %q", scheme)
+	return nil, 0, nil, badURL("unknown scheme %q", scheme)
 }
 
 // readTimeout is the read timeout of rdb's connections.
@@ -231,6 +240,29 @@ func split(raw string) (settings, []string, string, error) {
 	}
 	applyDefaults(&st.dial, &st.read, &st.write)
 	return st, hosts, path, nil
+}
+
+// unescapedPassword reports whether raw's user part holds a "/", "?" or
+// "#" that is not percent-encoded: one of them comes before the last "@",
+// and what follows that "@" is a host:port list. (An "@" in a query value,
+// "?sentinel_password=p@ss", is not followed by one.)
+func unescapedPassword(raw string) bool {
+	_, rest, _ := strings.Cut(raw, "://")
+	at := strings.LastIndexByte(rest, '@')
+	end := strings.IndexAny(rest, "/?#")
+	if at < 0 || end < 0 || end > at {
+		return false
+	}
+	hosts := rest[at+1:]
+	if i := strings.IndexAny(hosts, "/?#"); i >= 0 {
+		hosts = hosts[:i]
+	}
+	for h := range strings.SplitSeq(hosts, ",") {
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // describeParseError turns go-redis's URL errors into a message without the

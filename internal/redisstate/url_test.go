@@ -19,6 +19,7 @@ func TestParseURL(t *testing.T) {
 		"redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster":         Sentinel,
 		"redis+sentinel://:secret@10.0.0.1:26379/mymaster/3":              Sentinel,
 		"redis+sentinel://s1:26379/m?sentinel_password=x&dial_timeout=2s": Sentinel,
+		"redis+sentinel://s1:26379/m?sentinel_password=p%40ss@x":          Sentinel, // an "@" in a query value
 		"redis+cluster://10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000":       Cluster,
 		"rediss+cluster://:secret@10.0.0.1:7000/":                         Cluster,
 	}
@@ -47,6 +48,13 @@ func TestParseURL(t *testing.T) {
 		"redis+cluster://10.0.0.1:7000?read_timeout=fast": "not a duration",
 		"redis+cluster://10.0.0.1:7000?db=2":              `unknown parameter "db"`,
 		"redis://:secret@[::1:6379/0":                     "does not parse",
+		// A password with an unescaped "/", "?" or "#": the parsers read
+		// its rest as a host, a path or a query and quoted it.
+		"redis://:sec?ret@127.0.0.1:6379/0":                      "not percent-encoded",
+		"redis://:sec/ret@127.0.0.1:6379/0":                      "not percent-encoded",
+		"redis+cluster://:sec?ret@10.0.0.1:7000":                 "not percent-encoded",
+		"redis+sentinel://:sec#ret@10.0.0.1:26379,b:1/m":         "not percent-encoded",
+		"redis+cluster://10.0.0.1:7000?sentinel_password=secret": "redis+sentinel:// only",
 	}
 	for u, want := range bad {
 		_, err := Open(u, "btk:")
@@ -69,6 +77,8 @@ func TestRedact(t *testing.T) {
 		"redis+sentinel://:hunter2@a:1,b:2/m/0":            "redis+sentinel://:xxxxx@a:1,b:2/m/0",
 		"redis+cluster://a:1,b:2":                          "redis+cluster://a:1,b:2",
 		"redis+sentinel://a:1/m?sentinel_password=hunter2": "redis+sentinel://a:1/m?(parameters hidden)",
+		"redis+sentinel://a:1?sentinel_password=hunter2":   "redis+sentinel://a:1?(parameters hidden)",
+		"redis+sentinel://a:1/m?read_timeout=1s":           "redis+sentinel://a:1/m?read_timeout=1s",
 		"redis://127.0.0.1:6379/0":                         "redis://127.0.0.1:6379/0",
 	} {
 		if got := Redact(in); got != want {
