@@ -91,7 +91,8 @@ func TestWorkspacePolicyDays(t *testing.T) {
 	if v := srv.last("SetWorkspaceKeyPolicy").Variables; v["maxLifetimeDays"] != nil || v["revokeUnusedAfterDays"] != nil {
 		t.Errorf("--off sent %v", v)
 	}
-	for _, bad := range [][]string{{"--max-lifetime", "36h"}, {"--max-lifetime", "90d", "--off"}, {"--revoke-unused-after", "soon"}} {
+	for _, bad := range [][]string{{"--max-lifetime", "36h"}, {"--max-lifetime", "90d", "--off"}, {"--revoke-unused-after", "soon"},
+		{"--max-lifetime", ""}, {"--max-lifetime", "-1d"}} {
 		s, _, errOut := testStreams(pipe, "")
 		if code := btkRun(s, append([]string{"workspace", "policy"}, bad...)...); code != exitUsage || !strings.Contains(errOut.String(), "--") {
 			t.Errorf("policy %v: exit %d (%s)", bad, code, errOut)

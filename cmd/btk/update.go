@@ -12,6 +12,7 @@ type updateOptions struct {
 	name       string
 	perMinute  *int
 	perDay     *int
+	defaults   bool
 	scopes     []string
 	noScopes   bool
 	cidrs      []string
@@ -27,12 +28,14 @@ func newUpdateCmd(f *factory) *cobra.Command {
 secret stays the same, and the next request with it, on any instance, follows
 the change. Only what a flag names changes. --scope replaces the key's scopes
 (repeat it for several), --no-scopes removes them all; --allow-cidr replaces
-the networks the key may be used from, --any-address allows any. A revoked key
-cannot be changed. See docs/access.md.`,
+the networks the key may be used from, --any-address allows any;
+--default-limits drops the key's own rate limits, so that the workspace's
+apply. A revoked key cannot be changed. See docs/access.md.`,
 		Example: `  btk update payments-backend --rate-per-minute 1200
   btk update reporting --scope orders:read --scope invoices:read
   btk update ci-deploy --allow-cidr 192.0.2.0/24 --allow-cidr 2001:db8::/48
-  btk update ci-deploy --any-address --no-scopes --name ci-deploy-old`,
+  btk update ci-deploy --any-address --no-scopes --name ci-deploy-old
+  btk update payments-backend --default-limits`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: positional(f.completeKeys),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -44,6 +47,7 @@ cannot be changed. See docs/access.md.`,
 	fl.StringVar(&opts.name, "name", "", "a new `name` for the key")
 	fl.Var(intFlag{&opts.perMinute}, "rate-per-minute", "requests per minute allowed to this key")
 	fl.Var(intFlag{&opts.perDay}, "rate-per-day", "requests per day allowed to this key")
+	fl.BoolVar(&opts.defaults, "default-limits", false, "drop the key's own rate limits: the workspace's apply")
 	fl.StringArrayVar(&opts.scopes, "scope", nil, "a `scope` the key holds (repeatable; replaces the key's scopes)")
 	fl.BoolVar(&opts.noScopes, "no-scopes", false, "remove every scope (the access rules then refuse the key only where they deny)")
 	fl.StringArrayVar(&opts.cidrs, "allow-cidr", nil, "a network (`CIDR` or address) the key may be used from (repeatable; replaces the key's networks)")
@@ -57,6 +61,11 @@ func runUpdate(cmd *cobra.Command, opts *updateOptions) error {
 	}
 	if err := exclusive(cmd, "allow-cidr", "any-address"); err != nil {
 		return err
+	}
+	for _, limit := range []string{"rate-per-minute", "rate-per-day"} {
+		if err := exclusive(cmd, "default-limits", limit); err != nil {
+			return err
+		}
 	}
 	fl := cmd.Flags()
 	var in client.UpdateApiKeyInput
@@ -76,8 +85,8 @@ func runUpdate(cmd *cobra.Command, opts *updateOptions) error {
 	case opts.anyAddress:
 		in.AllowedCidrs = &[]string{}
 	}
-	if in == (client.UpdateApiKeyInput{}) {
-		return usageErrorf("nothing to change: give --name, --rate-per-minute, --rate-per-day, --scope, --no-scopes, --allow-cidr or --any-address")
+	if in == (client.UpdateApiKeyInput{}) && !opts.defaults {
+		return usageErrorf("nothing to change: give --name, --rate-per-minute, --rate-per-day, --default-limits, --scope, --no-scopes, --allow-cidr or --any-address")
 	}
 	ctx, p, c, err := opts.f.connect(cmd)
 	if err != nil {
@@ -87,14 +96,26 @@ func runUpdate(cmd *cobra.Command, opts *updateOptions) error {
 	if err != nil {
 		return err
 	}
-	resp, err := client.UpdateApiKey(ctx, c, k.Id, in)
-	if err != nil {
-		if in.Name != nil {
-			return nameTaken(ctx, c, opts.name, err)
+	var updated *client.ApiKey
+	if opts.defaults {
+		// A mutation of its own (the input cannot send null): the rest,
+		// if any, follows as a second, separately audited change.
+		resp, err := client.ClearApiKeyLimits(ctx, c, k.Id)
+		if err != nil {
+			return err
 		}
-		return err
+		updated = &resp.UpdateApiKey
 	}
-	updated := resp.UpdateApiKey
+	if in != (client.UpdateApiKeyInput{}) {
+		resp, err := client.UpdateApiKey(ctx, c, k.Id, in)
+		if err != nil {
+			if in.Name != nil {
+				return nameTaken(ctx, c, opts.name, err)
+			}
+			return err
+		}
+		updated = &resp.UpdateApiKey
+	}
 	p.Notice("Updated key %q", updated.Name)
-	return p.apiKey(ctx, c, updated)
+	return p.apiKey(ctx, c, *updated)
 }

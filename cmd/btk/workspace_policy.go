@@ -32,11 +32,11 @@ Without flags it shows the policy. Owner or platform admin. See docs/access.md.`
 			if err := exclusive(cmd, "off", "revoke-unused-after"); err != nil {
 				return err
 			}
-			maxDays, err := policyDays("--max-lifetime", maxLifetime)
+			maxDays, err := policyDays(cmd, "max-lifetime", maxLifetime)
 			if err != nil {
 				return err
 			}
-			unusedDays, err := policyDays("--revoke-unused-after", revokeUnused)
+			unusedDays, err := policyDays(cmd, "revoke-unused-after", revokeUnused)
 			if err != nil {
 				return err
 			}
@@ -67,17 +67,16 @@ Without flags it shows the policy. Owner or platform admin. See docs/access.md.`
 	return cmd
 }
 
-// policyDays reads a policy duration in whole days ("" = not given).
-func policyDays(flag, s string) (*int, error) {
-	if s == "" {
+// policyDays reads a policy duration in whole days; nil when the flag was
+// not given. Given empty (a script's unset variable) it is an error, not
+// "left out": leaving a setting out turns it off.
+func policyDays(cmd *cobra.Command, flag, s string) (*int, error) {
+	if !cmd.Flags().Changed(flag) {
 		return nil, nil
 	}
 	d, err := parseDuration(s)
-	if err != nil {
-		return nil, usageErrorf("%s: %v", flag, err)
-	}
-	if d <= 0 || d%(24*time.Hour) != 0 {
-		return nil, usageErrorf("%s must be a whole number of days, such as 90d", flag)
+	if err != nil || d <= 0 || d%(24*time.Hour) != 0 {
+		return nil, usageErrorf("--%s: want a whole number of days such as 90d, got %q (leave it out, or give --off, to turn it off)", flag, s)
 	}
 	n := int(d / (24 * time.Hour))
 	return &n, nil

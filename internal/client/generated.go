@@ -768,6 +768,15 @@ type ChangePasswordResponse struct {
 // GetChangePassword returns ChangePasswordResponse.ChangePassword, and is useful for accessing the field via an interface.
 func (v *ChangePasswordResponse) GetChangePassword() bool { return v.ChangePassword }
 
+// ClearApiKeyLimitsResponse is returned by ClearApiKeyLimits on success.
+type ClearApiKeyLimitsResponse struct {
+	// Change a key's name, limits, scopes or networks; the next request with it, on any instance, sees the change. Owner tier; every plan; a revoked key is KEY_REVOKED.
+	UpdateApiKey ApiKey `json:"updateApiKey"`
+}
+
+// GetUpdateApiKey returns ClearApiKeyLimitsResponse.UpdateApiKey, and is useful for accessing the field via an interface.
+func (v *ClearApiKeyLimitsResponse) GetUpdateApiKey() ApiKey { return v.UpdateApiKey }
+
 // CreateAccountResponse is returned by CreateAccount on success.
 type CreateAccountResponse struct {
 	// Create an account. Platform admin.
@@ -1876,6 +1885,14 @@ func (v *__ChangePasswordInput) GetCurrentPassword() string { return v.CurrentPa
 // GetNewPassword returns __ChangePasswordInput.NewPassword, and is useful for accessing the field via an interface.
 func (v *__ChangePasswordInput) GetNewPassword() string { return v.NewPassword }
 
+// __ClearApiKeyLimitsInput is used internally by genqlient
+type __ClearApiKeyLimitsInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __ClearApiKeyLimitsInput.Id, and is useful for accessing the field via an interface.
+func (v *__ClearApiKeyLimitsInput) GetId() string { return v.Id }
+
 // __CreateAccountInput is used internally by genqlient
 type __CreateAccountInput struct {
 	Email         string `json:"email"`
@@ -2556,6 +2573,62 @@ func ChangePassword(
 	}
 
 	data_ = &ChangePasswordResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by ClearApiKeyLimits.
+const ClearApiKeyLimits_Operation = `
+mutation ClearApiKeyLimits ($id: ID!) {
+	updateApiKey(id: $id, input: {rateLimitPerMinute:null,rateLimitPerDay:null}) {
+		... ApiKey
+	}
+}
+fragment ApiKey on ApiKey {
+	id
+	name
+	displayPrefix
+	hint
+	status
+	rateLimitPerMinute
+	rateLimitPerDay
+	expiresAt
+	effectiveExpiresAt
+	scopes
+	allowedCidrs
+	createdAt
+	lastUsedAt
+	revokedAt
+	rotatedFromId
+	replacedById
+	canary
+}
+`
+
+// btk update --default-limits: the key's own limits cleared (null), so that
+// the workspace's apply; UpdateApiKey's input leaves a nil field out, and
+// cannot send null.
+func ClearApiKeyLimits(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *ClearApiKeyLimitsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ClearApiKeyLimits",
+		Query:  ClearApiKeyLimits_Operation,
+		Variables: &__ClearApiKeyLimitsInput{
+			Id: id,
+		},
+	}
+
+	data_ = &ClearApiKeyLimitsResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
