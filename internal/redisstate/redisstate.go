@@ -72,10 +72,12 @@ type State struct {
 	checks processor
 	kind   Kind
 	// failover is a Sentinel deployment's options: the primary's name and
-	// the sentinels (sentinelsAgree); nil otherwise.
-	failover *redis.FailoverOptions
-	prefix   string
-	ids      *identities
+	// the sentinels; sentinels a client of each sentinel of the URL, which
+	// sentinelsAgree asks. nil otherwise.
+	failover  *redis.FailoverOptions
+	sentinels []*redis.SentinelClient
+	prefix    string
+	ids       *identities
 	// seed is this instance's random value, from which the script makes a
 	// missing revision token (with the server's time); seedArg is it boxed.
 	seed    string
@@ -109,6 +111,16 @@ func openQueued(url, prefix string, queued int) (*State, error) {
 		return nil, err
 	}
 	s.rdb, s.checks, s.kind, s.failover = rdb, rdb, kind, failover
+	if failover != nil {
+		for _, addr := range failover.SentinelAddrs {
+			s.sentinels = append(s.sentinels, redis.NewSentinelClient(&redis.Options{
+				Addr: addr, Username: failover.SentinelUsername, Password: failover.SentinelPassword,
+				DialTimeout: failover.DialTimeout, ReadTimeout: failover.ReadTimeout, WriteTimeout: failover.WriteTimeout,
+				TLSConfig: failover.TLSConfig, MaxRetries: -1, DisableIdentity: true, Protocol: protocol,
+				PoolSize: 2, // a change at a time, now and then
+			}))
+		}
+	}
 	// Key checks go through the automatic pipeline: measured, it cuts
 	// btk's CPU per check by two thirds and Redis's by half under
 	// concurrency (docs/clusters.md#what-a-key-check-costs).
@@ -378,6 +390,9 @@ func (s *State) UseClock(now func() time.Time) { s.now = now }
 // Close closes the connections.
 func (s *State) Close() error {
 	s.closeOnce.Do(func() { close(s.stop) })
+	for _, sc := range s.sentinels {
+		_ = sc.Close()
+	}
 	return s.rdb.Close()
 }
 
@@ -665,16 +680,10 @@ func (s *State) change(ctx context.Context, c *redis.Client, key string, asking 
 // alone), so the change is not told: the caller answers UNAVAILABLE and the
 // workspace is told again once the sentinels answer (docs/clusters.md#failover).
 func (s *State) sentinelsAgree(ctx context.Context, runID string) error {
-	addrs := s.failover.SentinelAddrs
+	addrs := s.sentinels
 	answers := make(chan string, len(addrs))
-	for _, addr := range addrs {
+	for _, sc := range addrs {
 		go func() {
-			sc := redis.NewSentinelClient(&redis.Options{
-				Addr: addr, Username: s.failover.SentinelUsername, Password: s.failover.SentinelPassword,
-				DialTimeout: s.failover.DialTimeout, ReadTimeout: s.failover.ReadTimeout, WriteTimeout: s.failover.WriteTimeout,
-				TLSConfig: s.failover.TLSConfig, MaxRetries: -1, DisableIdentity: true, Protocol: protocol,
-			})
-			defer sc.Close()
 			m, err := sc.Master(ctx, s.failover.MasterName).Result()
 			switch {
 			case err != nil:
