@@ -305,6 +305,11 @@ func (w *Worker) record(settled <-chan settledDelivery) {
 			w.log.Error("webhook outbox: recording deliveries failed; they are sent again when their lease runs out", "count", len(batch), "err", err)
 			continue
 		}
+		// The recorded deliveries no longer count against their webhook's
+		// and workspace's caps: what those held back may be claimed now,
+		// not at the next poll (which held a busy webhook to 2 deliveries
+		// a second).
+		w.Poke()
 		for _, sd := range batch {
 			w.results.WithLabelValues(sd.result).Inc()
 			if sd.result == ResultFailed {

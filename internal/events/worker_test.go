@@ -391,6 +391,31 @@ func TestReceiverDownThenBack(t *testing.T) {
 	}
 }
 
+// A busy webhook is delivered to as fast as its receiver answers: at most
+// 2 deliveries in flight (its cap), the next claimed as soon as one is
+// recorded, not at the next poll. Waiting for the poll held a webhook to
+// 2 deliveries a second, and a workspace with more events than that built
+// an outbox that never drained. The poll here is an hour: every delivery
+// after the first two is claimed because one was recorded.
+func TestBusyWebhookNotHeldToThePoll(t *testing.T) {
+	h := newHarness(t, newSQLite(t), btk.Config{WebhookAllowPrivate: true})
+	rcv := newReceiver(t)
+	if _, err := h.svc.CreateWebhook(ctx, h.owner, rcv.srv.URL, []string{"api_key.created"}); err != nil {
+		t.Fatal(err)
+	}
+	const sent = 20
+	for i := range sent {
+		if _, err := h.svc.CreateKey(ctx, h.owner, btk.CreateKeyInput{Name: "k" + strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runWorker(t, h.svc, events.Config{AllowPrivate: true, Poll: time.Hour})
+	waitFor(t, "every delivery without a poll", func() bool { return pending(t, h.svc) == 0 })
+	if n := len(rcv.requests()); n != sent {
+		t.Errorf("%d deliveries, want %d", n, sent)
+	}
+}
+
 // A receiver that hangs occupies at most 2 workers at once (the cap per
 // webhook, btk.MaxInFlightPerWebhook), and nothing else waits for it.
 func TestHangingReceiverIsBounded(t *testing.T) {
