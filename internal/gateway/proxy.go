@@ -29,8 +29,9 @@ var errGatewayTimeout = &btk.Error{Code: btk.CodeGatewayTimeout, Message: "the u
 var errAboveUpstreamRoot = &btk.Error{Code: btk.CodeBadUserInput, Message: "the path climbs above the root"}
 
 // errKeyNoLongerValid ends a proxied connection whose key was revoked,
-// replaced or expired while it lasted.
-var errKeyNoLongerValid = errors.New("the API key of this connection is no longer valid")
+// replaced or expired while it lasted; it answers a request whose body was
+// still being sent then.
+var errKeyNoLongerValid = &btk.Error{Code: btk.CodeUnauthenticated, Message: "the API key of this request is no longer valid"}
 
 // DefaultUpstreamTimeout is --upstream-timeout's default.
 const DefaultUpstreamTimeout = 60 * time.Second
@@ -61,10 +62,11 @@ func ProxyTransport() *http.Transport {
 // an event stream.
 //
 // Past the upstream timeout without response headers the answer is 504
-// GATEWAY_TIMEOUT. Once the response has begun, a key-authenticated
-// connection is watched: when its key stops being valid (revoked, rotated,
-// revoked with all others, expired) or would refuse the request now
-// (narrowed, rules reloaded), the stream or upgraded connection is closed
+// GATEWAY_TIMEOUT. A key-authenticated request is watched from when its
+// body starts streaming (or, without a body, once the response has begun):
+// when its key stops being valid (revoked, rotated, revoked with all
+// others, expired) or would refuse the request now (narrowed, rules
+// reloaded), the upload, stream or upgraded connection is cut
 // (docs/security.md).
 func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 	transport := ProxyTransport()
@@ -96,6 +98,14 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(context.Cause(r.Context()), errKeyNoLongerValid) {
+				// Cut while its body was still being sent: answered
+				// without reading the rest.
+				w.Header().Set("Connection", "close")
+				Fail(w, errKeyNoLongerValid)
+				dropUnreadBody(w)
+				return
+			}
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client went away; nobody to answer
 			}
@@ -115,7 +125,23 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 	// whatever the credential.
 	based := strings.Trim(upstream.Path, "/") != ""
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accepted := false
 		dropConnectionNamed(r.Header)
+		// A refusal is answered before the request's body is read, and
+		// closes the connection without reading it: net/http reads an
+		// unread body (up to 256 KiB) before it answers, and again before
+		// it closes, and this listener has no read timeout, so clients
+		// without a key that never sent the body they announced held
+		// connections until none were left for anyone (docs/security.md).
+		body := r.Body != nil && r.Body != http.NoBody
+		if body {
+			w.Header().Set("Connection", "close")
+			defer func() {
+				if !accepted {
+					dropUnreadBody(w)
+				}
+			}()
+		}
 		if based && !withinRoot(r) {
 			Fail(w, errAboveUpstreamRoot)
 			return
@@ -136,9 +162,26 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 			kw.cancel = cancel
 			defer kw.stop()
 			r = r.WithContext(kw.ctx)
+			if body {
+				// The body streams to the upstream before any answer: an
+				// upload must not outlive its key either.
+				kw.start()
+			}
+		}
+		accepted = true
+		if body {
+			delete(w.Header(), "Connection")
 		}
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// dropUnreadBody makes net/http close the connection of an answered
+// request without reading the rest of its body (an expired read deadline).
+// The answer must say "Connection: close" before it is written, or
+// net/http reads the body before it writes the answer.
+func dropUnreadBody(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // dropConnectionNamed removes the headers r's Connection header names,

@@ -3,8 +3,10 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -291,5 +293,119 @@ func untilTunnelCut(t *testing.T, ctx context.Context, c *websocket.Conn, stillO
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A refusal on the proxy listener is answered before the request's body is
+// read, and closes the connection. net/http read an announced body before
+// answering (to keep the connection), and the listener has no read
+// timeout: clients without a key that announced a body and never sent it
+// held connections until the connection guard had none left for anyone,
+// on every listener.
+func TestProxyRefusalDoesNotWaitForTheBody(t *testing.T) {
+	e := newEnv(t)
+	rec := &recorder{}
+	up := httptest.NewServer(rec)
+	defer up.Close()
+	p := e.proxyFor(up.URL)
+	addr := strings.TrimPrefix(p.URL, "http://")
+	for _, key := range []string{"", "btk_00000000_unknown"} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := "POST /orders/1 HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+		if key != "" {
+			req += "X-Api-Key: " + key + "\r\n"
+		}
+		if _, err := io.WriteString(conn, req+"\r\n"); err != nil { // and never the body
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("key %q: no answer without the body: %v", key, err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusUnauthorized || !res.Close {
+			t.Errorf("key %q: HTTP %d, closing %v: %s", key, res.StatusCode, res.Close, body)
+		}
+		if n, err := conn.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("key %q: the connection stays open after the refusal: %d %v", key, n, err)
+		}
+		conn.Close()
+	}
+	if rec.count() != 0 {
+		t.Error("a refused request reached the upstream")
+	}
+}
+
+// An upload does not outlive its key: the key of a request whose body is
+// still streaming to the upstream is watched as a response stream's is,
+// and the request is cut when the key is revoked. The watch started only
+// once the response had begun, so a body sent a chunk a second went on
+// reaching the upstream after the revoke, which then served it with the
+// revoked key's identity.
+func TestProxyUploadCutWhenKeyRevoked(t *testing.T) {
+	e, owner := newAdminEnv(t)
+	k := e.createKey(owner, "uploader")
+	got := make(chan error, 1)
+	started := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		_, err := io.ReadAll(r.Body)
+		got <- err
+		io.WriteString(w, "stored")
+	}))
+	defer up.Close()
+	p := e.proxyFor(up.URL)
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", p.URL+"/upload", pr)
+	req.Header.Set("X-Api-Key", k.Plaintext)
+	answered := make(chan authResponse, 1)
+	go func() {
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- authResponse{Body: err.Error()}
+			return
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		answered <- authResponse{Status: res.StatusCode, Body: string(b)}
+	}()
+	// The client sends a chunk every 50 ms until it is answered (a write
+	// to the pipe blocks while nobody reads it: in a goroutine of its own).
+	stop := make(chan struct{})
+	go func() {
+		for {
+			if _, err := io.WriteString(pw, "a chunk\n"); err != nil {
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	defer pw.Close()
+	defer close(stop)
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upload did not reach the upstream")
+	}
+	e.must(owner, `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}, &struct{}{})
+	var r authResponse
+	select {
+	case r = <-answered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upload still runs 20 s after its key was revoked")
+	}
+	if err := <-got; err == nil {
+		t.Error("the upstream received the whole body sent after the revoke")
+	}
+	if r.Status != http.StatusUnauthorized || !strings.Contains(r.Body, "no longer valid") {
+		t.Errorf("the upload's answer: HTTP %d %s", r.Status, r.Body)
 	}
 }
