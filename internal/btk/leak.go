@@ -37,10 +37,15 @@ const (
 	MaxLeakReports     = 1000    // entries in one report
 	MaxLeakReportBytes = 1 << 20 // body of one report
 	maxLeakTokenLen    = 1024
-	// MaxLeakReportsReading bounds the report bodies read at once (up to
-	// MaxLeakReportBytes each): a body can be verified only once it is
-	// whole, and the identifiers of GitHub's signing keys are public.
-	MaxLeakReportsReading = 16
+	// MaxLeakReportBytesHeld bounds the bytes of report bodies held at
+	// once, as received (a body can be verified only once it is whole, and
+	// the identifiers of GitHub's signing keys are public). Bytes, not
+	// bodies: 16 connections announcing a 1 MiB body and sending a byte a
+	// second held every slot of a count, and no report was read, the
+	// platform admin's included; to hold these bytes a client must send them.
+	MaxLeakReportBytesHeld = 16 << 20
+	// LeakReportReadTime bounds the reading of one report's body.
+	LeakReportReadTime = 10 * time.Second
 )
 
 // Refusals of POST /v1/leaks.
@@ -292,6 +297,14 @@ func (s *Service) AllowLeakAttempt(ctx context.Context, ip string) (bool, error)
 		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return ok, nil
+}
+
+// ForgetLeakAttempts clears the address's count of leak reports that were
+// not validly signed, after a platform admin's report from it: the budget
+// is for addresses that keep sending bad reports, and an admin's scanner
+// posts many good ones.
+func (s *Service) ForgetLeakAttempts(ctx context.Context, ip string) {
+	_ = s.passwords.limiter.Forget(ctx, "leaks:"+addressKey(ip)) // not told: the count stays, stricter
 }
 
 // clientString cuts a client-sent string that is stored (docs/security.md).

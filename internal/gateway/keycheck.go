@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/ratelimit"
 )
@@ -67,14 +69,14 @@ type Gateway struct {
 	leakKeys *btk.LeakReportKeys
 	// upstreamTimeout bounds the wait for an upstream's response headers.
 	upstreamTimeout time.Duration
-	// leakReading holds a slot for each leak report body being read.
-	leakReading chan struct{}
+	// leakBytes holds the bytes of the leak report bodies being read.
+	leakBytes *semaphore.Weighted
 }
 
 // New returns the gateway of svc; proxies (nil: none) are the peers whose
 // X-Forwarded-For is believed.
 func New(svc *btk.Service, log *slog.Logger, proxies *TrustedProxies) *Gateway {
-	return &Gateway{svc: svc, log: log, proxies: proxies, leakReading: make(chan struct{}, btk.MaxLeakReportsReading)}
+	return &Gateway{svc: svc, log: log, proxies: proxies, leakBytes: semaphore.NewWeighted(btk.MaxLeakReportBytesHeld)}
 }
 
 // ClientIP is the address of the client: the TCP peer, or what a trusted

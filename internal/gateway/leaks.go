@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/btk-project/btk/internal/btk"
 )
@@ -32,9 +33,10 @@ func (h *Gateway) SetLeakReportKeys(keys *btk.LeakReportKeys) { h.leakKeys = key
 //
 // What a client can make it hold is bounded (docs/security.md): a request
 // that names no listed signing key is decided on its bearer token before
-// its body is read, and at most btk.MaxLeakReportsReading bodies are read
-// at once (503 Retry-After beyond): 1 MiB bodies sent slowly on thousands
-// of connections were held whole, 1 MiB each.
+// its body is read, a body is read within btk.LeakReportReadTime, and the
+// bodies being read hold at most btk.MaxLeakReportBytesHeld bytes together
+// (503 Retry-After beyond): 1 MiB bodies sent slowly on thousands of
+// connections were held whole, 1 MiB each.
 func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if r.ContentLength > btk.MaxLeakReportBytes {
@@ -50,22 +52,21 @@ func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	select {
-	case h.leakReading <- struct{}{}:
-		defer func() { <-h.leakReading }()
-	default:
-		w.Header().Set("Retry-After", "1")
-		Fail(w, btk.ErrLeakReportsBusy)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, btk.MaxLeakReportBytes))
+	body, held, err := h.readLeakReport(w, r)
+	defer h.leakBytes.Release(held)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			WriteError(w, http.StatusRequestEntityTooLarge, errLeakBodyTooLarge)
-			return
+		case errors.Is(err, btk.ErrLeakReportsBusy):
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close") // the rest of the body is not read
+			Fail(w, err)
+			dropUnreadBody(w)
+		default:
+			Fail(w, btk.Errorf(btk.CodeBadUserInput, "could not read the request body"))
 		}
-		Fail(w, btk.Errorf(btk.CodeBadUserInput, "could not read the request body"))
 		return
 	}
 	if mayBeSigned {
@@ -87,6 +88,34 @@ func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(labels) // the reports are recorded: a client that left changes nothing
+}
+
+// readLeakReport reads a report's body within btk.LeakReportReadTime,
+// holding its buffer's bytes in h.leakBytes as they arrive; it returns the
+// bytes held, which the caller releases once done with the body. Past the
+// bytes every report together may hold, btk.ErrLeakReportsBusy.
+func (h *Gateway) readLeakReport(w http.ResponseWriter, r *http.Request) (body []byte, held int64, err error) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(btk.LeakReportReadTime))
+	src := http.MaxBytesReader(w, r.Body, btk.MaxLeakReportBytes)
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(chunk)
+		if n > 0 {
+			body = append(body, chunk[:n]...)
+			if grown := int64(cap(body)) - held; grown > 0 {
+				if !h.leakBytes.TryAcquire(grown) {
+					return nil, held, btk.ErrLeakReportsBusy
+				}
+				held += grown
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return body, held, nil
+		}
+		if err != nil {
+			return nil, held, err
+		}
+	}
 }
 
 // leakAdmin decides a leak report that is not validly signed: the
@@ -119,5 +148,6 @@ func (h *Gateway) leakAdmin(w http.ResponseWriter, r *http.Request, ip string) *
 		return nil
 	}
 	a.IP, a.UserAgent = ip, r.UserAgent()
+	h.svc.ForgetLeakAttempts(ctx, ip)
 	return a
 }

@@ -189,7 +189,7 @@ func TestLeakReportRacingAnotherReport(t *testing.T) {
 
 // stalledReport opens a connection to srv, sends a leak report's headers
 // announcing a 1 MiB body and the first 64 KiB of it, and stops there.
-func stalledReport(t *testing.T, srv *httptest.Server, header map[string]string) net.Conn {
+func stalledReport(t *testing.T, srv *httptest.Server, header map[string]string, sent int) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", srv.Listener.Addr().String())
 	if err != nil {
@@ -202,7 +202,7 @@ func stalledReport(t *testing.T, srv *httptest.Server, header map[string]string)
 		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
 	}
 	b.WriteString("\r\n[")
-	b.WriteString(strings.Repeat(" ", 64<<10))
+	b.WriteString(strings.Repeat(" ", sent-1))
 	if _, err := io.WriteString(c, b.String()); err != nil {
 		t.Fatal(err)
 	}
@@ -223,10 +223,13 @@ func answered(c net.Conn, wait time.Duration) int {
 
 // What leak reports can make the server hold is bounded: a report that
 // names no listed signing key is decided (401, 429) before its body is
-// read, and at most btk.MaxLeakReportsReading bodies of reports that may be
-// signed are read at once; the others are answered 503 at once. Before,
-// every connection's body was read whole first (1 MiB each, for as long as
-// the client took to send it: 10,000 slow connections held 10 GB).
+// read, and the bodies of reports that may be signed hold at most
+// btk.MaxLeakReportBytesHeld bytes together, as received; past that a
+// report is answered 503 at once. Before, every connection's body was read
+// whole first (1 MiB each, for as long as the client took to send it:
+// 10,000 slow connections held 10 GB); then at most 16 bodies were read at
+// once, so 16 connections that announced 1 MiB and sent a byte a second
+// blocked every report, a platform admin's too.
 func TestLeakReportBodiesBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -236,7 +239,7 @@ func TestLeakReportBodiesBounded(t *testing.T) {
 
 	var conns []net.Conn
 	for range n {
-		conns = append(conns, stalledReport(t, srv, nil))
+		conns = append(conns, stalledReport(t, srv, nil, 64<<10))
 	}
 	for i, c := range conns {
 		if s := answered(c, 10*time.Second); s != http.StatusUnauthorized && s != http.StatusTooManyRequests {
@@ -244,10 +247,24 @@ func TestLeakReportBodiesBounded(t *testing.T) {
 		}
 	}
 
-	conns = conns[:0]
+	// Stalled reports that sent little hold little: a report is read and
+	// answered while 40 of them wait.
 	signed := map[string]string{"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": signer.Sign([]byte("[]"))}
 	for range n {
-		conns = append(conns, stalledReport(t, srv, signed))
+		stalledReport(t, srv, signed, 16<<10)
+	}
+	body := reportBody(map[string]string{"token": "btk_not_a_key", "type": "btk_api_key", "url": "u", "source": "content"})
+	h := map[string]string{"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": signer.Sign(body)}
+	if r := postReport(t, srv.URL, body, h); r.Status != http.StatusOK {
+		t.Fatalf("a report beside 40 stalled ones: HTTP %d %s", r.Status, r.Body)
+	}
+
+	// Stalled reports that sent 768 KiB each: those past the bytes held
+	// are answered 503 at once.
+	const sent = 768 << 10
+	conns = conns[:0]
+	for range n {
+		conns = append(conns, stalledReport(t, srv, signed, sent))
 	}
 	statuses := make([]int, n)
 	var wg sync.WaitGroup
@@ -265,15 +282,13 @@ func TestLeakReportBodiesBounded(t *testing.T) {
 			t.Fatalf("a report whose body is not whole: HTTP %d", s)
 		}
 	}
-	if reading := n - busy; reading > btk.MaxLeakReportsReading {
-		t.Fatalf("%d report bodies read at once, want at most %d", reading, btk.MaxLeakReportsReading)
+	if reading := n - busy; reading*sent > btk.MaxLeakReportBytesHeld {
+		t.Fatalf("%d report bodies of %d bytes read at once, want at most %d bytes", reading, sent, btk.MaxLeakReportBytesHeld)
 	}
 	// Once those connections are gone, reports are read again.
 	for _, c := range conns {
 		c.Close()
 	}
-	body := reportBody(map[string]string{"token": "btk_not_a_key", "type": "btk_api_key", "url": "u", "source": "content"})
-	h := map[string]string{"Github-Public-Key-Identifier": signer.ID, "Github-Public-Key-Signature": signer.Sign(body)}
 	for attempt := 0; ; attempt++ {
 		r := postReport(t, srv.URL, body, h)
 		if r.Status == http.StatusOK {
