@@ -429,19 +429,25 @@ func TestMethodOverrides(t *testing.T) {
 		"X-Http-Methods":          {"MOVE"},
 		"Content-Type":            {"text/plain"},
 	}
-	got := MethodOverrides(h, "a=1&_method=copy")
+	got, _ := Overrides(h, "a=1&_method=copy")
 	slices.Sort(got)
 	if want := []string{"DELETE", "OPTIONS", "PATCH", "PUT", "TRACE", "copy"}; !slices.Equal(got, want) {
 		t.Errorf("methodOverrides = %q, want %q", got, want)
 	}
 	plain := map[string][]string{"X-Api-Key": {"k"}, "User-Agent": {"curl"}, "Accept": {"*/*"}, "X-Forwarded-Method": {"POST"}, "X-Forwarded-Uri": {"/x"}}
 	const query = "page=2&sort=-created&method=x&q=a%20b+c"
-	if got := MethodOverrides(plain, query); got != nil {
+	if got, _ := Overrides(plain, query); got != nil {
 		t.Errorf("methodOverrides without override headers = %q", got)
 	}
-	if n := testing.AllocsPerRun(100, func() { MethodOverrides(plain, query) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { Overrides(plain, query) }); n != 0 {
 		t.Errorf("methodOverrides without override headers costs %v allocations", n)
 	}
+}
+
+// urlOverrides is the URL half of Overrides.
+func urlOverrides(h map[string][]string) []string {
+	_, urls := Overrides(h, "")
+	return urls
 }
 
 // TestURLOverrides: X-Original-URL and X-Rewrite-URL in any case and with
@@ -456,21 +462,24 @@ func TestURLOverrides(t *testing.T) {
 		"X-Rewrite":       {"/no"},
 		"Content-Type":    {"text/plain"},
 	}
-	got := URLOverrides(h)
+	got := urlOverrides(h)
 	slices.Sort(got)
 	if want := []string{"/a", "/b", "/c", "/d"}; !slices.Equal(got, want) {
-		t.Errorf("URLOverrides = %q, want %q", got, want)
+		t.Errorf("Overrides, URLs, = %q, want %q", got, want)
 	}
 	h["X-Original-Url"] = []string{"/a", "/e"}
-	if got := URLOverrides(h); len(got) <= MaxURLOverrides {
-		t.Errorf("URLOverrides of %d values = %q, want more than %d", 5, got, MaxURLOverrides)
+	if got := urlOverrides(h); len(got) <= MaxURLOverrides {
+		t.Errorf("Overrides, URLs, of %d values = %q, want more than %d", 5, got, MaxURLOverrides)
 	}
-	plain := map[string][]string{"X-Api-Key": {"k"}, "User-Agent": {"curl"}, "Accept": {"*/*"}, "X-Forwarded-Method": {"POST"}, "X-Forwarded-Uri": {"/x"}, "X-Http-Method": {"PUT"}}
-	if got := URLOverrides(plain); got != nil {
-		t.Errorf("URLOverrides without override headers = %q", got)
+	if got := urlOverrides(map[string][]string{"X-Http-Method": {"PUT"}}); got != nil {
+		t.Errorf("Overrides, URLs, of a method override = %q", got)
 	}
-	if n := testing.AllocsPerRun(100, func() { URLOverrides(plain) }); n != 0 {
-		t.Errorf("URLOverrides without override headers costs %v allocations", n)
+	plain := map[string][]string{"X-Api-Key": {"k"}, "User-Agent": {"curl"}, "Accept": {"*/*"}, "X-Forwarded-Method": {"POST"}, "X-Forwarded-Uri": {"/x"}}
+	if got := urlOverrides(plain); got != nil {
+		t.Errorf("Overrides, URLs, without override headers = %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { Overrides(plain, "") }); n != 0 {
+		t.Errorf("Overrides, URLs, without override headers costs %v allocations", n)
 	}
 }
 

@@ -5,7 +5,7 @@ import "strings"
 // Method overrides (docs/access.md#method-override-headers): Rails,
 // Express's method-override, ASP.NET Core, Symfony and Laravel serve a POST
 // as the method a header (X-HTTP-Method-Override and the like) or a
-// "_method" parameter names. MethodOverrides collects what btk can see of
+// "_method" parameter names. Overrides collects what btk can see of
 // them, where the rules apply (not on every key check), and Readings decides
 // each as one more method of the request.
 
@@ -109,24 +109,32 @@ func decodeQuery(s string) string {
 	return string(b)
 }
 
-// MethodOverrides returns the values of the method-override headers of h
-// (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) and of
-// query's "_method" parameters; nil, without allocating, when there are
+// Overrides returns the values of the method-override headers of h
+// (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) with those of
+// query's "_method" parameters, and the values of its URL-override headers
+// (X-Original-URL, X-Rewrite-URL); nil, without allocating, when there are
 // none. A name is matched without regard to case and with "_" for "-":
 // Rack and PHP read X_HTTP_Method_Override as the same variable, and Go
 // does not canonicalise a name with "_", so no lookup by canonical name
-// would find every spelling.
-func MethodOverrides(h map[string][]string, query string) []string {
-	out := QueryOverrides(query, nil)
+// would find every spelling. One walk over h for both: a map walk costs a
+// request more than the names' comparisons. URL values stop once there are
+// more than MaxURLOverrides: the request is refused then.
+func Overrides(h map[string][]string, query string) (methods, urls []string) {
+	methods = QueryOverrides(query, nil)
 	for name, vs := range h {
 		switch len(name) {
-		case len("X-HTTP-Method"), len("X-Method-Override"), len("X-HTTP-Method-Override"):
-			if sameHeaderName(name, "x-http-method") || sameHeaderName(name, "x-method-override") || sameHeaderName(name, "x-http-method-override") {
-				out = append(out, vs...)
+		case len("X-HTTP-Method"), len("X-Method-Override"), len("X-HTTP-Method-Override"), len("X-Original-URL"):
+			switch {
+			case sameHeaderName(name, "x-http-method") || sameHeaderName(name, "x-method-override") || sameHeaderName(name, "x-http-method-override"):
+				methods = append(methods, vs...)
+			case sameHeaderName(name, "x-original-url") || sameHeaderName(name, "x-rewrite-url"):
+				if len(urls) <= MaxURLOverrides {
+					urls = append(urls, vs...)
+				}
 			}
 		}
 	}
-	return out
+	return methods, urls
 }
 
 // sameHeaderName reports whether name is want (in lower case, with "-")
@@ -153,30 +161,10 @@ func sameHeaderName(name, want string) bool {
 // URL overrides (docs/access.md#url-override-headers): Symfony before its
 // fix of CVE-2018-14773, zend-diactoros and zend-http, and applications
 // behind IIS's URL Rewrite serve the path that X-Original-URL or
-// X-Rewrite-URL names instead of the request line's. URLOverrides collects
+// X-Rewrite-URL names instead of the request line's. Overrides collects
 // them, where the rules apply, and the key check decides each as one more
 // path of the request.
 
 // MaxURLOverrides bounds the URL-override values of one request; a request
 // with more is refused where the rules apply. No client sends more than one.
 const MaxURLOverrides = 4
-
-// URLOverrides returns the values of h's URL-override headers
-// (X-Original-URL, X-Rewrite-URL, matched as MethodOverrides matches its
-// names); nil, without allocating, when there are none. It stops once it
-// holds more than MaxURLOverrides values: the request is refused then.
-func URLOverrides(h map[string][]string) []string {
-	var out []string
-	for name, vs := range h {
-		switch len(name) {
-		case len("X-Original-URL"), len("X-Rewrite-URL"):
-			if sameHeaderName(name, "x-original-url") || sameHeaderName(name, "x-rewrite-url") {
-				out = append(out, vs...)
-				if len(out) > MaxURLOverrides {
-					return out
-				}
-			}
-		}
-	}
-	return out
-}

@@ -168,7 +168,7 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 	if i := strings.IndexByte(req.Path, '?'); i >= 0 {
 		query = req.Path[i+1:]
 	}
-	methods := access.MethodOverrides(req.Header, query)
+	methods, urls := access.Overrides(req.Header, query)
 	if err := r.decidePath(rules, req.Method, req.Path, methods); err != nil {
 		return err
 	}
@@ -176,7 +176,6 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 	// serves instead (docs/access.md#url-override-headers): it is decided
 	// as the request's path is, with every method reading, and the
 	// "_method" of its own query.
-	urls := access.URLOverrides(req.Header)
 	if len(urls) > access.MaxURLOverrides {
 		return ErrKeyPathDeny
 	}
