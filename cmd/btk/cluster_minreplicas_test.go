@@ -22,7 +22,7 @@ func TestServeMinReplicasToWrite(t *testing.T) {
 	// notices at once anyway.
 	primary, replica := redistest.Pair(t, "min-replicas-to-write 1", "min-replicas-max-lag 2")
 	primary.WaitGoodReplicas(t, 1)
-	redisFlag := []string{"--redis", patient(primary.URL())}
+	redisFlag := []string{"--redis", redistest.Patient(primary.URL())}
 	p := startServe(t, t.TempDir()+"/btk.db", redisFlag...)
 	token := loginAt(t, p.url)
 	live := createKeyAt(t, p.url, token, "live", 0)

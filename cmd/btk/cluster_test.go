@@ -44,22 +44,7 @@ func sharedRedis(t *testing.T) []string {
 	rurl := redisURL(t)
 	prefix := redistest.Prefix()
 	t.Cleanup(func() { wipeRedis(rurl, prefix) })
-	return []string{"--redis", patient(rurl), "--redis-prefix", prefix}
-}
-
-// patient gives a Redis URL a read timeout long enough for a machine that
-// runs the whole suite under -race: a key check gives up on Redis after
-// the read timeout (500 ms by default) and answers 503, and these tests
-// check the guarantees, not how soon a stalled Redis is given up on
-// (internal/redisstate's stall tests do that).
-func patient(u string) string {
-	if strings.Contains(u, "read_timeout=") {
-		return u
-	}
-	if strings.Contains(u, "?") {
-		return u + "&read_timeout=3s"
-	}
-	return u + "?read_timeout=3s"
+	return []string{"--redis", redistest.Patient(rurl), "--redis-prefix", prefix}
 }
 
 // sharedCluster is the opening of a cluster test on the shared Redis: it runs
@@ -247,7 +232,7 @@ func TestCluster(t *testing.T) {
 func TestClusterOnSentinel(t *testing.T) {
 	parallelUnlessShort(t, "starts btk serve, redis-server and redis-sentinel processes")
 	g := redistest.Sentinels(t)
-	bases, token := clusterGuarantees(t, pgtest.URL(t), "--redis", patient(g.URL()))
+	bases, token := clusterGuarantees(t, pgtest.URL(t), "--redis", redistest.Patient(g.URL()))
 	// Fail closed: no primary to be had.
 	k := createKeyAt(t, bases[0], token, "closed", 0)
 	g.Primary.Kill()
@@ -260,7 +245,7 @@ func TestClusterOnSentinel(t *testing.T) {
 func TestClusterOnRedisCluster(t *testing.T) {
 	parallelUnlessShort(t, "starts btk serve and redis-server processes")
 	g := redistest.Cluster(t)
-	bases, token := clusterGuarantees(t, pgtest.URL(t), "--redis", patient(g.URL()))
+	bases, token := clusterGuarantees(t, pgtest.URL(t), "--redis", redistest.Patient(g.URL()))
 	// Fail closed: the shard of the workspace is down (the one whose
 	// primary answers for the workspace's hash tag, not MOVED).
 	k := createKeyAt(t, bases[0], token, "closed", 0)

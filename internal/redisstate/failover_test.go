@@ -41,7 +41,7 @@ func cachedOn(t *testing.T, inst *State) btk.KeyCheck {
 // acknowledge makes Changed fail (the caller answers UNAVAILABLE).
 func TestChangedWaitsForTheReplica(t *testing.T) {
 	primary, replica := redistest.Pair(t)
-	s := openAt(t, primary.URL())
+	s := openAt(t, redistest.Patient(primary.URL())) // WAIT's late answer on a loaded machine is no i/o timeout
 	rc := replica.Client()
 	ctx := context.Background()
 	for i := range 20 {

@@ -9,14 +9,16 @@ import (
 	"github.com/btk-project/btk/internal/redisstate/redistest"
 )
 
-// testURL returns BTK_TEST_REDIS or skips.
+// testURL returns BTK_TEST_REDIS, patient (redistest.Patient: these tests
+// check what is decided, not how soon a stalled Redis is given up on), or
+// skips.
 func testURL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv("BTK_TEST_REDIS")
 	if u == "" {
 		t.Skip("BTK_TEST_REDIS is not set (a redis:// URL); skipping the Redis tests")
 	}
-	return u
+	return redistest.Patient(u)
 }
 
 // testPrefix returns a key prefix of the test's own and deletes its keys at

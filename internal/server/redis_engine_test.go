@@ -37,7 +37,7 @@ func useRedis(t testing.TB, cfg *btk.Config, now func() time.Time) {
 // the test's end deletes its keys and closes it.
 func redisStateAt(t testing.TB, prefix string) *redisstate.State {
 	t.Helper()
-	st, err := redisstate.Open(os.Getenv("BTK_TEST_REDIS"), prefix)
+	st, err := redisstate.Open(redistest.Patient(os.Getenv("BTK_TEST_REDIS")), prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
