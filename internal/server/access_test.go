@@ -93,6 +93,34 @@ func (p *entryPoints) proxied(key, method, path string, extra ...map[string]stri
 	return send(p.e.t, p.proxy.Client(), method, p.proxy.URL+path, withHeaders(map[string]string{"X-Api-Key": key}, extra), nil)
 }
 
+// refusedAtBoth: key's request, with the client's extra headers, is refused
+// (403, msg) at forward-auth and at the proxy, and never reaches the upstream.
+func (p *entryPoints) refusedAtBoth(t *testing.T, key, method, path string, h map[string]string, msg string) {
+	t.Helper()
+	what := fmt.Sprintf("%s %s %v", method, path, h)
+	seen := p.rec.count()
+	wantRefused(t, "authorize "+what, p.authorize(key, method, path, h), 403, "FORBIDDEN", msg)
+	wantRefused(t, "proxy "+what, p.proxied(key, method, path, h), 403, "FORBIDDEN", msg)
+	if p.rec.count() != seen {
+		t.Errorf("%s reached the upstream", what)
+	}
+}
+
+// acceptedAtBoth: key's request, with the client's extra headers, is
+// accepted at forward-auth and at the proxy, and the headers reach the
+// upstream as sent.
+func (p *entryPoints) acceptedAtBoth(t *testing.T, key, method, path string, h map[string]string) {
+	t.Helper()
+	what := fmt.Sprintf("%s %s %v", method, path, h)
+	wantAccepted(t, "authorize "+what, p.authorize(key, method, path, h))
+	wantAccepted(t, "proxy "+what, p.proxied(key, method, path, h))
+	for k, v := range h {
+		if got := p.rec.last(t).Get(k); got != v {
+			t.Errorf("%s: the upstream saw %s %q", what, k, got)
+		}
+	}
+}
+
 // withHeaders is h with the headers of extra added.
 func withHeaders(h map[string]string, extra []map[string]string) map[string]string {
 	for _, x := range extra {
@@ -321,7 +349,6 @@ func TestMethodOverrideHeadersMeetTheRules(t *testing.T) {
 	plain := e.createKey(owner, "plain")
 	writer := e.createKeyWith(owner, "writer", `scopes:["orders:write"]`)
 	const mayNot = "API key may not call this path"
-	authorize, proxied := p.authorize, p.proxied
 	for _, tc := range []struct {
 		key    newKey
 		path   string
@@ -345,17 +372,11 @@ func TestMethodOverrideHeadersMeetTheRules(t *testing.T) {
 		// More than 8 values, every one of them allowed: refused for its cost.
 		{plain, "/orders/1?" + strings.Repeat("_method=GET&", 9), nil},
 	} {
-		what := fmt.Sprintf("POST %s %v", tc.path, tc.header)
-		seen := p.rec.count()
-		wantRefused(t, "authorize "+what, authorize(tc.key.Plaintext, "POST", tc.path, tc.header), 403, "FORBIDDEN", mayNot)
-		wantRefused(t, "proxy "+what, proxied(tc.key.Plaintext, "POST", tc.path, tc.header), 403, "FORBIDDEN", mayNot)
-		if p.rec.count() != seen {
-			t.Errorf("%s reached the upstream", what)
-		}
+		p.refusedAtBoth(t, tc.key.Plaintext, "POST", tc.path, tc.header, mayNot)
 	}
 	// X-Forwarded-Method is held to the same: a gateway names a method
 	// token (nginx, Traefik and Caddy forward the request line's).
-	wantRefused(t, "authorize, X-Forwarded-Method DELETE, GET", authorize(plain.Plaintext, "DELETE, GET", "/orders/1", nil), 403, "FORBIDDEN", mayNot)
+	wantRefused(t, "authorize, X-Forwarded-Method DELETE, GET", p.authorize(plain.Plaintext, "DELETE, GET", "/orders/1", nil), 403, "FORBIDDEN", mayNot)
 	// An override the rules allow passes, and reaches the upstream as sent.
 	for _, tc := range []struct {
 		key    newKey
@@ -369,19 +390,12 @@ func TestMethodOverrideHeadersMeetTheRules(t *testing.T) {
 		{writer, "/orders/1", map[string]string{"X-HTTP-Method-Override": ""}}, // overrides nothing
 		{writer, "/orders/1?_method=PATCH", nil},
 	} {
-		what := fmt.Sprintf("POST %s %v", tc.path, tc.header)
-		wantAccepted(t, "authorize "+what, authorize(tc.key.Plaintext, "POST", tc.path, tc.header))
-		wantAccepted(t, "proxy "+what, proxied(tc.key.Plaintext, "POST", tc.path, tc.header))
-		for k, v := range tc.header {
-			if got := p.rec.last(t).Get(k); got != v {
-				t.Errorf("%s: the upstream saw %s %q", what, k, got)
-			}
-		}
+		p.acceptedAtBoth(t, tc.key.Plaintext, "POST", tc.path, tc.header)
 	}
 	// A key without scopes on a server without rules is decided without
 	// them, overrides included.
 	e.svc.SetAccessRules(nil)
-	wantAccepted(t, "no rules", authorize(plain.Plaintext, "POST", "/reports/1", map[string]string{"X-HTTP-Method-Override": "DELETE, GET"}))
+	wantAccepted(t, "no rules", p.authorize(plain.Plaintext, "POST", "/reports/1", map[string]string{"X-HTTP-Method-Override": "DELETE, GET"}))
 }
 
 // TestURLOverrideHeadersMeetTheRules: Symfony (before CVE-2018-14773's
@@ -416,24 +430,11 @@ func TestURLOverrideHeadersMeetTheRules(t *testing.T) {
 		// More values than any client sends, each allowed: refused for their cost.
 		{reader, map[string]string{"X-Original-URL": "/orders/1", "X-Rewrite-URL": "/orders/2", "X_Original_URL": "/orders/3", "X_Rewrite_URL": "/orders/4", "X-Original_URL": "/orders/5"}, mayNot},
 	} {
-		what := fmt.Sprintf("GET /orders/1 %v", tc.header)
-		seen := p.rec.count()
-		wantRefused(t, "authorize "+what, p.authorize(tc.key.Plaintext, "GET", "/orders/1", tc.header), 403, "FORBIDDEN", tc.msg)
-		wantRefused(t, "proxy "+what, p.proxied(tc.key.Plaintext, "GET", "/orders/1", tc.header), 403, "FORBIDDEN", tc.msg)
-		if p.rec.count() != seen {
-			t.Errorf("%s reached the upstream", what)
-		}
+		p.refusedAtBoth(t, tc.key.Plaintext, "GET", "/orders/1", tc.header, tc.msg)
 	}
 	// One the rules allow passes, and reaches the upstream as sent.
 	for _, h := range []map[string]string{{"X-Original-URL": "/orders/2"}, {"X-Rewrite-URL": "/orders/2?page=3"}} {
-		what := fmt.Sprintf("GET /orders/1 %v", h)
-		wantAccepted(t, "authorize "+what, p.authorize(reader.Plaintext, "GET", "/orders/1", h))
-		wantAccepted(t, "proxy "+what, p.proxied(reader.Plaintext, "GET", "/orders/1", h))
-		for k, v := range h {
-			if got := p.rec.last(t).Get(k); got != v {
-				t.Errorf("%s: the upstream saw %s %q", what, k, got)
-			}
-		}
+		p.acceptedAtBoth(t, reader.Plaintext, "GET", "/orders/1", h)
 	}
 	// Where the rules are not consulted, neither is the header.
 	e.svc.SetAccessRules(nil)
