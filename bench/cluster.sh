@@ -36,6 +36,8 @@
 # Knobs: ROUNDS [3] DURATION [10] CONNECTIONS [32] THREADS [2]
 #        WORKSPACES [12] PORT [27190] (btk on PORT..PORT+2, Redis from PORT+3)
 #        BTK_BIN [built from the tree] (a btk binary to measure instead)
+#        SERVER_GOMAXPROCS [Go's default: the CPUs] GOMAXPROCS of the three
+#        btk servers (bench/README.md: one P against two on shared cores)
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -44,6 +46,7 @@ CONNECTIONS=${CONNECTIONS:-32}
 THREADS=${THREADS:-2}
 WORKSPACES=${WORKSPACES:-12}
 PORT=${PORT:-27190}
+SERVER_GOMAXPROCS=${SERVER_GOMAXPROCS:-}
 PG=${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
 EMAIL="bench@example.com"
 PASSWORD="bench-password-not-secret"
@@ -118,7 +121,9 @@ start() { # start NAME PORT ARGS...
 	if curl -sS -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null; then
 		die "port $port is in use (set PORT)"
 	fi
-	BTK_BOOTSTRAP_EMAIL="$EMAIL" BTK_BOOTSTRAP_PASSWORD="$PASSWORD" "$work/btk" serve --addr "127.0.0.1:$port" \
+	local env=(BTK_BOOTSTRAP_EMAIL="$EMAIL" BTK_BOOTSTRAP_PASSWORD="$PASSWORD")
+	[[ -n "$SERVER_GOMAXPROCS" ]] && env+=(GOMAXPROCS="$SERVER_GOMAXPROCS")
+	env "${env[@]}" "$work/btk" serve --addr "127.0.0.1:$port" \
 		--rate-per-minute 1000000 --rate-per-day 100000000 --log-level warn "$@" >"$work/$name.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 100); do
@@ -209,6 +214,7 @@ redis_stats() {
 pg_xacts() { [[ $1 == sqlite ]] && { echo 0; return; }
 	psql "$PG" -qAtc "SELECT pg_stat_clear_snapshot(); SELECT xact_commit FROM pg_stat_database WHERE datname = '${dbbase}_$1'" | tail -1; }
 
+echo "btk cluster bench: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(go version | cut -d' ' -f3), server GOMAXPROCS=${SERVER_GOMAXPROCS:-default}, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-9s %5s %8s %11s %13s %14s %9s %15s %12s\n' engine round req/s srv-us/req redis-us/req script-us/chk cmds/req shard-max/mean pg-xact/req
 : >"$work/results"
 for round in $(seq "$ROUNDS"); do
