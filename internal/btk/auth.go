@@ -289,6 +289,18 @@ func (s *Service) Login(ctx context.Context, email, password, workspaceID string
 // The session.login event is written in the session's transaction; a
 // failed login writes nothing.
 func (s *Service) LoginTo(ctx context.Context, email, password, workspaceID, workspaceName string) (*SessionInfo, error) {
+	return s.login(ctx, email, password, workspaceID, workspaceName, false)
+}
+
+// LoginFirst is Login, except that an account with several workspaces that
+// names none is logged in to the first of them (the dashboard, whose
+// switcher offers the others) rather than asked to choose: one password
+// check either way.
+func (s *Service) LoginFirst(ctx context.Context, email, password, workspaceID string) (*SessionInfo, error) {
+	return s.login(ctx, email, password, workspaceID, "", true)
+}
+
+func (s *Service) login(ctx context.Context, email, password, workspaceID, workspaceName string, first bool) (*SessionInfo, error) {
 	var acct *Account
 	var ms []MembershipInfo
 	err := s.store.Read(ctx, func(tx Tx) error {
@@ -324,6 +336,9 @@ func (s *Service) LoginTo(ctx context.Context, email, password, workspaceID, wor
 	if err != nil {
 		return nil, err
 	}
+	if first && workspaceID == "" && workspaceName == "" && len(ms) > 1 {
+		workspaceID = ms[0].WorkspaceID
+	}
 	m, err := chooseWorkspace(ms, workspaceID, workspaceName)
 	if errors.Is(err, ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "no membership in that workspace")
@@ -333,7 +348,7 @@ func (s *Service) LoginTo(ctx context.Context, email, password, workspaceID, wor
 	}
 	var info *SessionInfo
 	err = s.store.Write(ctx, func(tx Tx) (err error) {
-		if info, err = s.openSession(ctx, tx, acct, m.WorkspaceID, m.Role, false); err != nil {
+		if info, err = s.openSession(ctx, tx, acct, m.WorkspaceID, m.Role, false, s.now().Add(SessionTTL)); err != nil {
 			return err
 		}
 		a := &Actor{AccountID: acct.ID, Email: acct.Email, IP: clientIPFrom(ctx), UserAgent: clientRequestFrom(ctx).userAgent}
@@ -352,11 +367,12 @@ func (s *Service) LoginTo(ctx context.Context, email, password, workspaceID, wor
 	return info, nil
 }
 
-func (s *Service) openSession(ctx context.Context, tx Tx, acct *Account, workspaceID string, role Role, impersonating bool) (*SessionInfo, error) {
-	now := s.now()
+// openSession opens a session that ends at expires: SessionTTL after the
+// password was checked.
+func (s *Service) openSession(ctx context.Context, tx Tx, acct *Account, workspaceID string, role Role, impersonating bool, expires time.Time) (*SessionInfo, error) {
 	sess := &Session{
 		ID: uuid.NewString(), AccountID: acct.ID, WorkspaceID: workspaceID,
-		Impersonating: impersonating, CreatedAt: now, ExpiresAt: now.Add(SessionTTL),
+		Impersonating: impersonating, CreatedAt: s.now(), ExpiresAt: expires,
 	}
 	info := &SessionInfo{Account: acct, Role: role, ExpiresAt: sess.ExpiresAt}
 	if workspaceID != "" {

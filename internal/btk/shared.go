@@ -3,7 +3,6 @@ package btk
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/btk-project/btk/internal/ratelimit"
@@ -121,7 +120,7 @@ func newLocalThrottle(bound int) localThrottle {
 }
 
 func (t localThrottle) limiter(key string) *ratelimit.Limiter {
-	if strings.HasPrefix(key, protectedAccountKind) || strings.HasPrefix(key, protectedDeviceKind) {
+	if protectedKey(key) {
 		return t.protected
 	}
 	return t.open

@@ -85,6 +85,10 @@ type Tx interface {
 	Session(ctx context.Context, id string) (*Session, error)
 	CreateSession(ctx context.Context, s *Session) error
 	RevokeSession(ctx context.Context, id string, at time.Time) error
+	// EndSession ends a live session as RevokeSession does, and fails with
+	// ErrNotFound when it has ended already: of two transactions ending one
+	// session, one succeeds (a workspace switch replaces a session once).
+	EndSession(ctx context.Context, id string, at time.Time) error
 	// RevokeMemberSessions ends the account's sessions in the workspace,
 	// except impersonation sessions (which do not rest on a membership).
 	RevokeMemberSessions(ctx context.Context, workspaceID, accountID string, at time.Time) error

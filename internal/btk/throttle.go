@@ -72,7 +72,17 @@ type attempt struct {
 const (
 	protectedAccountKind = "acct:"
 	protectedDeviceKind  = "dev:"
+	// protectedSwitchKind counts an account's workspace switches
+	// (SwitchWorkspace).
+	protectedSwitchKind = "switch:"
 )
+
+// protectedKey reports whether key's count is one no client chooses the
+// number of.
+func protectedKey(key string) bool {
+	return strings.HasPrefix(key, protectedAccountKind) || strings.HasPrefix(key, protectedDeviceKind) ||
+		strings.HasPrefix(key, protectedSwitchKind)
+}
 
 func throttleKey(kind string, parts ...string) string {
 	h := sha256.New()

@@ -193,7 +193,7 @@ func (s *Service) Impersonate(ctx context.Context, a *Actor, workspaceID string)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
-		if info, err = s.openSession(ctx, tx, acct, workspaceID, role, true); err != nil {
+		if info, err = s.openSession(ctx, tx, acct, workspaceID, role, true, s.now().Add(SessionTTL)); err != nil {
 			return err
 		}
 		// Attributed to the admin, who is also the impersonator from now on.

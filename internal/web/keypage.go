@@ -105,27 +105,38 @@ func (h *Handler) keyDetail(w http.ResponseWriter, r *http.Request, a *btk.Actor
 	h.render(w, r, "key", http.StatusOK, p)
 }
 
-// switchWorkspace opens a session in another of the account's workspaces
-// (the header's switcher) and ends the one it replaces.
+// switchWorkspace replaces the session with one in another of the
+// account's workspaces (the header's switcher); the domain ends the old one.
+// Choosing the workspace the session is in changes nothing.
 func (h *Handler) switchWorkspace(w http.ResponseWriter, r *http.Request, a *btk.Actor) {
 	if !h.parseForm(w, r) {
 		return
 	}
-	info, err := h.svc.SwitchWorkspace(r.Context(), a, r.PostForm.Get("workspace"))
+	ws := r.PostForm.Get("workspace")
+	if ws == a.WorkspaceID {
+		http.Redirect(w, r, "/keys", http.StatusSeeOther)
+		return
+	}
+	info, err := h.svc.SwitchWorkspace(r.Context(), a, ws)
 	if err != nil {
 		h.fail(w, r, &layout{Actor: a}, err)
 		return
 	}
-	h.replaceSession(w, r, a, info)
+	h.startSession(w, r, info)
 }
 
-// replaceSession answers a switch or an impersonation: the browser gets the
-// cookies of info, the session opened, and the keys page; a's session,
-// which info replaces, ends.
+// replaceSession answers an impersonation: a's session, which info
+// replaces, ends, and startSession.
 func (h *Handler) replaceSession(w http.ResponseWriter, r *http.Request, a *btk.Actor, info *btk.SessionInfo) {
 	if err := h.svc.Logout(r.Context(), a); err != nil {
 		h.log.WarnContext(r.Context(), "could not end the session a new one replaced", "err", err)
 	}
+	h.startSession(w, r, info)
+}
+
+// startSession gives the browser the cookies of info, the session opened,
+// and the keys page.
+func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, info *btk.SessionInfo) {
 	setCookie(w, r, info.Token, info.ExpiresAt)
 	setDeviceCookie(w, r, info.DeviceToken)
 	http.Redirect(w, r, "/keys", http.StatusSeeOther)

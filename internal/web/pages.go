@@ -97,16 +97,9 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(DeviceCookieName); err == nil {
 		ctx = btk.WithDeviceToken(ctx, c.Value)
 	}
-	info, err := h.svc.Login(ctx, email, r.PostForm.Get("password"), workspace)
-	if err != nil {
-		var choice *btk.WorkspaceChoiceError
-		if errors.As(err, &choice) && len(choice.Workspaces) > 0 {
-			// The password was right: the first workspace is opened and the
-			// header's switcher offers the others (one login, no password
-			// typed twice).
-			info, err = h.svc.Login(ctx, email, r.PostForm.Get("password"), choice.Workspaces[0].WorkspaceID)
-		}
-	}
+	// An account in several workspaces gets the first, and the header's
+	// switcher offers the others (one login, no password typed twice).
+	info, err := h.svc.LoginFirst(ctx, email, r.PostForm.Get("password"), workspace)
 	if err != nil {
 		p := loginPage{layout: layout{Title: "Log in"}, Email: email, Chosen: workspace, Error: sentence(btk.ErrorMessage(err))}
 		status := statusOf(err)

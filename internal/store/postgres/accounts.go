@@ -198,6 +198,12 @@ func (t *tx) RevokeSession(ctx context.Context, id string, at time.Time) error {
 	return err
 }
 
+func (t *tx) EndSession(ctx context.Context, id string, at time.Time) error {
+	_, err := t.exec(ctx, "end session", true,
+		`UPDATE sessions SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`, at, id)
+	return err
+}
+
 func (t *tx) RevokeMemberSessions(ctx context.Context, workspaceID, accountID string, at time.Time) error {
 	_, err := t.exec(ctx, "revoke member sessions", false,
 		`UPDATE sessions SET revoked_at = $1 WHERE workspace_id = $2 AND account_id = $3 AND NOT impersonating AND revoked_at IS NULL`,

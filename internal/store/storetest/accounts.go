@@ -252,6 +252,41 @@ func testSessionRoundTripAndRevoke(t *testing.T, db btk.Store) {
 	})
 	err := db.Write(ctx, func(tx btk.Tx) error { return tx.RevokeSession(ctx, "nope", t0) })
 	mustBe(t, err, btk.ErrNotFound)
+
+	// EndSession ends a live session only.
+	live := &btk.Session{ID: uuid.NewString(), AccountID: a.ID, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	write(t, db, func(tx btk.Tx) error { return tx.CreateSession(ctx, live) })
+	write(t, db, func(tx btk.Tx) error { return tx.EndSession(ctx, live.ID, t0.Add(time.Second)) })
+	for _, id := range []string{live.ID, s.ID, "nope"} {
+		err := db.Write(ctx, func(tx btk.Tx) error { return tx.EndSession(ctx, id, t0.Add(time.Minute)) })
+		mustBe(t, err, btk.ErrNotFound)
+	}
+	read(t, db, func(tx btk.Tx) error {
+		got, err := tx.Session(ctx, live.ID)
+		if err != nil || got.RevokedAt == nil || !got.RevokedAt.Equal(t0.Add(time.Second)) {
+			t.Errorf("RevokedAt = %v, %v; want the first end", got.RevokedAt, err)
+		}
+		return nil
+	})
+}
+
+// Concurrent ends of one session (a browser's workspace switch sent twice
+// at once): one wins, the others find it ended.
+func testConcurrentEndSession(t *testing.T, db btk.Store) {
+	a := newAccount(t, db, "end@example.com")
+	s := &btk.Session{ID: uuid.NewString(), AccountID: a.ID, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	write(t, db, func(tx btk.Tx) error { return tx.CreateSession(ctx, s) })
+	errs := make([]error, 8)
+	race(db, len(errs), func(i int) {
+		errs[i] = db.Write(ctx, func(tx btk.Tx) error {
+			if _, err := tx.Session(ctx, s.ID); err != nil {
+				return err
+			}
+			widen()
+			return tx.EndSession(ctx, s.ID, t0.Add(time.Duration(i)*time.Second))
+		})
+	})
+	oneWon(t, "session ends", errs, btk.ErrNotFound)
 }
 
 func testTimesComeBackUTC(t *testing.T, db btk.Store) {

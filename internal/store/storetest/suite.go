@@ -25,6 +25,7 @@ var storeTests = []struct {
 	{"AccountRoundTripAndEmail", testAccountRoundTripAndEmail},
 	{"Memberships", testMemberships},
 	{"SessionRoundTripAndRevoke", testSessionRoundTripAndRevoke},
+	{"ConcurrentEndSession", testConcurrentEndSession},
 	{"PruneSessions", testPruneSessions},
 	{"TimesComeBackUTC", testTimesComeBackUTC},
 	{"WebhookClaimsFair", testWebhookClaimsFair},
