@@ -144,6 +144,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		log.Info("access rules loaded", "file", ops.rulesFile, "rules", ops.rules.Len())
 	}
 
+	// One client address holds at most a sixteenth of the connections; a
+	// trusted proxy carries many clients' (docs/security.md).
+	server.LimitConnsPerAddress(ops.proxies.Trusts)
 	handler := server.New(svc, db, log, server.WithTrustedProxies(ops.proxies), server.WithLeakReportKeys(ops.leakKeys), server.WithUpstreamTimeout(cfg.UpstreamTimeout))
 	if cfg.Dashboard {
 		handler.Mount(web.New(svc, log, handler.ClientIP), web.Patterns...)

@@ -58,6 +58,9 @@ func (tp *TrustedProxies) String() string {
 	return strings.Join(s, ",")
 }
 
+// Trusts reports whether a is a trusted proxy (none, with no list).
+func (tp *TrustedProxies) Trusts(a netip.Addr) bool { return tp != nil && tp.trusts(a) }
+
 func (tp *TrustedProxies) trusts(a netip.Addr) bool {
 	a = a.Unmap()
 	for _, p := range tp.prefixes {

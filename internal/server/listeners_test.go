@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -277,5 +278,113 @@ func TestHTTP2StreamsPerConnectionBounded(t *testing.T) {
 	close(release)
 	if most > server.MaxStreamsPerConn || most < 2 {
 		t.Fatalf("%d requests at once on one connection", most)
+	}
+}
+
+// A client that opens connections and never finishes its first request's
+// headers cannot take them all: from three quarters of the limit on, each
+// new connection closes the oldest waiting one, new or idle. Before, only
+// idle keep-alive connections were closed, and 10,000 half-sent requests
+// from one process shut every client out of every listener until the
+// header timeout, again and again.
+func TestHalfSentRequestsNeverStarveOthers(t *testing.T) {
+	const limit, slow = 40, 200
+	g := server.NewConnGuard(limit)
+	addr, _ := serveTest(t, okHandler, nil, g)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range slow {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n") // never the blank line
+	}
+	if n := g.Open(); n > limit {
+		t.Fatalf("%d connections open, limit %d", n, limit)
+	}
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 3 {
+		res, err := c.Get("http://" + addr + "/healthz")
+		if err != nil {
+			t.Fatalf("client %d after %d half-sent requests: %v", i, slow, err)
+		}
+		res.Body.Close()
+	}
+}
+
+// One client address holds at most its share of the connections, however
+// it keeps them busy (here request bodies that never come, which the
+// guard cannot close as waiting), and other addresses are served; an exempt
+// address (a trusted proxy) has no share.
+func TestConnectionsBoundedPerAddress(t *testing.T) {
+	const limit, share = 100, 10
+	g := server.NewConnGuard(limit)
+	proxy := netip.MustParseAddr("127.0.0.3")
+	g.PerAddress(share, func(a netip.Addr) bool { return a == proxy })
+	readsBody := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Write([]byte("ok"))
+	})
+	addr, _ := serveTest(t, readsBody, nil, g)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// open dials n connections from the local address from, each starting
+	// a request whose body never comes, and counts those the server kept
+	// (a refused one is closed at once: EOF).
+	open := func(from string, n int) int {
+		t.Helper()
+		d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		batch := make([]net.Conn, n)
+		for i := range batch {
+			c, err := d.Dial("tcp", addr)
+			if err != nil {
+				t.Fatalf("dial from %s: %v", from, err)
+			}
+			fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+			batch[i] = c
+		}
+		conns = append(conns, batch...)
+		var kept atomic.Int64
+		var wg sync.WaitGroup
+		for _, c := range batch {
+			wg.Go(func() {
+				c.SetReadDeadline(time.Now().Add(time.Second))
+				if _, err := c.Read(make([]byte, 1)); isTimeout(err) {
+					kept.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return int(kept.Load())
+	}
+	if kept := open("127.0.0.1", 2*share); kept != share {
+		t.Errorf("one address kept %d busy connections; want its share, %d", kept, share)
+	}
+	if open("127.0.0.2", 1) != 1 {
+		t.Error("another address was refused")
+	}
+	if kept := open(proxy.String(), 2*share); kept != 2*share {
+		t.Errorf("the exempt address kept %d of %d connections", kept, 2*share)
+	}
+	// Closing gives the share back.
+	for _, c := range conns[:share] {
+		c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for open("127.0.0.1", 1) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the address's closed connections were not given back")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
