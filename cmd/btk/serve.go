@@ -155,7 +155,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		Handler:           ops.instrument("other", handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      30 * time.Second, // graphql.UserOperationTimeout: a user's operation stops with it
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

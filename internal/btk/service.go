@@ -45,6 +45,9 @@ type Config struct {
 	// UsageRetention is how long hourly usage counts are kept; 0 means
 	// DefaultUsageRetention.
 	UsageRetention time.Duration
+	// ScanWait is how long a usage or audit read waits for one of the
+	// MaxScans slots; 0 means DefaultScanWait.
+	ScanWait time.Duration
 }
 
 // Server defaults (docs/design.md#rate-limits).
@@ -60,12 +63,14 @@ type Service struct {
 	// verifying counts the audit chain verifications running
 	// (MaxChainVerifications).
 	verifying atomic.Int32
-	store     Store
-	tokens    *Tokens
-	now       Clock
-	cfg       Config
-	cache     *keyCache
-	gate      KeyGate // rate limits and revocation; also collects last_used_at (FlushUsage)
+	// scans holds the running usage and audit reads (MaxScans, scans.go).
+	scans  chan struct{}
+	store  Store
+	tokens *Tokens
+	now    Clock
+	cfg    Config
+	cache  *keyCache
+	gate   KeyGate // rate limits and revocation; also collects last_used_at (FlushUsage)
 	// clustered: other instances change the database too, so only what the
 	// gate vouches for (a key and its workspace) is served from the cache.
 	clustered bool
@@ -116,6 +121,9 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	if cfg.UsageRetention == 0 {
 		cfg.UsageRetention = DefaultUsageRetention
 	}
+	if cfg.ScanWait == 0 {
+		cfg.ScanWait = DefaultScanWait
+	}
 	if cfg.UsageRetention < time.Hour {
 		return nil, errors.New("usage retention must be at least an hour")
 	}
@@ -154,6 +162,7 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 		passwords: newPasswordGate(),
 		unknown:   newUnknownKeys(),
 		counter:   newUsageCounter(),
+		scans:     make(chan struct{}, MaxScans),
 	}
 	if cfg.Throttle != nil { // the instances share the password budgets
 		svc.passwords.limiter = cfg.Throttle

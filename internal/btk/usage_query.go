@@ -154,6 +154,11 @@ func (s *Service) WorkspaceUsage(ctx context.Context, a *Actor, r UsageRange) (*
 	if err != nil {
 		return nil, err
 	}
+	release, err := s.scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	rows, err := read(ctx, s.store, func(tx Tx) ([]UsageCount, error) {
 		return tx.UsageSeries(ctx, UsageFilter{WorkspaceID: a.WorkspaceID, Since: since, Until: until})
 	})
@@ -182,6 +187,11 @@ func (s *Service) TopKeys(ctx context.Context, a *Actor, r UsageRange, first int
 	if err != nil {
 		return nil, err
 	}
+	release, err := s.scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var out []KeyTotal
 	err = s.store.Read(ctx, func(tx Tx) error {
 		rows, err := tx.TopKeys(ctx, UsageFilter{WorkspaceID: a.WorkspaceID, Since: since, Until: until}, first)

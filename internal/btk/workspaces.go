@@ -276,9 +276,14 @@ func (s *Service) KeyAuditLog(ctx context.Context, a *Actor, f AuditFilter) ([]*
 	if err := s.authorizeAudit(a, &f); err != nil {
 		return nil, "", err
 	}
+	release, err := s.scan(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	defer release()
 	var entries []*AuditEntry
 	var next string
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
+	err = s.store.Read(ctx, func(tx Tx) (err error) {
 		if f.WorkspaceID != a.WorkspaceID { // a platform admin's look elsewhere
 			if _, err := tx.Workspace(ctx, f.WorkspaceID); err != nil {
 				return err
@@ -319,9 +324,14 @@ func (s *Service) AuditEvents(ctx context.Context, a *Actor, f AuditFilter) ([]*
 	} else if err := s.authorizeAudit(a, &f); err != nil {
 		return nil, "", err
 	}
+	release, err := s.scan(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	defer release()
 	var events []*AuditEvent
 	var next string
-	err := s.store.Read(ctx, func(tx Tx) (err error) {
+	err = s.store.Read(ctx, func(tx Tx) (err error) {
 		if !f.NoWorkspace && f.WorkspaceID != a.WorkspaceID {
 			if _, err := tx.Workspace(ctx, f.WorkspaceID); err != nil {
 				return err

@@ -34,6 +34,9 @@ const (
 	maxBodyBytes = 64 << 10
 	// maxComplexity bounds an operation's cost (one per field by default).
 	maxComplexity = 500
+	// scanCost is the part of maxComplexity a read of many usage or audit
+	// rows costs (New).
+	scanCost = maxComplexity / 5
 	// anonymousExpansion bounds the fields a document of an anonymous or
 	// API-key caller expands to (fragments counted once each), checked
 	// before validation.
@@ -58,12 +61,19 @@ func New(svc *btk.Service, gw *gateway.Gateway, log *slog.Logger) http.Handler {
 	// aliases of auditEvents(first: 100) cost 45 x 10 and read 4,500 rows
 	// (113 ms of CPU, a 1.8 MB answer) (docs/security.md).
 	cfg.Complexity.Query.APIKeys = func(child int, _ *bool, first *int, _ *string) int { return pageCost(child, first) }
+	// A read that may walk much of a workspace's usage or audit rows (a
+	// filter matching few of them walks them all) costs a fifth of an
+	// operation besides its page: at most four in one operation, where 100
+	// aliases of auditEvents(first: 1) with a filter matching nothing cost
+	// 14 s of CPU (docs/security.md). Each also waits for one of the
+	// instance's btk.MaxScans slots.
 	cfg.Complexity.Query.AuditEvents = func(child int, _, _ *time.Time, first *int, _, _ *string, _ *bool, _, _ *string) int {
-		return pageCost(child, first)
+		return pageCost(child, first) + scanCost
 	}
 	cfg.Complexity.Query.APIKeyAuditLog = func(child int, _, _ *string, _ *btk.AuditAction, _, _ *time.Time, first *int, _, _ *string) int {
-		return pageCost(child, first)
+		return pageCost(child, first) + scanCost
 	}
+	cfg.Complexity.Query.WorkspaceUsage = func(child int, _, _ *time.Time, _ *btk.Granularity) int { return child + scanCost }
 	cfg.Complexity.Query.WebhookDeliveries = func(child int, _ string, first *int, _ *string) int { return pageCost(child, first) }
 	// topKeys is a page of keys (each row a key read): aliases of it were
 	// 120 aggregates and 12,000 key reads in one operation.
@@ -72,7 +82,7 @@ func New(svc *btk.Service, gw *gateway.Gateway, log *slog.Logger) http.Handler {
 		if first != nil {
 			rows = *first
 		}
-		return pageCost(child, &rows)
+		return pageCost(child, &rows) + scanCost
 	}
 	es := graph.NewExecutableSchema(cfg)
 	// Parsing and validating a query costs as much as the rest of a request:

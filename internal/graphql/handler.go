@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
@@ -38,6 +39,10 @@ type handler struct {
 	expansion      *expansionLimit
 }
 
+// UserOperationTimeout bounds a logged-in user's operation: the write
+// timeout of btk serve's listener, past which its answer cannot be sent.
+const UserOperationTimeout = 30 * time.Second
+
 const (
 	contentTypeJSON            = "application/json"
 	contentTypeGraphQLResponse = "application/graphql-response+json"
@@ -59,6 +64,13 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, ctx context.Cont
 	exec := h.exec
 	if btk.ActorFrom(ctx).IsUser() {
 		exec = h.userExec
+		// A user's operation may read much (usage, audit): its work stops
+		// when its answer could no longer be written, not when it is done
+		// (docs/security.md). Key-authenticated operations read no such
+		// thing, and skip the timer.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, UserOperationTimeout)
+		defer cancel()
 	}
 	defer func() {
 		if p := recover(); p != nil {

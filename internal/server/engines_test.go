@@ -61,6 +61,7 @@ var storeTests = []namedTest{
 	{"TestWebhookBoundsOverGraphQL", TestWebhookBoundsOverGraphQL},
 	{"TestKeysPerWorkspaceBounded", TestKeysPerWorkspaceBounded},
 	{"TestExpiredSessionsPruned", TestExpiredSessionsPruned},
+	{"TestScansBounded", TestScansBounded},
 	{"TestPostgresUnreachable", testPostgresUnreachable},
 }
 
