@@ -99,17 +99,19 @@ func credentialsPath(cmd *cobra.Command, getenv func(string) string, cfgPath str
 // file: its server and token win over the file's. A config file written
 // before the two were apart may hold a token too; it is read only while
 // there is no credentials file (the first login or logout makes one).
-func readCredentials(v *viper.Viper, path string) error {
+// It returns the saved login state: its token and device token belong to
+// its server alone (savedLogin).
+func readCredentials(v *viper.Viper, path string) (savedLogin, error) {
 	b, err := os.ReadFile(path) // #nosec G304 -- the user's own config or credentials file
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return savedLogin{}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading credentials: %w", err)
+		return savedLogin{}, fmt.Errorf("reading credentials: %w", err)
 	}
 	doc := map[string]any{}
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return fmt.Errorf("reading credentials %s: %w", path, err)
+		return savedLogin{}, fmt.Errorf("reading credentials %s: %w", path, err)
 	}
 	state := map[string]any{keyToken: ""}
 	for _, k := range []string{keyServer, keyToken, keyDevice} {
@@ -117,8 +119,24 @@ func readCredentials(v *viper.Viper, path string) error {
 			state[k] = s
 		}
 	}
-	return v.MergeConfigMap(state)
+	saved := savedLogin{token: fmt.Sprint(state[keyToken])}
+	if s, ok := state[keyServer].(string); ok {
+		saved.server = client.BaseURL(s)
+	}
+	if s, ok := state[keyDevice].(string); ok {
+		saved.device = s
+	}
+	return saved, v.MergeConfigMap(state)
 }
+
+// savedLogin is the credentials file's login: a session token and a device
+// token that only its server issued, and only its server is sent (another
+// --server or BTK_SERVER gets neither: a typo or a staging variable would
+// hand it a live session).
+type savedLogin struct{ server, token, device string }
+
+// forServer reports whether the saved login may be sent to server.
+func (s savedLogin) forServer(server string) bool { return s.server != "" && s.server == server }
 
 // readConfig merges the config file at path into v. A missing file is not
 // an error.

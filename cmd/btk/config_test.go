@@ -200,3 +200,66 @@ func TestLoginNeedsPasswordSource(t *testing.T) {
 		t.Errorf("login without --email off a terminal: exit %d, want %d", code, exitUsage)
 	}
 }
+
+// The saved session and device token are sent only to the server they were
+// saved with: another --server or BTK_SERVER (a typo, a staging variable)
+// got a live session of the first. A token given with --token or BTK_TOKEN
+// goes where it is told.
+func TestSavedSessionStaysWithItsServer(t *testing.T) {
+	isolate(t)
+	login := `{"data":{"login":{"accessToken":"session-of-a","deviceToken":"btkd_device-of-a","expiresAt":"2026-11-22T10:00:00Z",
+		"account":{"id":"a1","email":"owner@example.com","platformAdmin":false,"role":"OWNER"},"workspace":` + tenantJSON + `}}}`
+	me := `{"data":{"me":{"id":"a1","email":"owner@example.com","platformAdmin":false,"role":"OWNER"}}}`
+	a := newFakeServer(t, map[string]string{"Login": login, "Me": me, "TenantInfo": `{"data":{"tenantInfo":` + tenantJSON + `}}`})
+	b := newFakeServer(t, map[string]string{"Login": login, "Me": me, "TenantInfo": `{"data":{"tenantInfo":` + tenantJSON + `}}`})
+	s, _, errOut := testStreams(pipe, "hunter2-password\n")
+	if code := btkRun(s, "login", "--server", a.URL, "--email", "owner@example.com", "--password-stdin"); code != 0 {
+		t.Fatalf("login to A: exit %d: %s", code, errOut)
+	}
+
+	t.Setenv("BTK_SERVER", b.URL)
+	s, _, errOut = testStreams(pipe, "")
+	if code := btkRun(s, "whoami"); code != exitAuth || !strings.Contains(errOut.String(), "not logged in to "+b.URL) {
+		t.Errorf("whoami at B with A's session: exit %d: %s", code, errOut)
+	}
+	if n := len(b.ops()); n != 0 {
+		t.Errorf("B got %d requests with A's session", n)
+	}
+	s, _, errOut = testStreams(pipe, "")
+	if code := btkRun(s, "whoami", "--token", "given-token"); code != 0 || b.last("Me").Header.Get("Authorization") != "Bearer given-token" {
+		t.Errorf("an explicit token at B: exit %d: %s", code, errOut)
+	}
+	s, _, errOut = testStreams(pipe, "hunter2-password\n")
+	if code := btkRun(s, "login", "--email", "owner@example.com", "--password-stdin"); code != 0 {
+		t.Fatalf("login to B: exit %d: %s", code, errOut)
+	}
+	if d := b.last("Login").Variables["deviceToken"]; d != nil {
+		t.Errorf("login to B sent A's device token %v", d)
+	}
+	t.Setenv("BTK_SERVER", a.URL)
+	s, _, errOut = testStreams(pipe, "")
+	if code := btkRun(s, "whoami"); code != exitAuth {
+		t.Errorf("whoami at A with B's session: exit %d: %s", code, errOut)
+	}
+}
+
+// A 200 answer without data (a proxy or another service at --server) is a
+// failure: login saved an empty session over the good one, and create
+// printed no key and exited 0.
+func TestAnswerWithoutDataFails(t *testing.T) {
+	cfg := isolate(t)
+	cred := filepath.Join(filepath.Dir(cfg), "credentials.yaml")
+	writeFile(t, cred, "server: http://127.0.0.1:1\ntoken: good-session\n")
+	srv := newFakeServer(t, map[string]string{"Login": `{"data":null}`, "CreateApiKey": `{"data":null}`})
+	s, out, errOut := testStreams(pipe, "hunter2-password\n")
+	if code := btkRun(s, "login", "--server", srv.URL, "--email", "owner@example.com", "--password-stdin"); code != exitError || !strings.Contains(errOut.String(), "no data") {
+		t.Errorf("login answered no data: exit %d: %s", code, errOut)
+	}
+	if b, _ := os.ReadFile(cred); !strings.Contains(string(b), "token: good-session") {
+		t.Errorf("the session was replaced:\n%s", b)
+	}
+	s, out, errOut = testStreams(pipe, "")
+	if code := btkRun(s, "create", "ci-deploy", "-o", "plain", "--server", srv.URL, "--token", "t"); code == 0 || out.Len() != 0 {
+		t.Errorf("create answered no data: exit %d, printed %q: %s", code, out, errOut)
+	}
+}

@@ -115,6 +115,10 @@ func nameTaken(ctx context.Context, c *client.Client, name string, err error) er
 // with -o json, the plaintext alone with -o plain, else the key record and
 // the plaintext set apart.
 func (p *printer) newKey(payload any, k client.ApiKey, plaintext, notice string) error {
+	if !client.IsAPIKey(plaintext) {
+		// A script stores what it prints: never an empty or foreign secret.
+		return &client.Error{Code: client.CodeBadResponse, Message: "the server's answer holds no API key"}
+	}
 	return p.Result(payload, plaintext, func() {
 		p.Notice("%s", notice)
 		p.Fields(p.apiKeyFields(k))

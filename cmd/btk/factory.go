@@ -28,6 +28,7 @@ type factory struct {
 
 	cfgPath  string // set by load
 	credPath string // the login state file, set by load
+	saved    savedLogin
 	loaded   bool
 }
 
@@ -45,7 +46,7 @@ func (f *factory) load(cmd *cobra.Command) error {
 		return err
 	}
 	cred := credentialsPath(cmd, f.getenv, path)
-	if err := readCredentials(f.v, cred); err != nil {
+	if f.saved, err = readCredentials(f.v, cred); err != nil {
 		return err
 	}
 	f.cfgPath, f.credPath, f.loaded = path, cred, true
@@ -142,7 +143,29 @@ func (f *factory) client(cmd *cobra.Command) (*client.Client, error) {
 	if token == "" {
 		return nil, errNotLoggedIn
 	}
+	if f.fromSavedLogin(cmd, token) && !f.saved.forServer(server) {
+		return nil, &client.Error{Code: btk.CodeUnauthenticated, Message: fmt.Sprintf(
+			"not logged in to %s (the saved session is %s's): run 'btk login --server %s' or set BTK_TOKEN", server, f.saved.server, server)}
+	}
 	return f.newClient(server, token)
+}
+
+// fromSavedLogin reports whether token is the credentials file's, not one
+// given by --token or BTK_TOKEN.
+func (f *factory) fromSavedLogin(cmd *cobra.Command, token string) bool {
+	if fl := cmd.Flags().Lookup("token"); fl != nil && fl.Changed || f.getenv("BTK_TOKEN") != "" {
+		return false
+	}
+	return token == f.saved.token
+}
+
+// device is the saved device token, for a login to the server that issued
+// it; "" for any other.
+func (f *factory) device(server string) string {
+	if !f.saved.forServer(server) {
+		return ""
+	}
+	return f.saved.device
 }
 
 var errNotLoggedIn = &client.Error{Code: btk.CodeUnauthenticated, Message: "not logged in: run 'btk login' or set BTK_TOKEN"}
@@ -200,6 +223,9 @@ func caPool(path string) (*x509.CertPool, error) {
 // The plaintext of an API key never goes there. device, when given, is the
 // device token of the login, kept for the next one.
 func (f *factory) saveSession(server, token, device string) error {
+	if token == "" { // never over a good session
+		return &client.Error{Code: client.CodeBadResponse, Message: "the server's answer holds no session token"}
+	}
 	set := map[string]string{keyServer: server, keyToken: token}
 	if device != "" {
 		set[keyDevice] = device

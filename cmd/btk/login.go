@@ -93,7 +93,7 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 	ctx := cmd.Context()
 	// The device token of an earlier login (credentials key "device") keeps this
 	// client out of the account-wide failure budget (docs/security.md).
-	device := optional(f.v.GetString(keyDevice))
+	device := optional(f.device(server))
 	resp, err := client.Login(ctx, c, opts.email, password, id, name, device)
 	if choices := workspaceChoices(err); choices != nil {
 		// Several workspaces and none named: ask on a terminal, else say how

@@ -190,7 +190,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	case <-ctx.Done():
 		log.Info("shutting down: draining requests")
 	}
-	err = errors.Join(err, shutdownAll(servers))
+	err = errors.Join(err, shutdownAll(servers, log))
 	stopFlush()
 	wg.Wait()
 	if ferr := svc.FlushUsage(context.Background()); ferr != nil {
@@ -229,14 +229,26 @@ func newProxyServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// shutdownAll drains every listener together, within one deadline.
-func shutdownAll(servers []*http.Server) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+// drainTimeout is how long a stop waits for the requests in flight.
+const drainTimeout = 15 * time.Second
+
+// shutdownAll drains every listener together, within drainTimeout; what is
+// still open then (a long download, a WebSocket) is closed, which is how a
+// stop ends, not a failure: the process exits 0 (docs/operating.md).
+func shutdownAll(servers []*http.Server, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup
 	for i, s := range servers {
-		wg.Go(func() { errs[i] = s.Shutdown(ctx) })
+		wg.Go(func() {
+			errs[i] = s.Shutdown(ctx)
+			if errors.Is(errs[i], context.DeadlineExceeded) {
+				log.Warn("drain deadline passed: closing the connections still open", "after", drainTimeout.String())
+				_ = s.Close()
+				errs[i] = nil
+			}
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -124,3 +124,50 @@ func TestServeProxyFlags(t *testing.T) {
 		}
 	}
 }
+
+// A request still in flight when the drain's 15 s are over is cut, and the
+// stop is still a clean one: exit 0 with a warning. It printed "btk:
+// interrupted" and exited 130, which a supervisor takes for a failed stop.
+func TestServeStopsCleanlyAfterTheDrainDeadline(t *testing.T) {
+	parallelUnlessShort(t, "starts a btk serve process and waits out its 15 s drain")
+	entered := make(chan struct{}, 1)
+	done := make(chan struct{})
+	defer close(done)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		select { // longer than the drain
+		case <-done:
+		case <-r.Context().Done():
+		}
+	}))
+	defer up.Close()
+	proxyAddr := testproc.FreeAddr(t)
+	p := startServe(t, filepath.Join(t.TempDir(), "btk.db"), "--proxy-addr", proxyAddr, "--upstream", up.URL)
+	k := p.createKey(p.login(), "long")
+	go func() {
+		req, _ := http.NewRequest("GET", "http://"+proxyAddr+"/download", nil)
+		req.Header.Set("X-Api-Key", k.Plaintext)
+		if res, err := (&http.Client{Timeout: procWait}).Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(procWait):
+		t.Fatal("the request did not reach the upstream")
+	}
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Exited():
+		if p.Err() != nil || strings.Contains(p.Out.String(), "interrupted") {
+			t.Fatalf("btk serve after the drain deadline: %v\n%s", p.Err(), p.Out.String())
+		}
+		if !strings.Contains(p.Out.String(), "drain deadline passed") {
+			t.Errorf("no warning that requests were cut:\n%s", p.Out.String())
+		}
+	case <-time.After(procWait):
+		t.Fatalf("btk serve did not exit:\n%s", p.Out.String())
+	}
+}

@@ -5,7 +5,11 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -80,8 +84,19 @@ func (c *Client) WithElevation(token string) *Client {
 func (c *Client) MakeRequest(ctx context.Context, req *graphql.Request, resp *graphql.Response) error {
 	last := &lastResponse{}
 	ctx = context.WithValue(ctx, lastResponseKey{}, last)
-	return toError(c.gql.MakeRequest(ctx, req, resp), c.server, last)
+	err := c.gql.MakeRequest(ctx, req, resp)
+	if last.bad != "" && (err == nil || last.tooLarge) {
+		// Something at --server answered 200 without the data asked for (a
+		// proxy, a portal, another GraphQL service): not a success with
+		// empty results, which a script would take for real.
+		return &Error{Code: CodeBadResponse, Message: fmt.Sprintf("unexpected answer from %s: %s", c.server, last.bad)}
+	}
+	return toError(err, c.server, last)
 }
+
+// MaxResponseBytes bounds an answer the client reads: far above any btk
+// answer (a page of 500 keys is about 250 KB).
+const MaxResponseBytes = 16 << 20
 
 // Ping checks that the server answers HTTP at all (GET /healthz): any
 // status will do. It fails, as an *Error with CodeUnreachable, when there
@@ -101,8 +116,46 @@ func (c *Client) Ping(ctx context.Context) error {
 }
 
 // lastResponse keeps what the error of a request needs from its HTTP
-// response and genqlient does not pass on: the Retry-After header.
-type lastResponse struct{ retryAfter string }
+// response and genqlient does not pass on: the Retry-After header, and
+// why a 200 answer is not a GraphQL result (bad).
+type lastResponse struct {
+	retryAfter string
+	bad        string
+	tooLarge   bool
+}
+
+// check reads a 200 answer's body (at most MaxResponseBytes) and notes in
+// last what is wrong with it: no data and no errors, or too large. It
+// returns the body to decode.
+func (last *lastResponse) check(body io.ReadCloser) io.ReadCloser {
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, MaxResponseBytes+1))
+	switch {
+	case err != nil:
+		return io.NopCloser(errReader{err})
+	case len(b) > MaxResponseBytes:
+		last.bad, last.tooLarge = fmt.Sprintf("an answer larger than %d MiB", MaxResponseBytes>>20), true
+		return io.NopCloser(strings.NewReader("{}"))
+	}
+	var doc struct {
+		Data   json.RawMessage `json:"data"`
+		Errors json.RawMessage `json:"errors"`
+	}
+	if json.Unmarshal(b, &doc) == nil && noJSON(doc.Errors) && noJSON(doc.Data) {
+		last.bad = "no data and no errors"
+	}
+	return io.NopCloser(bytes.NewReader(b))
+}
+
+// noJSON reports whether a field was absent, null or an empty list.
+func noJSON(v json.RawMessage) bool {
+	s := strings.TrimSpace(string(v))
+	return s == "" || s == "null" || s == "[]"
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 type lastResponseKey struct{}
 
@@ -141,6 +194,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := base.RoundTrip(r)
 	if last, ok := req.Context().Value(lastResponseKey{}).(*lastResponse); ok && resp != nil {
 		last.retryAfter = resp.Header.Get("Retry-After")
+		if resp.StatusCode == http.StatusOK {
+			resp.Body = last.check(resp.Body)
+		}
 	}
 	return resp, err
 }

@@ -83,6 +83,12 @@ func TestErrors(t *testing.T) {
 		{"not graphql", reply(200, `<html>`), CodeBadResponse, "unexpected answer", 0},
 		// Not a btk server, or --server with a path: said plainly, on one line.
 		{"404", reply(404, "404 page not found\n"), CodeBadResponse, "is it a btk server, and is --server its base address", 404},
+		// Something else at --server answering 200 without the data: not a
+		// success with empty results (a create printed no key and exited
+		// 0; a login saved an empty session).
+		{"no data", reply(200, `{"data":null}`), CodeBadResponse, "no data and no errors", 0},
+		{"nothing", reply(200, `{}`), CodeBadResponse, "no data and no errors", 0},
+		{"too large", reply(200, `{"data":{"x":"`+strings.Repeat("A", MaxResponseBytes)+`"}}`), CodeBadResponse, "larger than 16 MiB", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Logout(context.Background(), serve(t, "tok", tc.handler))
@@ -94,6 +100,29 @@ func TestErrors(t *testing.T) {
 				t.Errorf("got code %q message %q status %d", e.Code, e.Message, e.Status)
 			}
 		})
+	}
+}
+
+// A timeout that runs out while the answer's body arrives is the retryable
+// no-answer failure (exit 8), as one before the headers is; it was an
+// untyped error (exit 1), which a script takes for a permanent failure.
+func TestTimeoutWhileTheBodyArrives(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, `{"data":`)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := New(Options{Server: srv.URL, Token: "tok", HTTPClient: &http.Client{Timeout: 300 * time.Millisecond}})
+	_, err := Logout(context.Background(), c)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeUnreachable || e.Reason != ReasonTimeout {
+		t.Fatalf("got %#v; want UNREACHABLE with reason %s", err, ReasonTimeout)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -131,6 +132,12 @@ func toError1(err error, server string) error {
 	}
 	if errors.As(err, &urlErr) {
 		return &Error{Code: CodeUnreachable, Message: fmt.Sprintf("cannot reach the btk server at %s: %v", server, urlErr.Err), Err: err}
+	}
+	// The timeout may also run out while the answer's body arrives (not a
+	// *url.Error then): the same retryable failure.
+	var netErr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout() {
+		return &Error{Code: CodeUnreachable, Reason: ReasonTimeout, Message: fmt.Sprintf("no complete answer from the btk server at %s within the timeout", server), Err: err}
 	}
 	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError

@@ -49,5 +49,26 @@ func CheckDB(db string) error {
 	if i := strings.Index(db, "://"); i > 0 && !strings.ContainsAny(db[:i], `/\`) {
 		return fmt.Errorf("unsupported database %q: btk supports a SQLite file path (./btk.db) or a postgres:// (postgresql://) URL", db[:i]+"://…")
 	}
+	if keywordDSN(db) {
+		// "host=db password=…" is PostgreSQL's keyword form: taken as a
+		// path, it became an empty SQLite database of that name, and the
+		// password was logged as the path. Not quoted here either.
+		return errors.New("a PostgreSQL connection string in keyword form (host=… dbname=…) is not supported: give a postgres:// URL")
+	}
 	return nil
+}
+
+// keywordDSN reports whether db looks like a libpq keyword connection
+// string rather than a file path.
+func keywordDSN(db string) bool {
+	for _, f := range strings.Fields(db) {
+		k, _, ok := strings.Cut(f, "=")
+		switch k {
+		case "host", "hostaddr", "dbname", "user", "password", "port", "sslmode":
+			if ok {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -387,8 +387,9 @@ var uniqueErrs = map[string]error{
 }
 
 // busyCodes are the primary result codes of a database that is busy (a
-// lock held elsewhere) rather than broken.
-var busyCodes = map[int]bool{sqlite3.SQLITE_BUSY: true, sqlite3.SQLITE_LOCKED: true, sqlite3.SQLITE_INTERRUPT: true}
+// lock held elsewhere) or cannot write for now (a full disk, which frees
+// up) rather than broken: UNAVAILABLE, which clients retry.
+var busyCodes = map[int]bool{sqlite3.SQLITE_BUSY: true, sqlite3.SQLITE_LOCKED: true, sqlite3.SQLITE_INTERRUPT: true, sqlite3.SQLITE_FULL: true}
 
 // mapErr is the one place database errors become domain errors: no row is
 // ErrNotFound, a known UNIQUE violation its domain error, anything else is
