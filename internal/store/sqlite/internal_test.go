@@ -2,8 +2,16 @@ package sqlite
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/btk-project/btk/internal/btk"
 )
 
 // tempDB opens a fresh database in t's temporary directory, closed when t
@@ -57,4 +65,28 @@ func TestPragmasOnEveryConnection(t *testing.T) {
 		}
 		return v
 	}, "0")
+}
+
+// A full disk is UNAVAILABLE (retry: space may be freed), not INTERNAL:
+// clients were told not to retry while /readyz said all was well. The
+// database is made full with max_page_count.
+func TestFullDatabaseIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	db := tempDB(t)
+	var pages int
+	if err := db.w.QueryRowContext(ctx, `PRAGMA page_count`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.w.ExecContext(ctx, fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+2)); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for i := 0; i < 1000 && err == nil; i++ {
+		err = db.Write(ctx, func(tx btk.Tx) error {
+			return tx.CreateAccount(ctx, &btk.Account{ID: uuid.NewString(), Email: fmt.Sprintf("%d-%s@example.com", i, strings.Repeat("x", 200)), CreatedAt: time.Now()})
+		})
+	}
+	if !errors.Is(err, btk.ErrUnavailable) {
+		t.Fatalf("a write to a full database: %v; want UNAVAILABLE", err)
+	}
 }
