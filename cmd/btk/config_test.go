@@ -251,14 +251,14 @@ func TestAnswerWithoutDataFails(t *testing.T) {
 	cred := filepath.Join(filepath.Dir(cfg), "credentials.yaml")
 	writeFile(t, cred, "server: http://127.0.0.1:1\ntoken: good-session\n")
 	srv := newFakeServer(t, map[string]string{"Login": `{"data":null}`, "CreateApiKey": `{"data":null}`})
-	s, out, errOut := testStreams(pipe, "hunter2-password\n")
+	s, _, errOut := testStreams(pipe, "hunter2-password\n")
 	if code := btkRun(s, "login", "--server", srv.URL, "--email", "owner@example.com", "--password-stdin"); code != exitError || !strings.Contains(errOut.String(), "no data") {
 		t.Errorf("login answered no data: exit %d: %s", code, errOut)
 	}
 	if b, _ := os.ReadFile(cred); !strings.Contains(string(b), "token: good-session") {
 		t.Errorf("the session was replaced:\n%s", b)
 	}
-	s, out, errOut = testStreams(pipe, "")
+	s, out, errOut := testStreams(pipe, "")
 	if code := btkRun(s, "create", "ci-deploy", "-o", "plain", "--server", srv.URL, "--token", "t"); code == 0 || out.Len() != 0 {
 		t.Errorf("create answered no data: exit %d, printed %q: %s", code, out, errOut)
 	}
