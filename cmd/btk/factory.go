@@ -144,8 +144,12 @@ func (f *factory) client(cmd *cobra.Command) (*client.Client, error) {
 		return nil, errNotLoggedIn
 	}
 	if f.fromSavedLogin(cmd, token) && !f.saved.forServer(server) {
+		owner := "names no server"
+		if f.saved.server != "" {
+			owner = "is " + f.saved.server + "'s"
+		}
 		return nil, &client.Error{Code: btk.CodeUnauthenticated, Message: fmt.Sprintf(
-			"not logged in to %s (the saved session is %s's): run 'btk login --server %s' or set BTK_TOKEN", server, f.saved.server, server)}
+			"not logged in to %s (the saved session %s): run 'btk login --server %s' or set BTK_TOKEN", server, owner, server)}
 	}
 	return f.newClient(server, token)
 }

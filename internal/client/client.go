@@ -85,7 +85,7 @@ func (c *Client) MakeRequest(ctx context.Context, req *graphql.Request, resp *gr
 	last := &lastResponse{}
 	ctx = context.WithValue(ctx, lastResponseKey{}, last)
 	err := c.gql.MakeRequest(ctx, req, resp)
-	if last.bad != "" && (err == nil || last.tooLarge) {
+	if last.bad != "" && err == nil {
 		// Something at --server answered 200 without the data asked for (a
 		// proxy, a portal, another GraphQL service): not a success with
 		// empty results, which a script would take for real.
@@ -121,7 +121,6 @@ func (c *Client) Ping(ctx context.Context) error {
 type lastResponse struct {
 	retryAfter string
 	bad        string
-	tooLarge   bool
 }
 
 // check reads a 200 answer's body (at most MaxResponseBytes) and notes in
@@ -134,7 +133,8 @@ func (last *lastResponse) check(body io.ReadCloser) io.ReadCloser {
 	case err != nil:
 		return io.NopCloser(errReader{err})
 	case len(b) > MaxResponseBytes:
-		last.bad, last.tooLarge = fmt.Sprintf("an answer larger than %d MiB", MaxResponseBytes>>20), true
+		// Decoded as {}: no error of its own, so bad is what is told.
+		last.bad = fmt.Sprintf("an answer larger than %d MiB", MaxResponseBytes>>20)
 		return io.NopCloser(strings.NewReader("{}"))
 	}
 	var doc struct {

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 
 	"github.com/btk-project/btk/internal/gateway"
@@ -77,3 +78,30 @@ func TestTrustedProxiesClientIP(t *testing.T) {
 
 // docs/operating.md#behind-a-load-balancer-trusted-proxies through HTTP: X-Forwarded-For from a trusted peer reaches the
 // audit row and the access log; from any other peer it is ignored.
+
+// Trusts is what exempts a proxy from the per-address connection share
+// (btk serve's guard): the listed ranges, IPv4 also as IPv4-mapped IPv6,
+// and nothing without a list.
+func TestTrustedProxiesTrusts(t *testing.T) {
+	tp, err := gateway.ParseTrustedProxies("10.0.0.0/8,192.0.2.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := gateway.ParseTrustedProxies("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		tp   *gateway.TrustedProxies
+		addr string
+		want bool
+	}{
+		{tp, "10.1.2.3", true}, {tp, "::ffff:10.1.2.3", true}, {tp, "192.0.2.7", true},
+		{tp, "192.0.2.8", false}, {tp, "127.0.0.1", false},
+		{none, "10.1.2.3", false}, {nil, "10.1.2.3", false},
+	} {
+		if got := c.tp.Trusts(netip.MustParseAddr(c.addr)); got != c.want {
+			t.Errorf("case %d: Trusts(%s) = %v, want %v", i, c.addr, got, c.want)
+		}
+	}
+}
