@@ -84,7 +84,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	ops, err := newOps(cfg, buildInfo())
 	if err != nil {
-		return err
+		// A setting names a file or a value that does not serve: the
+		// operator's mistake, as a config error is (exit 2).
+		return &usageError{err.Error()}
 	}
 	if gc := gcPercent(cfg.GCPercent, os.Getenv("GOGC")); gc != 0 {
 		debug.SetGCPercent(gc)

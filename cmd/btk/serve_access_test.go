@@ -24,7 +24,7 @@ func TestServeAccessRules(t *testing.T) {
 	os.WriteFile(rules, []byte("rules:\n  - path: /a\n    scope: [x:read]\n"), 0o644)
 	var out bytes.Buffer
 	code := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--access-rules", rules}, strings.NewReader(""), &out, &out)
-	if code == 0 || !strings.Contains(out.String(), `rules.yaml:3: unknown field "scope"`) {
+	if code != exitUsage || !strings.Contains(out.String(), `rules.yaml:3: unknown field "scope"`) {
 		t.Fatalf("bad rules file: exit %d, %q", code, out.String())
 	}
 	if _, err := os.Stat(db); err == nil {
