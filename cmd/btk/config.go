@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -139,15 +141,43 @@ type savedLogin struct{ server, token, device string }
 func (s savedLogin) forServer(server string) bool { return s.server != "" && s.server == server }
 
 // readConfig merges the config file at path into v. A missing file is not
-// an error.
+// an error; a key that is neither the CLI's nor the server's (the file may
+// be both's) is a usage error naming its line, as `btk serve` makes it: a
+// mistyped "sever:" would otherwise send the command to the default server.
 func readConfig(v *viper.Viper, path string) error {
-	v.SetConfigFile(path)
-	v.SetConfigType("yaml")
-	if err := v.ReadInConfig(); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
+	b, err := os.ReadFile(path) // #nosec G304 -- the user's own config file
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
 		return fmt.Errorf("reading config %s: %w", path, err)
+	}
+	if err := checkClientConfigKeys(path, b); err != nil {
+		return err
+	}
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
+		return fmt.Errorf("reading config %s: %w", path, err)
+	}
+	return nil
+}
+
+// checkClientConfigKeys refuses a config file whose top-level keys include
+// one that neither the CLI nor `btk serve` reads.
+func checkClientConfigKeys(path string, b []byte) error {
+	m, err := configMapping(path, b)
+	if m == nil {
+		return err // nil: an empty file
+	}
+	known := mapKeys(clientKeys)
+	cfg := defaultServeConfig()
+	for _, s := range cfg.settings() {
+		known = append(known, s.key)
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k := m.Content[i]; !slices.Contains(known, k.Value) {
+			return unknownKeyError(path, k, known)
+		}
 	}
 	return nil
 }

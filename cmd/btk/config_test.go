@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 )
 
@@ -261,5 +262,34 @@ func TestAnswerWithoutDataFails(t *testing.T) {
 	s, out, errOut := testStreams(pipe, "")
 	if code := btkRun(s, "create", "ci-deploy", "-o", "plain", "--server", srv.URL, "--token", "t"); code == 0 || out.Len() != 0 {
 		t.Errorf("create answered no data: exit %d, printed %q: %s", code, out, errOut)
+	}
+}
+
+// A key of the config file that neither the CLI nor btk serve reads stops a
+// client command with exit 2, naming the line and the key it resembles: a
+// mistyped "sever:" sent commands to the default server. The file may be
+// the server's too, so its keys are accepted, and btk serve accepts the
+// CLI's (cacert included).
+func TestConfigUnknownKeyRefused(t *testing.T) {
+	cfg := isolate(t)
+	writeFile(t, cfg, "output: json\nsever: http://prod:1\n")
+	s, _, errOut := testStreams(pipe, "")
+	if code := btkRun(s, "list"); code != exitUsage || !strings.Contains(errOut.String(), `line 2: unknown key "sever" (did you mean "server"?)`) {
+		t.Errorf("typo: exit %d, %q", code, errOut.String())
+	}
+
+	writeFile(t, cfg, "server: http://file:1\ncacert: /nonexistent.pem\naddr: 127.0.0.1:0\ndb: btk.db\nrate-per-minute: 100\n")
+	s, _, errOut = testStreams(pipe, "")
+	code := btkRun(s, "list")
+	if code == exitUsage || strings.Contains(errOut.String(), "unknown key") {
+		t.Errorf("a file shared with btk serve: exit %d, %q", code, errOut.String())
+	}
+	c := &cobra.Command{}
+	c.Flags().String("config", "", "")
+	if err := c.Flags().Set("config", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadServeConfig(c, func(string) string { return "" }); err != nil {
+		t.Errorf("btk serve on the same file: %v", err)
 	}
 }

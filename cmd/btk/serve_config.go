@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -131,7 +132,7 @@ func envName(key string) string {
 
 // clientKeys are the CLI's keys (config.go). A config file written before
 // the server's and the CLI's files were apart holds both; serve ignores these.
-var clientKeys = map[string]bool{keyServer: true, keyToken: true, keyOutput: true, keyTimeout: true, keyElevation: true}
+var clientKeys = map[string]bool{keyServer: true, keyToken: true, keyOutput: true, keyTimeout: true, keyElevation: true, keyCACert: true, keyDevice: true}
 
 // addServeFlags declares the flags of the settings that have one, with the
 // defaults as their defaults.
@@ -247,16 +248,9 @@ func serveConfigPath(cmd *cobra.Command, getenv func(string) string) (path strin
 
 // readFile applies the YAML mapping b (the file at path) to c.
 func (c *serveConfig) readFile(path string, b []byte, byKey map[string]serveSetting) error {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return usageErrorf("config %s: %v", path, err)
-	}
-	if len(doc.Content) == 0 {
-		return nil // empty file
-	}
-	m := doc.Content[0]
-	if m.Kind != yaml.MappingNode {
-		return usageErrorf("config %s: want a mapping of settings (key: value), line %d", path, m.Line)
+	m, err := configMapping(path, b)
+	if m == nil {
+		return err // nil: an empty file
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -266,11 +260,7 @@ func (c *serveConfig) readFile(path string, b []byte, byKey map[string]serveSett
 			if clientKeys[k.Value] {
 				continue // the CLI's, in a combined file from before
 			}
-			msg := fmt.Sprintf("config %s, line %d: unknown key %q", path, k.Line, k.Value)
-			if near := nearestKey(k.Value, byKey); near != "" {
-				msg += fmt.Sprintf(" (did you mean %q?)", near)
-			}
-			return usageErrorf("%s", msg)
+			return unknownKeyError(path, k, mapKeys(byKey))
 		}
 		if seen[k.Value] {
 			return usageErrorf("config %s, line %d: key %q given twice", path, k.Line, k.Value)
@@ -286,17 +276,50 @@ func (c *serveConfig) readFile(path string, b []byte, byKey map[string]serveSett
 	return nil
 }
 
-// nearestKey is the known key closest to a mistyped one (at most two edits
-// away, or the same but for _ in place of -), or "".
-func nearestKey(key string, byKey map[string]serveSetting) string {
-	if _, ok := byKey[strings.ReplaceAll(key, "_", "-")]; ok {
-		return strings.ReplaceAll(key, "_", "-")
+// configMapping is the top-level mapping of the config file at path whose
+// bytes are b; nil and no error for an empty file.
+func configMapping(path string, b []byte) (*yaml.Node, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, usageErrorf("config %s: %v", path, err)
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
+	if len(doc.Content) == 0 {
+		return nil, nil
+	}
+	m := doc.Content[0]
+	if m.Kind != yaml.MappingNode {
+		return nil, usageErrorf("config %s: want a mapping of settings (key: value), line %d", path, m.Line)
+	}
+	return m, nil
+}
+
+// unknownKeyError refuses the key k of the config file at path, naming the
+// known key it resembles.
+func unknownKeyError(path string, k *yaml.Node, known []string) error {
+	msg := fmt.Sprintf("config %s, line %d: unknown key %q", path, k.Line, k.Value)
+	if near := nearestKey(k.Value, known); near != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", near)
+	}
+	return usageErrorf("%s", msg)
+}
+
+// mapKeys is the keys of m.
+func mapKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
+	return keys
+}
+
+// nearestKey is the known key closest to a mistyped one (at most two edits
+// away, or the same but for _ in place of -), or "".
+func nearestKey(key string, keys []string) string {
+	keys = slices.Clone(keys)
 	sort.Strings(keys)
+	if dashed := strings.ReplaceAll(key, "_", "-"); slices.Contains(keys, dashed) {
+		return dashed
+	}
 	best, bestD := "", 3
 	for _, k := range keys {
 		if d := editDistance(key, k); d < bestD {
