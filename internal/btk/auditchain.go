@@ -169,7 +169,8 @@ const chainPageSize = 1000
 
 // MaxChainVerifications bounds the verifications of audit chains running at
 // once on an instance: each reads a whole chain, and owners may ask for it
-// as often as they like (docs/webhooks.md#the-audit-chain).
+// as often as they like (docs/webhooks.md#the-audit-chain). A chain is
+// verified once at a time, so one workspace never holds every slot.
 const MaxChainVerifications = 2
 
 // ErrVerificationsBusy refuses a verification while MaxChainVerifications
@@ -184,6 +185,17 @@ func (s *Service) VerifyAuditChain(ctx context.Context, a *Actor, workspaceID st
 	chain, err := s.chainFor(ctx, a, workspaceID, serverWide)
 	if err != nil {
 		return nil, err
+	}
+	// One verification of a chain at a time: a second would read the same
+	// rows for the same answer, and one owner asking in a loop must not
+	// hold every slot.
+	turn := s.verifyTurns.join(chain)
+	defer s.verifyTurns.leave(chain, turn)
+	select {
+	case turn.held <- struct{}{}:
+		defer func() { <-turn.held }()
+	default:
+		return nil, ErrVerificationsBusy
 	}
 	if s.verifying.Add(1) > MaxChainVerifications {
 		s.verifying.Add(-1)

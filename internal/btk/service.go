@@ -63,6 +63,9 @@ type Service struct {
 	// verifying counts the audit chain verifications running
 	// (MaxChainVerifications).
 	verifying atomic.Int32
+	// verifyTurns lets one verification of a chain run at a time, and
+	// scanTurns one usage or audit read of a workspace (scans.go).
+	verifyTurns, scanTurns turns
 	// scans holds the running usage and audit reads (MaxScans, scans.go).
 	scans  chan struct{}
 	store  Store

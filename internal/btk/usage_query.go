@@ -154,7 +154,7 @@ func (s *Service) WorkspaceUsage(ctx context.Context, a *Actor, r UsageRange) (*
 	if err != nil {
 		return nil, err
 	}
-	release, err := s.scan(ctx)
+	release, err := s.scan(ctx, a.WorkspaceID)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func (s *Service) TopKeys(ctx context.Context, a *Actor, r UsageRange, first int
 	if err != nil {
 		return nil, err
 	}
-	release, err := s.scan(ctx)
+	release, err := s.scan(ctx, a.WorkspaceID)
 	if err != nil {
 		return nil, err
 	}

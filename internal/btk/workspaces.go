@@ -276,7 +276,7 @@ func (s *Service) KeyAuditLog(ctx context.Context, a *Actor, f AuditFilter) ([]*
 	if err := s.authorizeAudit(a, &f); err != nil {
 		return nil, "", err
 	}
-	release, err := s.scan(ctx)
+	release, err := s.scan(ctx, f.WorkspaceID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -324,7 +324,7 @@ func (s *Service) AuditEvents(ctx context.Context, a *Actor, f AuditFilter) ([]*
 	} else if err := s.authorizeAudit(a, &f); err != nil {
 		return nil, "", err
 	}
-	release, err := s.scan(ctx)
+	release, err := s.scan(ctx, f.WorkspaceID)
 	if err != nil {
 		return nil, "", err
 	}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -58,35 +59,61 @@ func (t scanTx) TopKeys(ctx context.Context, f btk.UsageFilter, n int) ([]btk.Us
 // operation has a deadline (its work stops when its answer could no longer
 // be written). Before, one owner's operation of 20 aliased topKeys held
 // every SQLite reader for 85 s (149 s of CPU) and another account's {me}
-// waited 7 s; nothing stopped the work when the client had gone.
+// waited 7 s; nothing stopped the work when the client had gone. A
+// workspace's reads also run one at a time: one owner asking in a loop
+// held both slots, and every other workspace's usage and audit pages
+// waited 10 s and failed.
 func TestScansBounded(t *testing.T) {
 	t.Parallel()
 	ss := scanStore{entered: make(chan time.Time, 16), release: make(chan struct{}), scanning: new(atomic.Int32), maxAtOnce: new(atomic.Int32)}
 	e := newWrappedEnv(t, func(s btk.Store) btk.Store { ss.Store = s; return ss }, func(c *btk.Config) { c.ScanWait = 200 * time.Millisecond })
-	owner := e.admin()
+	admin := e.admin()
+	// One owner per workspace: the admin owns Default, and owners of their
+	// own workspaces fill the other slots.
+	owners := []cred{admin}
+	for i := 1; i <= btk.MaxScans; i++ {
+		name := fmt.Sprintf("scan%d", i)
+		ws := e.createWorkspace(admin, name, "SELF_HOSTED")
+		acct := e.createAccount(admin, name+"@example.com", "a-long-password-"+name, false)
+		e.setMember(admin, ws, acct, "OWNER")
+		owners = append(owners, cred{Bearer: e.login(name+"@example.com", "a-long-password-"+name, ws)})
+	}
 	queries := []string{`{auditEvents(first:1){nodes{id}}}`, `{workspaceUsage{topKeys(first:1){accepted}}}`}
 	var wg sync.WaitGroup
 	answers := make([]response, btk.MaxScans)
-	for i := range answers {
-		wg.Go(func() { answers[i] = e.do(owner, queries[i%len(queries)], nil) })
-	}
-	for range btk.MaxScans {
-		select {
-		case deadline := <-ss.entered:
-			if deadline.IsZero() || time.Until(deadline) > 30*time.Second {
-				t.Errorf("a user's scan runs with deadline %v; want at most 30 s from now", deadline)
+	held := func(n int) {
+		t.Helper()
+		for range n {
+			select {
+			case deadline := <-ss.entered:
+				if deadline.IsZero() || time.Until(deadline) > 30*time.Second {
+					t.Errorf("a user's scan runs with deadline %v; want at most 30 s from now", deadline)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the scans did not start")
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the scans did not start")
 		}
 	}
-	// Both slots held: a third scan is refused once its wait is over, and
-	// never reaches the database; other reads are served meanwhile.
-	if r := e.do(owner, queries[0], nil); r.Code() != "UNAVAILABLE" {
+	// The first workspace's scan holds a slot; its second waits for the
+	// workspace's turn however free the other slot is, and is refused once
+	// its wait is over, never reaching the database.
+	wg.Go(func() { answers[0] = e.do(owners[0], queries[0], nil) })
+	held(1)
+	if r := e.do(owners[0], queries[1], nil); r.Code() != "UNAVAILABLE" {
+		t.Errorf("a workspace's second scan at once: %q %+v; want UNAVAILABLE", r.Code(), r.Errors)
+	}
+	// Another workspace's scan takes the free slot at once.
+	for i := 1; i < btk.MaxScans; i++ {
+		wg.Go(func() { answers[i] = e.do(owners[i], queries[i%len(queries)], nil) })
+	}
+	held(btk.MaxScans - 1)
+	// Both slots held: a third workspace's scan is refused once its wait is
+	// over; other reads are served meanwhile.
+	if r := e.do(owners[btk.MaxScans], queries[0], nil); r.Code() != "UNAVAILABLE" {
 		t.Errorf("a scan beyond %d at once: %q %+v; want UNAVAILABLE", btk.MaxScans, r.Code(), r.Errors)
 	}
 	var me struct{ Me struct{ Email string } }
-	e.must(owner, `{me{email}}`, nil, &me)
+	e.must(admin, `{me{email}}`, nil, &me)
 	close(ss.release)
 	wg.Wait()
 	for i, r := range answers {
@@ -96,6 +123,10 @@ func TestScansBounded(t *testing.T) {
 	}
 	if n := ss.maxAtOnce.Load(); n != btk.MaxScans {
 		t.Errorf("%d scans ran at once; want %d", n, btk.MaxScans)
+	}
+	// Once the slots are free, the workspace's reads run again.
+	if r := e.do(owners[0], queries[1], nil); len(r.Errors) > 0 {
+		t.Errorf("after the others ended: %+v", r.Errors)
 	}
 }
 
