@@ -266,7 +266,7 @@ func (m *Metrics) Instrument(fallback string, next http.Handler) http.Handler {
 	m.route(fallback) // resolve it before the first request
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := statusWriterPool.Get().(*metricsWriter)
+		sw := statusWriterPool.Get().(*statusWriter)
 		sw.ResponseWriter, sw.status = w, 0
 		next.ServeHTTP(sw, r)
 		status := sw.status
@@ -285,17 +285,18 @@ func (m *Metrics) Instrument(fallback string, next http.Handler) http.Handler {
 	})
 }
 
-// metricsWriter remembers the status; pooled, so that instrumenting costs
-// no allocation per request. Unwrap lets http.ResponseController (used by
+// statusWriter remembers the status for the metrics and the access log;
+// pooled by the metrics, so that instrumenting costs no allocation per
+// request. Unwrap lets http.ResponseController (used by
 // httputil.ReverseProxy to flush and hijack) reach the connection.
-type metricsWriter struct {
+type statusWriter struct {
 	http.ResponseWriter
 	status int
 }
 
-var statusWriterPool = sync.Pool{New: func() any { return new(metricsWriter) }}
+var statusWriterPool = sync.Pool{New: func() any { return new(statusWriter) }}
 
-func (w *metricsWriter) WriteHeader(code int) {
+func (w *statusWriter) WriteHeader(code int) {
 	// 1xx are interim (the final status follows), but for 101.
 	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		w.status = code
@@ -303,14 +304,14 @@ func (w *metricsWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *metricsWriter) Write(b []byte) (int, error) {
+func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
 	return w.ResponseWriter.Write(b)
 }
 
-func (w *metricsWriter) Flush() {
+func (w *statusWriter) Flush() {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
@@ -319,11 +320,11 @@ func (w *metricsWriter) Flush() {
 
 // Hijack hands the connection over: in net/http that is a protocol switch
 // (WebSocket through the reverse proxy), counted as 101.
-func (w *metricsWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.status == 0 {
 		w.status = http.StatusSwitchingProtocols
 	}
 	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
 
-func (w *metricsWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

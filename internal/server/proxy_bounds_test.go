@@ -33,7 +33,9 @@ func (e *env) proxyWith(upstream string, opts ...server.Option) *httptest.Server
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(lockedWriter{e.logMu, e.logs}, nil))
+	// At DEBUG, as the main listener's env: every proxied request passes
+	// through the access log's writer (streams and upgrades included).
+	log := slog.New(slog.NewTextHandler(lockedWriter{e.logMu, e.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p := httptest.NewServer(server.New(e.svc, e.db, log, opts...).Proxy(u))
 	e.t.Cleanup(p.Close)
 	return p

@@ -321,6 +321,21 @@ func TestProxyWebSocket(t *testing.T) {
 	if got := <-tenant; got != e.adminWS {
 		t.Fatalf("upstream X-Tenant-Id %q", got)
 	}
+	// The proxy listener's access log (DEBUG) has the refusal and the
+	// upgrade (written once the connection ends), and never the key.
+	upgraded := "msg=request method=GET path=/socket status=101"
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(e.logText(), upgraded) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	logs := e.logText()
+	for _, want := range []string{"msg=request method=GET path=/socket status=401", upgraded} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("access log lacks %q:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, k.Plaintext) {
+		t.Error("the access log holds the key")
+	}
 }
 
 // Upstream unreachable: 502 with a GraphQL-shaped body, code BAD_GATEWAY.

@@ -69,30 +69,32 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 	return h
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serveLogged(h.mux, w, r) }
+
+// serveLogged serves r with next and, at DEBUG, writes its access-log line.
+// The line names no header: credentials travel in headers.
+func (h *Handler) serveLogged(next http.Handler, w http.ResponseWriter, r *http.Request) {
 	if !h.log.Enabled(r.Context(), slog.LevelDebug) {
-		h.mux.ServeHTTP(w, r)
+		next.ServeHTTP(w, r)
 		return
 	}
-	// The access log names no header: credentials travel in headers.
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-	h.mux.ServeHTTP(sw, r)
-	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+	// statusWriter passes Flush and Hijack on, which the proxy's streamed
+	// answers and upgrades need.
+	sw := &statusWriter{ResponseWriter: w}
+	next.ServeHTTP(sw, r)
+	status := sw.status
+	if status == 0 {
+		status = http.StatusOK // nothing written: net/http answers 200
+	}
+	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", r.URL.Path, "status", status,
 		"duration", time.Since(start), "ip", h.gw.ClientIP(r))
 }
 
-// statusWriter remembers the status code for the access log.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
-}
-
 // Proxy returns the handler of the proxy listener (--proxy-addr): the
-// gateway's reverse proxy to upstream.
-func (h *Handler) Proxy(upstream *url.URL) http.Handler { return h.gw.Proxy(upstream) }
+// gateway's reverse proxy to upstream, with the access log of the main
+// listener.
+func (h *Handler) Proxy(upstream *url.URL) http.Handler {
+	proxy := h.gw.Proxy(upstream)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveLogged(proxy, w, r) })
+}
