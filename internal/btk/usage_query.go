@@ -122,6 +122,15 @@ func (s *Service) KeyUsage(ctx context.Context, a *Actor, keyID string, r UsageR
 	if err != nil {
 		return nil, err
 	}
+	// One series reads only its key's rows, but a page of keys asks for
+	// hundreds at once: they take the workspace's turn like its other
+	// scans, so that one workspace's lists never keep every core busy
+	// (docs/usage.md).
+	release, err := s.scan(ctx, a.WorkspaceID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var rows []UsageCount
 	err = s.store.Read(ctx, func(tx Tx) error {
 		k, err := s.usageKey(ctx, tx, a, keyID)

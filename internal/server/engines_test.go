@@ -62,6 +62,7 @@ var storeTests = []namedTest{
 	{"TestKeysPerWorkspaceBounded", TestKeysPerWorkspaceBounded},
 	{"TestExpiredSessionsPruned", TestExpiredSessionsPruned},
 	{"TestScansBounded", TestScansBounded},
+	{"TestKeyUsageSeriesTakeTheWorkspaceTurn", TestKeyUsageSeriesTakeTheWorkspaceTurn},
 	{"TestPostgresUnreachable", testPostgresUnreachable},
 }
 
