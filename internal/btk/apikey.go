@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"strings"
 )
 
 // Key format: btk_<8-char workspace prefix>_<32 random bytes, base64url, no padding>.
@@ -44,6 +45,43 @@ func newToken(prefix, workspaceID string, n int) string {
 // HashKey is the SHA-256 of a plaintext key: the only form of it ever stored.
 func HashKey(plaintext string) [sha256.Size]byte {
 	return sha256.Sum256([]byte(plaintext))
+}
+
+// RedactKeys returns s (a request path, for a log line or an audit row)
+// with the secret part of anything that looks like a btk_ key replaced by
+// "…": "btk_" and up to 8 characters of the workspace prefix (a key's
+// display prefix, which is not secret) stay. A key pasted into a URL is
+// still a key, whether or not it is whole.
+func RedactKeys(s string) string {
+	i := strings.Index(s, KeyPrefix)
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i >= 0 {
+		j := i + len(KeyPrefix)
+		for n := 0; n < WorkspacePrefixLen && j < len(s) && KeyChar(s[j]) && s[j] != '_'; n++ {
+			j++
+		}
+		b.WriteString(s[:j])
+		k := j
+		for k < len(s) && KeyChar(s[k]) {
+			k++
+		}
+		if k > j {
+			b.WriteString("…")
+		}
+		s = s[k:]
+		i = strings.Index(s, KeyPrefix)
+	}
+	b.WriteString(s)
+	return b.String()
+}
+
+// KeyChar reports whether c may be part of a key: base64url and '_' (a
+// byte next to a key that is one makes the match part of a longer token).
+func KeyChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
 }
 
 // WellFormedKey reports whether s has the exact shape of a btk_ key. It reads

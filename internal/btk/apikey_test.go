@@ -103,3 +103,27 @@ func BenchmarkAuthenticateParseHash(b *testing.B) {
 		HashKey(good)
 	}
 }
+
+// A key in a request path never reaches a log line or an audit row whole:
+// its secret part is cut, whole or partial, wherever it sits.
+func TestRedactKeys(t *testing.T) {
+	key, _, display, _ := NewKey("0123456789abcdef")
+	for _, c := range []struct{ in, want string }{
+		{"/healthz", "/healthz"},
+		{"/" + key, "/" + display + "…"},
+		{"/a/" + key + "/b?x", "/a/" + display + "…/b?x"},
+		{"/" + key + "/" + key, "/" + display + "…/" + display + "…"},
+		{"/" + key[:20], "/" + display + "…"},
+		{"/btk_", "/btk_"},
+		{"/btk_ab", "/btk_ab"},
+		{"/btk_/secret", "/btk_/secret"},
+		{"/xbtk_0123456_secretpart", "/xbtk_0123456…"},
+	} {
+		if got := RedactKeys(c.in); got != c.want {
+			t.Errorf("RedactKeys(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if strings.Contains(RedactKeys(c.in), key[DisplayPrefixLen:]) {
+			t.Errorf("RedactKeys(%q) keeps the secret", c.in)
+		}
+	}
+}

@@ -177,7 +177,7 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry, a *btk
 			// recorded apart from the request, so that neither a slow
 			// database nor the once-a-minute write delays the answer and
 			// tells the caller it held a trap (docs/leaks.md).
-			ip, ua, path := h.ClientIP(r), r.UserAgent(), r.URL.Path
+			ip, ua, path := h.ClientIP(r), r.UserAgent(), btk.RedactKeys(r.URL.Path)
 			go h.svc.RecordCanaryUse(context.WithoutCancel(r.Context()), err, ip, ua, path)
 		}
 		return Refused

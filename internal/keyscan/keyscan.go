@@ -58,12 +58,6 @@ const binarySniff = 8000
 // chunkSize is what one worker reads at a time.
 const chunkSize = 256 << 10
 
-// isKeyChar reports whether c may be part of a key: a byte next to a key
-// that is a key character means the match is part of a longer token.
-func isKeyChar(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
-}
-
 // ErrBinary is returned by Reader for input that looks binary.
 var ErrBinary = errors.New("binary file")
 
@@ -117,8 +111,8 @@ func Reader(r io.Reader, path string, buf []byte, skipBinary bool, fn func(Match
 				break
 			}
 			end := p + btk.KeyLen
-			if end <= len(data) && (p > 0 && !isKeyChar(data[p-1]) || p == 0 && start == 0) &&
-				(end == len(data) || !isKeyChar(data[end])) && btk.WellFormedKeyBytes(data[p:end]) {
+			if end <= len(data) && (p > 0 && !btk.KeyChar(data[p-1]) || p == 0 && start == 0) &&
+				(end == len(data) || !btk.KeyChar(data[end])) && btk.WellFormedKeyBytes(data[p:end]) {
 				seg := data[counted:p]
 				if nl := bytes.Count(seg, []byte{'\n'}); nl > 0 {
 					line += nl

@@ -5,10 +5,13 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/btk-project/btk/internal/btk"
 )
 
 // raw sends a request and returns its status, headers and body.
@@ -204,5 +207,31 @@ func TestSessionExpiry(t *testing.T) {
 	e.clock.Advance(time.Second)
 	if r := e.do(owner, `{me{id}}`, nil); r.Status != http.StatusUnauthorized || r.Errors[0].Message != "invalid or expired session" {
 		t.Fatalf("at 12 h: HTTP %d %+v", r.Status, r.Errors)
+	}
+}
+
+// A key pasted into a URL is not written to the access log (DEBUG), on the
+// main listener or the proxy's: only its display prefix is.
+func TestAccessLogRedactsKeysInPaths(t *testing.T) {
+	t.Parallel()
+	e, owner := newAdminEnv(t)
+	k := e.createKey(owner, "pasted")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	p := e.proxyFor(up.URL)
+	e.raw("GET", "/"+k.Plaintext, "", nil, nil)
+	res, err := http.Get(p.URL + "/docs/" + k.Plaintext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	logs := e.logText()
+	if strings.Contains(logs, k.Plaintext[btk.DisplayPrefixLen:]) {
+		t.Errorf("the access log holds the key:\n%s", logs)
+	}
+	for _, want := range []string{"path=/" + k.Plaintext[:btk.DisplayPrefixLen] + "… status=404", "path=/docs/" + k.Plaintext[:btk.DisplayPrefixLen] + "… status=401"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the access log lacks %q:\n%s", want, logs)
+		}
 	}
 }

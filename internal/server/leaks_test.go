@@ -268,10 +268,12 @@ func TestCanaryAnswersAsUnknownAndIsRecorded(t *testing.T) {
 		t.Errorf("metadata: %v", meta)
 	}
 	e.clock.Advance(61 * time.Second)
-	send(t, http.DefaultClient, http.MethodGet, proxy.URL+"/orders/8", map[string]string{"X-Api-Key": canary}, nil)
+	// A key in the path is recorded redacted (its display prefix only).
+	send(t, http.DefaultClient, http.MethodGet, proxy.URL+"/orders/8/"+canary, map[string]string{"X-Api-Key": canary}, nil)
 	recorded(2)
-	if n := events.AuditEvents.Nodes; len(n) != 2 || !strings.Contains(n[0].Metadata, `"count":3`) || !strings.Contains(n[0].Metadata, `"path":"/orders/8"`) {
-		t.Errorf("after a minute: %+v; want a second event counting 3 uses", n)
+	if n := events.AuditEvents.Nodes; len(n) != 2 || !strings.Contains(n[0].Metadata, `"count":3`) ||
+		!strings.Contains(n[0].Metadata, `"path":"/orders/8/`+canary[:btk.DisplayPrefixLen]+`…"`) || strings.Contains(n[0].Metadata, canary[btk.DisplayPrefixLen:]) {
+		t.Errorf("after a minute: %+v; want a second event counting 3 uses, the key in its path redacted", n)
 	}
 }
 

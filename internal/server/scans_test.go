@@ -197,7 +197,9 @@ func TestKeyUsageSeriesTakeTheWorkspaceTurn(t *testing.T) {
 		e.createKey(owner, fmt.Sprintf("k%d", i))
 	}
 	var out struct {
-		APIKeys struct{ Nodes []struct{ Usage []struct{ Accepted int } } }
+		APIKeys struct {
+			Nodes []struct{ Usage []struct{ Accepted int } }
+		}
 	}
 	e.must(owner, `{apiKeys(first:20){nodes{usage{accepted}}}}`, nil, &out)
 	if len(out.APIKeys.Nodes) != keys {

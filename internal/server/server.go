@@ -72,7 +72,7 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serveLogged(h.mux, w, r) }
 
 // serveLogged serves r with next and, at DEBUG, writes its access-log line.
-// The line names no header: credentials travel in headers.
+// The line names no header (credentials travel in headers) and no query.
 func (h *Handler) serveLogged(next http.Handler, w http.ResponseWriter, r *http.Request) {
 	if !h.log.Enabled(r.Context(), slog.LevelDebug) {
 		next.ServeHTTP(w, r)
@@ -87,7 +87,8 @@ func (h *Handler) serveLogged(next http.Handler, w http.ResponseWriter, r *http.
 	if status == 0 {
 		status = http.StatusOK // nothing written: net/http answers 200
 	}
-	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", r.URL.Path, "status", status,
+	// A key pasted into a URL is redacted: logs never hold one.
+	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", btk.RedactKeys(r.URL.Path), "status", status,
 		"duration", time.Since(start), "ip", h.gw.ClientIP(r))
 }
 
