@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -198,7 +199,8 @@ type CreateWebhookResult struct {
 
 // PrivateAddr reports whether a receiver at addr must be refused unless
 // private receivers are allowed: loopback, private (RFC 1918, fc00::/7),
-// link-local, unspecified, multicast, CGNAT (100.64/10) and the IPv4-mapped
+// link-local, unspecified, multicast, CGNAT (100.64/10), the other ranges
+// that are not globally reachable (nonGlobalPrefixes) and the IPv4-mapped
 // forms of them; and the IPv6 forms that reach an IPv4 address through a
 // translation or an embedding: NAT64's 64:ff9b::/96 and 6to4's 2002::/16
 // when the IPv4 address inside is private (on a host with NAT64,
@@ -218,10 +220,34 @@ func PrivateAddr(addr netip.Addr) bool {
 			return true
 		}
 	}
-	return !addr.IsValid() || addr.IsLoopback() || addr.IsPrivate() || addr.IsLinkLocalUnicast() ||
+	if !addr.IsValid() || addr.IsLoopback() || addr.IsPrivate() || addr.IsLinkLocalUnicast() ||
 		addr.IsLinkLocalMulticast() || addr.IsInterfaceLocalMulticast() || addr.IsMulticast() ||
-		addr.IsUnspecified() || netip.MustParsePrefix("100.64.0.0/10").Contains(addr) ||
-		netip.MustParsePrefix("0.0.0.0/8").Contains(addr) || addr == netip.MustParseAddr("255.255.255.255")
+		addr.IsUnspecified() {
+		return true
+	}
+	for _, p := range nonGlobalPrefixes {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// nonGlobalPrefixes are the special-purpose ranges (IANA's registries) that
+// are not globally reachable and that the netip predicates do not cover:
+// a receiver there is on the operator's own network, or nowhere.
+var nonGlobalPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),       // this network
+	netip.MustParsePrefix("100.64.0.0/10"),   // CGNAT
+	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
+	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation
+	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and 255.255.255.255
+	netip.MustParsePrefix("100::/64"),        // discard-only
+	netip.MustParsePrefix("2001:db8::/32"),   // documentation
+	netip.MustParsePrefix("fec0::/10"),       // site-local (deprecated, still routed by some networks)
 }
 
 var (
@@ -252,6 +278,11 @@ func (s *Service) checkWebhookURL(ctx context.Context, raw string) (string, erro
 	}
 	if u.User != nil {
 		return "", badInput("url must not carry a user name or password")
+	}
+	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", badInput("url: the port must be 1-65535")
+		}
 	}
 	u.Fragment = ""
 	host := u.Hostname()

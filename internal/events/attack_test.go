@@ -37,6 +37,37 @@ func TestTranslatedPrivateAddressesRefused(t *testing.T) {
 	}
 }
 
+// The special-purpose ranges that are not globally reachable, beyond
+// private and loopback, are refused too, and a port must be one: an attack
+// had http://[fec0::1]/, http://198.18.0.1/ and ports 0 and 99999 accepted.
+func TestNonGlobalAddressesAndBadPortsRefused(t *testing.T) {
+	for _, a := range []string{"fec0::1", "198.18.0.1", "198.19.255.254", "192.0.0.8", "192.0.2.1", "198.51.100.7",
+		"203.0.113.9", "240.0.0.1", "255.255.255.255", "2001:db8::1", "100::1", "::ffff:198.18.0.1", "64:ff9b::c612:1"} {
+		if !btk.PrivateAddr(netip.MustParseAddr(a)) {
+			t.Errorf("%s is not refused", a)
+		}
+	}
+	for _, a := range []string{"198.20.0.1", "192.0.3.1", "223.255.255.1", "2001:db9::1"} {
+		if btk.PrivateAddr(netip.MustParseAddr(a)) {
+			t.Errorf("%s is refused", a)
+		}
+	}
+	h := newHarness(t, newSQLite(t), btk.Config{})
+	for _, u := range []string{"http://[fec0::1]/", "http://198.18.0.1/", "https://93.184.215.14:0/", "https://93.184.215.14:99999/", "https://93.184.215.14:/"} {
+		if _, err := h.svc.CreateWebhook(ctx, h.owner, u, nil); btk.ErrorCode(err) != btk.CodeBadUserInput {
+			t.Errorf("%s: err %v, want BAD_USER_INPUT", u, err)
+		}
+	}
+	if _, err := h.svc.CreateWebhook(ctx, h.owner, "https://93.184.215.14:8443/hook", nil); err != nil {
+		t.Errorf("a public address with a port: %v", err)
+	}
+	// With private receivers allowed, a port must still be one.
+	hp := newHarness(t, newSQLite(t), btk.Config{WebhookAllowPrivate: true})
+	if _, err := hp.svc.CreateWebhook(ctx, hp.owner, "http://127.0.0.1:70000/", nil); btk.ErrorCode(err) != btk.CodeBadUserInput {
+		t.Errorf("port 70000 with private receivers allowed: err %v, want BAD_USER_INPUT", err)
+	}
+}
+
 // A receiver's answer is read within bounds: its header block at most
 // 64 KiB (Go's default for a client is 10 MB, per worker).
 func TestReceiverHeadersBounded(t *testing.T) {
