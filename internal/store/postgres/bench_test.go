@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +80,181 @@ func BenchmarkAPIKeyByHash(b *testing.B) {
 				b.Fatal(err)
 			}
 			i++
+		}
+	})
+}
+
+// The usage-read benchmark's layout, as the SQLite store's: one busy
+// workspace of usageKeys keys with a row for every hour of the days, and
+// usageOthers other workspaces of usageOtherKeys keys each over the same
+// hours. Workspace w is 0badc0de+w-0000-…, its keys xxxxxxxx-000w-….
+const (
+	usageKeys      = 1_000
+	usageOthers    = 10
+	usageOtherKeys = 200
+)
+
+var (
+	usageWorkspace = fmt.Sprintf("%08x-0000-4000-8000-000000000000", 0x0badc0de)
+	usageUntil     = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	usageKey       = fmt.Sprintf("%08x-0000-4000-8000-%012x", 7*2654435761%(1<<32), 7)
+)
+
+// seedUsage writes the hourly rows of the days before usageUntil with one
+// INSERT … SELECT, hour by hour as the flush writes them, so the table is in
+// time order and the workspaces' rows lie side by side. The table's indexes
+// are dropped first and built again after (much faster than keeping them
+// up to date row by row; they come out denser than a live database's).
+func seedUsage(b *testing.B, conn *pgx.Conn, days int) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	rows, err := tx.Query(ctx, `SELECT indexname, indexdef FROM pg_indexes
+		WHERE schemaname = current_schema() AND tablename = 'api_key_usage' AND indexname <> 'api_key_usage_pkey'`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var names, defs []string
+	for rows.Next() {
+		var name, def string
+		if err := rows.Scan(&name, &def); err != nil {
+			b.Fatal(err)
+		}
+		names, defs = append(names, name), append(defs, def)
+	}
+	if rows.Err() != nil {
+		b.Fatal(rows.Err())
+	}
+	for _, q := range append([]string{`ALTER TABLE api_key_usage DROP CONSTRAINT api_key_usage_pkey`}, prefixAll(`DROP INDEX `, names)...) {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO api_key_usage (api_key_id, workspace_id, hour, accepted, rate_limited, refused)
+		SELECT format('%s-%s-4000-8000-%s', lpad(to_hex((i * 2654435761) % 4294967296), 8, '0'), lpad(to_hex(w), 4, '0'), lpad(to_hex(i), 12, '0')),
+			lpad(to_hex(x'0badc0de'::int + w), 8, '0') || '-0000-4000-8000-000000000000',
+			$1 + j * 3600000000000, (i * 31 + j) % 97 + i % 7 * 20, ((i + j) % 13 = 0)::int, (i % 5 = 0 AND j % 7 = 0)::int * 3
+		FROM generate_series(0, $2 - 1) j, generate_series(0, $3) w, generate_series(0::bigint, $4 - 1) i
+		WHERE w = 0 OR i < $5 ORDER BY j, w, i`,
+		usageUntil.Add(-time.Duration(days)*24*time.Hour).UnixNano(), days*24, usageOthers, usageKeys, usageOtherKeys); err != nil {
+		b.Fatal(err)
+	}
+	for _, q := range append([]string{`ALTER TABLE api_key_usage ADD PRIMARY KEY (api_key_id, hour)`}, defs...) {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func prefixAll(prefix string, l []string) []string {
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = prefix + s
+	}
+	return out
+}
+
+// BenchmarkUsageReads is the SQLite store's benchmark of the same name on
+// PostgreSQL: topKeys(first: 10), the workspace's hourly series and one
+// key's series over the last 90 and 7 days of 1,000 keys x 90 days of hours
+// (2.16M rows, 4.32M of other workspaces beside), and a flush of 1,000 keys'
+// counts. The server's connections run each statement many times, and after
+// five runs PostgreSQL keeps a generic plan (one for any parameters): the
+// store is opened with plan_cache_mode=force_generic_plan so that every run
+// uses that plan. "fresh" runs after an ANALYZE only (no page is
+// all-visible yet: an index-only scan still reads the table), "vacuumed"
+// after a VACUUM, as autovacuum leaves the hours that no longer change.
+// BTK_BENCH_LARGE=1 adds a year of hours (8.8M rows of the workspace).
+// Figures: docs/usage.md#what-the-reads-cost.
+func BenchmarkUsageReads(b *testing.B) {
+	days := []int{90}
+	if os.Getenv("BTK_BENCH_LARGE") == "1" {
+		days = append(days, 365)
+	}
+	for _, d := range days {
+		b.Run(fmt.Sprintf("days=%d", d), func(b *testing.B) {
+			url := pgtest.URL(b)
+			db, err := postgres.Open(ctx, url+"&plan_cache_mode=force_generic_plan", postgres.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			start := time.Now()
+			seedUsage(b, conn, d)
+			if _, err := conn.Exec(ctx, `ANALYZE api_key_usage`); err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("seeded %d days in %v", d, time.Since(start).Round(time.Millisecond))
+			b.Run("fresh", func(b *testing.B) { benchUsageReads(b, db, d) })
+			if _, err := conn.Exec(ctx, `VACUUM (ANALYZE) api_key_usage`); err != nil {
+				b.Fatal(err)
+			}
+			b.Run("vacuumed", func(b *testing.B) { benchUsageReads(b, db, d) })
+			benchUsageFlush(b, db)
+		})
+	}
+}
+
+func benchUsageReads(b *testing.B, db btk.Store, days int) {
+	for _, w := range []int{days, 7} {
+		f := btk.UsageFilter{WorkspaceID: usageWorkspace, Since: usageUntil.Add(-time.Duration(w) * 24 * time.Hour), Until: usageUntil}
+		for _, c := range []struct {
+			name string
+			want int
+			read func(tx btk.Tx) (int, error)
+		}{
+			{"topKeys", 10, func(tx btk.Tx) (int, error) { r, err := tx.TopKeys(ctx, f, 10); return len(r), err }},
+			{"series", w * 24, func(tx btk.Tx) (int, error) { r, err := tx.UsageSeries(ctx, f); return len(r), err }},
+			{"keySeries", w * 24, func(tx btk.Tx) (int, error) {
+				kf := f
+				kf.KeyID = usageKey
+				r, err := tx.UsageSeries(ctx, kf)
+				return len(r), err
+			}},
+		} {
+			b.Run(fmt.Sprintf("%s/%dd", c.name, w), func(b *testing.B) {
+				for b.Loop() {
+					err := db.Read(ctx, func(tx btk.Tx) error {
+						n, err := c.read(tx)
+						if err == nil && n != c.want {
+							err = fmt.Errorf("%d rows, want %d", n, c.want)
+						}
+						return err
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// benchUsageFlush times the usage part of a flush that adds one count to
+// the latest hour of each of the busy workspace's keys, an existing row
+// each (the rows go sorted by key, as the service sends them).
+func benchUsageFlush(b *testing.B, db btk.Store) {
+	counts := make([]btk.UsageCount, usageKeys)
+	for i := range counts {
+		counts[i] = btk.UsageCount{KeyID: fmt.Sprintf("%08x-0000-4000-8000-%012x", i*2654435761%(1<<32), i),
+			WorkspaceID: usageWorkspace, Start: usageUntil.Add(-time.Hour), Accepted: 1}
+	}
+	slices.SortFunc(counts, func(x, y btk.UsageCount) int { return strings.Compare(x.KeyID, y.KeyID) })
+	b.Run("flush/1000keys", func(b *testing.B) {
+		for b.Loop() {
+			if err := db.RecordUsage(ctx, nil, counts, nil); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

@@ -147,6 +147,44 @@ func TestSurvivesCloseAndOpen(t *testing.T) {
 	}
 }
 
+// A database upgraded from migration 0010 keeps its usage rows: 0011 only
+// swaps the workspace index of api_key_usage for the covering one, and the
+// reads find every row through it.
+func TestMigrationKeepsUsageRows(t *testing.T) {
+	url := pgtest.URL(t)
+	db, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeded := storetest.SeedUsage(t, db)
+	db.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// Back to 0010's schema: its index, and no record of 0011.
+	if _, err := conn.Exec(ctx, `DROP INDEX api_key_usage_workspace_covering;
+		CREATE INDEX api_key_usage_workspace ON api_key_usage (workspace_id, hour);
+		DELETE FROM schema_migrations WHERE version = 11`); err != nil {
+		t.Fatal(err)
+	}
+	db = open(t, url, postgres.Options{})
+	var rows int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM api_key_usage`).Scan(&rows); err != nil || rows != seeded.Rows() {
+		t.Fatalf("%d usage rows after the upgrade (%v), want %d", rows, err, seeded.Rows())
+	}
+	var indexes string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(indexname, ' ' ORDER BY indexname) FROM pg_indexes
+		WHERE schemaname = current_schema() AND tablename = 'api_key_usage'`).Scan(&indexes); err != nil {
+		t.Fatal(err)
+	}
+	if want := "api_key_usage_hour api_key_usage_pkey api_key_usage_workspace_covering"; indexes != want {
+		t.Fatalf("indexes %s, want %s", indexes, want)
+	}
+	seeded.Check(t, db)
+}
+
 func TestBadURLIsNotQuoted(t *testing.T) {
 	_, err := postgres.Open(ctx, "postgres://user:s3cret@host:notaport/db", postgres.Options{})
 	if err == nil || strings.Contains(err.Error(), "s3cret") {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,3 +136,75 @@ func Untold(t testing.TB, db btk.Store) map[string]string {
 	}
 	return u
 }
+
+// UsageRows are the usage rows SeedUsage wrote, for an engine's migration
+// tests: Check reads them back after the upgrade.
+type UsageRows struct {
+	ws, other *btk.Workspace
+	a, b, o   *btk.APIKey
+	rows      int
+}
+
+// SeedUsage writes hourly usage of two keys of a workspace and of one key
+// of another workspace, over three days.
+func SeedUsage(t testing.TB, db btk.Store) *UsageRows {
+	t.Helper()
+	u := &UsageRows{ws: newWorkspace(t, db), other: newWorkspace(t, db)}
+	u.a, u.b, u.o = createKey(t, db, key(u.ws, "a")), createKey(t, db, key(u.ws, "b")), createKey(t, db, key(u.other, "o"))
+	var counts []btk.UsageCount
+	for h := range 72 {
+		counts = append(counts,
+			btk.UsageCount{KeyID: u.a.ID, WorkspaceID: u.ws.ID, Start: hourOf(h), Accepted: 1, Refused: 1},
+			btk.UsageCount{KeyID: u.b.ID, WorkspaceID: u.ws.ID, Start: hourOf(h), Accepted: 2, RateLimited: 1},
+			btk.UsageCount{KeyID: u.o.ID, WorkspaceID: u.other.ID, Start: hourOf(h), Accepted: 100})
+	}
+	slices.SortFunc(counts, func(x, y btk.UsageCount) int { return strings.Compare(x.KeyID, y.KeyID) })
+	if err := db.RecordUsage(context.Background(), nil, counts, nil); err != nil {
+		t.Fatal(err)
+	}
+	u.rows = len(counts)
+	return u
+}
+
+// Check wants every row SeedUsage wrote, read back through the workspace's
+// series, a key's series and the top keys.
+func (u *UsageRows) Check(t testing.TB, db btk.Store) {
+	t.Helper()
+	f := btk.UsageFilter{WorkspaceID: u.ws.ID, Since: hourOf(0), Until: hourOf(72)}
+	read(t, db, func(tx btk.Tx) error {
+		series, err := tx.UsageSeries(context.Background(), f)
+		if err != nil {
+			return err
+		}
+		if len(series) != 72 || series[0].Accepted != 3 || series[71].Refused != 1 || series[71].RateLimited != 1 {
+			t.Errorf("workspace series: %d hours, first %+v", len(series), series[0])
+		}
+		kf := f
+		kf.KeyID = u.b.ID
+		if series, err = tx.UsageSeries(context.Background(), kf); err != nil {
+			return err
+		}
+		if len(series) != 72 || series[5].Accepted != 2 || series[5].Refused != 0 {
+			t.Errorf("key series: %d hours, %+v", len(series), series[5])
+		}
+		top, err := tx.TopKeys(context.Background(), f, 10)
+		if err != nil {
+			return err
+		}
+		if len(top) != 2 || top[0].KeyID != u.b.ID || top[0].Accepted != 144 || top[0].RateLimited != 72 ||
+			top[1].KeyID != u.a.ID || top[1].Accepted != 72 || top[1].Refused != 72 {
+			t.Errorf("top keys %+v", top)
+		}
+		f.WorkspaceID = u.other.ID
+		if top, err = tx.TopKeys(context.Background(), f, 10); err != nil {
+			return err
+		}
+		if len(top) != 1 || top[0].KeyID != u.o.ID || top[0].Accepted != 7200 {
+			t.Errorf("other workspace's top keys %+v", top)
+		}
+		return nil
+	})
+}
+
+// Rows is how many rows SeedUsage wrote.
+func (u *UsageRows) Rows() int { return u.rows }

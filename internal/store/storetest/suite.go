@@ -60,6 +60,7 @@ var workspaceTests = []struct {
 	{"UsageCountsAdd", testUsageCountsAdd},
 	{"UsageCountsConcurrent", testUsageCountsConcurrent},
 	{"UsageSeriesAndTopKeys", testUsageSeriesAndTopKeys},
+	{"UsageReadBack", testUsageReadBack},
 	{"KeyClientLatestWins", testKeyClientLatestWins},
 	{"PruneUsage", testPruneUsage},
 	{"PruneDeliveries", testPruneDeliveries},

@@ -228,6 +228,13 @@ func testUsageSeriesAndTopKeys(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	}
 }
 
+// Each usage read gives back the sums of its own rows: a workspace's
+// series, a key's series, and the top keys of two workspaces (what an
+// engine's migration test also checks after an upgrade, SeedUsage).
+func testUsageReadBack(t *testing.T, db btk.Store, _ *btk.Workspace) {
+	SeedUsage(t, db).Check(t, db)
+}
+
 // The latest client of a key is kept; an older one (a late flush of
 // another instance) does not replace it. Unknown: ErrNotFound.
 func testKeyClientLatestWins(t *testing.T, db btk.Store, ws *btk.Workspace) {
