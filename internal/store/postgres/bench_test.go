@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/store/postgres"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+	"github.com/btk-project/btk/internal/store/storetest"
 )
 
 func benchHash(i int) []byte {
@@ -84,23 +83,7 @@ func BenchmarkAPIKeyByHash(b *testing.B) {
 	})
 }
 
-// The usage-read benchmark's layout, as the SQLite store's: one busy
-// workspace of usageKeys keys with a row for every hour of the days, and
-// usageOthers other workspaces of usageOtherKeys keys each over the same
-// hours. Workspace w is 0badc0de+w-0000-…, its keys xxxxxxxx-000w-….
-const (
-	usageKeys      = 1_000
-	usageOthers    = 10
-	usageOtherKeys = 200
-)
-
-var (
-	usageWorkspace = fmt.Sprintf("%08x-0000-4000-8000-000000000000", 0x0badc0de)
-	usageUntil     = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-	usageKey       = fmt.Sprintf("%08x-0000-4000-8000-%012x", 7*2654435761%(1<<32), 7)
-)
-
-// seedUsage writes the hourly rows of the days before usageUntil with one
+// seedUsage writes the hourly rows of the days before storetest.UsageBenchUntil with one
 // INSERT … SELECT, hour by hour as the flush writes them, so the table is in
 // time order and the workspaces' rows lie side by side. The table's indexes
 // are dropped first and built again after (much faster than keeping them
@@ -138,7 +121,7 @@ func seedUsage(b *testing.B, conn *pgx.Conn, days int) {
 			$1 + j * 3600000000000, (i * 31 + j) % 97 + i % 7 * 20, ((i + j) % 13 = 0)::int, (i % 5 = 0 AND j % 7 = 0)::int * 3
 		FROM generate_series(0, $2 - 1) j, generate_series(0, $3) w, generate_series(0::bigint, $4 - 1) i
 		WHERE w = 0 OR i < $5 ORDER BY j, w, i`,
-		usageUntil.Add(-time.Duration(days)*24*time.Hour).UnixNano(), days*24, usageOthers, usageKeys, usageOtherKeys); err != nil {
+		storetest.UsageBenchUntil.Add(-time.Duration(days)*24*time.Hour).UnixNano(), days*24, storetest.UsageBenchOthers, storetest.UsageBenchKeys, storetest.UsageBenchOtherKeys); err != nil {
 		b.Fatal(err)
 	}
 	for _, q := range append([]string{`ALTER TABLE api_key_usage ADD PRIMARY KEY (api_key_id, hour)`}, defs...) {
@@ -195,66 +178,12 @@ func BenchmarkUsageReads(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Logf("seeded %d days in %v", d, time.Since(start).Round(time.Millisecond))
-			b.Run("fresh", func(b *testing.B) { benchUsageReads(b, db, d) })
+			b.Run("fresh", func(b *testing.B) { storetest.BenchUsageReads(b, db, d) })
 			if _, err := conn.Exec(ctx, `VACUUM (ANALYZE) api_key_usage`); err != nil {
 				b.Fatal(err)
 			}
-			b.Run("vacuumed", func(b *testing.B) { benchUsageReads(b, db, d) })
-			benchUsageFlush(b, db)
+			b.Run("vacuumed", func(b *testing.B) { storetest.BenchUsageReads(b, db, d) })
+			storetest.BenchUsageFlush(b, db)
 		})
 	}
-}
-
-func benchUsageReads(b *testing.B, db btk.Store, days int) {
-	for _, w := range []int{days, 7} {
-		f := btk.UsageFilter{WorkspaceID: usageWorkspace, Since: usageUntil.Add(-time.Duration(w) * 24 * time.Hour), Until: usageUntil}
-		for _, c := range []struct {
-			name string
-			want int
-			read func(tx btk.Tx) (int, error)
-		}{
-			{"topKeys", 10, func(tx btk.Tx) (int, error) { r, err := tx.TopKeys(ctx, f, 10); return len(r), err }},
-			{"series", w * 24, func(tx btk.Tx) (int, error) { r, err := tx.UsageSeries(ctx, f); return len(r), err }},
-			{"keySeries", w * 24, func(tx btk.Tx) (int, error) {
-				kf := f
-				kf.KeyID = usageKey
-				r, err := tx.UsageSeries(ctx, kf)
-				return len(r), err
-			}},
-		} {
-			b.Run(fmt.Sprintf("%s/%dd", c.name, w), func(b *testing.B) {
-				for b.Loop() {
-					err := db.Read(ctx, func(tx btk.Tx) error {
-						n, err := c.read(tx)
-						if err == nil && n != c.want {
-							err = fmt.Errorf("%d rows, want %d", n, c.want)
-						}
-						return err
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
-	}
-}
-
-// benchUsageFlush times the usage part of a flush that adds one count to
-// the latest hour of each of the busy workspace's keys, an existing row
-// each (the rows go sorted by key, as the service sends them).
-func benchUsageFlush(b *testing.B, db btk.Store) {
-	counts := make([]btk.UsageCount, usageKeys)
-	for i := range counts {
-		counts[i] = btk.UsageCount{KeyID: fmt.Sprintf("%08x-0000-4000-8000-%012x", i*2654435761%(1<<32), i),
-			WorkspaceID: usageWorkspace, Start: usageUntil.Add(-time.Hour), Accepted: 1}
-	}
-	slices.SortFunc(counts, func(x, y btk.UsageCount) int { return strings.Compare(x.KeyID, y.KeyID) })
-	b.Run("flush/1000keys", func(b *testing.B) {
-		for b.Loop() {
-			if err := db.RecordUsage(ctx, nil, counts, nil); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }

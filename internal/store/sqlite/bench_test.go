@@ -8,12 +8,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/store/storetest"
 )
 
 func benchHash(i int) []byte {
@@ -167,27 +166,8 @@ func BenchmarkRecordUsage(b *testing.B) {
 	})
 }
 
-// Usage-read benchmark layout: one busy workspace of usageKeys keys, each
-// with a row for every hour of the days, and usageOthers other workspaces of
-// usageOtherKeys keys each over the same hours. Workspace w is
-// 0badc0de+w-0000-…, its keys xxxxxxxx-000w-… with ids spread like UUIDs,
-// so the busy workspace's keys lie among the others' in the primary key.
-const (
-	usageKeys      = 1_000
-	usageOthers    = 10
-	usageOtherKeys = 200
-)
-
-var (
-	usageWorkspace = fmt.Sprintf("%08x-0000-4000-8000-000000000000", 0x0badc0de)
-	// usageUntil is the end of the benchmark's hours (exclusive), a whole hour.
-	usageUntil = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-	// usageKey is a key of the busy workspace.
-	usageKey = fmt.Sprintf("%08x-0000-4000-8000-%012x", 7*2654435761%(1<<32), 7)
-)
-
 // seedUsage stores the workspaces, their keys and their hourly rows of the
-// days before usageUntil in one transaction, each table with one INSERT …
+// days before storetest.UsageBenchUntil in one transaction, each table with one INSERT …
 // SELECT of a recursive CTE, so no row crosses the driver. The rows go in
 // primary-key order with the usage table's other indexes dropped and built
 // again after, which is much faster than hour by hour (as the flush writes
@@ -201,11 +181,11 @@ func seedUsage(b testing.TB, db *DB, days int) {
 			k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < ?),
 			wk(w, i, ws, id) AS (SELECT w, i, printf('%08x-0000-4000-8000-000000000000', 0x0badc0de + w),
 				printf('%08x-%04x-4000-8000-%012x', (i * 2654435761) % 4294967296, w, i) FROM w, k WHERE w = 0 OR i < ?)`
-		args := []any{usageOthers, usageKeys - 1, usageOtherKeys}
+		args := []any{storetest.UsageBenchOthers, storetest.UsageBenchKeys - 1, storetest.UsageBenchOtherKeys}
 		if _, err := tx.ExecContext(ctx, `WITH RECURSIVE w(w) AS (SELECT 0 UNION ALL SELECT w + 1 FROM w WHERE w < ?)
 			INSERT INTO workspaces (id, name, prefix, plan, public_client_key, created_at)
 			SELECT printf('%08x-0000-4000-8000-000000000000', 0x0badc0de + w), 'bench', printf('%08x', 0x0badc0de + w),
-				'SELF_HOSTED', 'bpk_bench' || w, 1 FROM w`, usageOthers); err != nil {
+				'SELF_HOSTED', 'bpk_bench' || w, 1 FROM w`, storetest.UsageBenchOthers); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, series+`
@@ -237,7 +217,7 @@ func seedUsage(b testing.TB, db *DB, days int) {
 			INSERT INTO api_key_usage (api_key_id, workspace_id, hour, accepted, rate_limited, refused)
 			SELECT id, ws, ? + j * 3600000000000, (i * 31 + j) % 97 + i % 7 * 20, (i + j) % 13 = 0, (i % 5 = 0 AND j % 7 = 0) * 3
 			FROM wk, h ORDER BY id, j`,
-			append(args, days*24-1, usageUntil.Add(-time.Duration(days)*24*time.Hour).UnixNano())...); err != nil {
+			append(args, days*24-1, storetest.UsageBenchUntil.Add(-time.Duration(days)*24*time.Hour).UnixNano())...); err != nil {
 			return err
 		}
 		for i := 1; i < len(indexes); i += 2 {
@@ -273,64 +253,8 @@ func BenchmarkUsageReads(b *testing.B) {
 			start := time.Now()
 			seedUsage(b, db, d)
 			b.Logf("seeded %d days in %v", d, time.Since(start).Round(time.Millisecond))
-			benchUsageReads(b, db, d)
-			benchUsageFlush(b, db)
+			storetest.BenchUsageReads(b, db, d)
+			storetest.BenchUsageFlush(b, db)
 		})
 	}
-}
-
-func benchUsageReads(b *testing.B, db btk.Store, days int) {
-	ctx := context.Background()
-	for _, w := range []int{days, 7} {
-		f := btk.UsageFilter{WorkspaceID: usageWorkspace, Since: usageUntil.Add(-time.Duration(w) * 24 * time.Hour), Until: usageUntil}
-		for _, c := range []struct {
-			name string
-			want int
-			read func(tx btk.Tx) (int, error)
-		}{
-			{"topKeys", 10, func(tx btk.Tx) (int, error) { r, err := tx.TopKeys(ctx, f, 10); return len(r), err }},
-			{"series", w * 24, func(tx btk.Tx) (int, error) { r, err := tx.UsageSeries(ctx, f); return len(r), err }},
-			{"keySeries", w * 24, func(tx btk.Tx) (int, error) {
-				kf := f
-				kf.KeyID = usageKey
-				r, err := tx.UsageSeries(ctx, kf)
-				return len(r), err
-			}},
-		} {
-			b.Run(fmt.Sprintf("%s/%dd", c.name, w), func(b *testing.B) {
-				for b.Loop() {
-					err := db.Read(ctx, func(tx btk.Tx) error {
-						n, err := c.read(tx)
-						if err == nil && n != c.want {
-							err = fmt.Errorf("%d rows, want %d", n, c.want)
-						}
-						return err
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
-	}
-}
-
-// benchUsageFlush times the usage part of a flush that adds one count to
-// the latest hour of each of the busy workspace's keys, an existing row
-// each (the rows go sorted by key, as the service sends them).
-func benchUsageFlush(b *testing.B, db btk.Store) {
-	ctx := context.Background()
-	counts := make([]btk.UsageCount, usageKeys)
-	for i := range counts {
-		counts[i] = btk.UsageCount{KeyID: fmt.Sprintf("%08x-0000-4000-8000-%012x", i*2654435761%(1<<32), i),
-			WorkspaceID: usageWorkspace, Start: usageUntil.Add(-time.Hour), Accepted: 1}
-	}
-	slices.SortFunc(counts, func(x, y btk.UsageCount) int { return strings.Compare(x.KeyID, y.KeyID) })
-	b.Run("flush/1000keys", func(b *testing.B) {
-		for b.Loop() {
-			if err := db.RecordUsage(ctx, nil, counts, nil); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }
