@@ -180,7 +180,17 @@ func (t *tx) CountActiveAPIKeys(ctx context.Context, workspaceID string) (int, e
 // So the second pass does not wait (NOWAIT): when such a key is locked, the
 // workspace lock is given back (the savepoint), the locked keys are waited
 // for without it, and the workspace is locked again.
+//
+// Two revoke-alls of one workspace take turns (a transaction-scoped advisory
+// lock, taken before any row): each locks keys over several passes, so
+// together they could each hold a key the other's later pass waits for
+// (40P01, seen under TestConcurrentChangesUnderTheUntoldList). It is the
+// transaction's first lock, so waiting for it holds nothing another needs.
 func (t *tx) RevokeAllAPIKeys(ctx context.Context, workspaceID string, at time.Time, by string) (int, error) {
+	if _, err := t.exec(ctx, "revoke all api keys", false,
+		`SELECT pg_advisory_xact_lock(hashtextextended('btk revoke-all ' || $1, 0))`, workspaceID); err != nil {
+		return 0, err
+	}
 	// Rows are locked in id order, the order RecordUsage takes them in, so
 	// that a usage flush and a revoke-all never deadlock.
 	const revoke = `WITH locked AS MATERIALIZED (
