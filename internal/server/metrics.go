@@ -269,12 +269,9 @@ func (m *Metrics) Instrument(fallback string, next http.Handler) http.Handler {
 		sw := statusWriterPool.Get().(*statusWriter)
 		sw.ResponseWriter, sw.status = w, 0
 		next.ServeHTTP(sw, r)
-		status := sw.status
+		status := sw.code()
 		sw.ResponseWriter = nil
 		statusWriterPool.Put(sw)
-		if status == 0 {
-			status = http.StatusOK // nothing written: net/http answers 200
-		}
 		key := r.Pattern
 		if key == "" {
 			key = fallback
@@ -328,3 +325,12 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// code is the status the client got: 200 when the handler wrote nothing
+// (net/http answers it).
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}

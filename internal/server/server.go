@@ -83,12 +83,8 @@ func (h *Handler) serveLogged(next http.Handler, w http.ResponseWriter, r *http.
 	// answers and upgrades need.
 	sw := &statusWriter{ResponseWriter: w}
 	next.ServeHTTP(sw, r)
-	status := sw.status
-	if status == 0 {
-		status = http.StatusOK // nothing written: net/http answers 200
-	}
 	// A key pasted into a URL is redacted: logs never hold one.
-	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", btk.RedactKeys(r.URL.Path), "status", status,
+	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", btk.RedactKeys(r.URL.Path), "status", sw.code(),
 		"duration", time.Since(start), "ip", h.gw.ClientIP(r))
 }
 
