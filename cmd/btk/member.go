@@ -23,7 +23,8 @@ func newMemberSetCmd(f *factory) *cobra.Command {
 		Long: `Give ACCOUNT (an account id or email) the role ROLE in WORKSPACE (an id or a name):
 owner manages the workspace's API keys, admin reads them, member has no access
 to them; none removes the membership. Platform admin, or an owner of the
-workspace.`,
+workspace. The last owner of a workspace is neither demoted nor removed: make
+another member owner first.`,
 		Example: `  btk member set Acme 3d4f1c2b-5a6e-4f70-8c9d-0e1f2a3b4c5d owner
   btk member set Acme 3d4f1c2b-5a6e-4f70-8c9d-0e1f2a3b4c5d none`,
 		Args:              exactArgs(3),

@@ -58,6 +58,7 @@ const (
 	ReasonTimeRange       Reason = "TIME_RANGE"       // since is not before until
 	ReasonWorkspaceChoice Reason = "WORKSPACE_CHOICE" // the account has several workspaces: choose one (extensions.workspaces)
 	ReasonBadCredentials  Reason = "BAD_CREDENTIALS"  // wrong email or password at login
+	ReasonLastOwner       Reason = "LAST_OWNER"       // the change would leave the workspace without an OWNER
 )
 
 // Error is an error meant for the caller: its message is safe to show.

@@ -209,12 +209,16 @@ func (s *Service) Impersonate(ctx context.Context, a *Actor, workspaceID string)
 var (
 	ErrOwnerCannotAdd = &Error{Code: CodeForbidden, Message: "only a platform admin can add an account to a workspace; an OWNER changes or removes existing members"}
 	ErrNotMember      = &Error{Code: CodeNotFound, Message: "no such member in this workspace"}
+	ErrLastOwner      = &Error{Code: CodeBadUserInput, Reason: ReasonLastOwner,
+		Message: "a workspace keeps at least one OWNER: make another member OWNER first"}
 )
 
 // SetMembership gives an account a role in a workspace, or removes it when
 // role is "". A platform admin may add any account; an OWNER of that
 // workspace (acting in it) changes the role of an existing member or removes
-// one.
+// one. Nobody, a platform admin included, demotes or removes a workspace's
+// last OWNER: without one nobody in the workspace could revoke its keys in
+// an incident (docs/security.md#accounts).
 func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, accountID string, role Role) error {
 	if err := authorize(a, permMembers, workspaceID); err != nil {
 		return err
@@ -242,6 +246,14 @@ func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, acco
 			}
 			return ErrNotMember
 		}
+		if previous == RoleOwner && role != RoleOwner {
+			// tx.Workspace locked the workspace row above (FOR UPDATE on
+			// PostgreSQL, the one writer on SQLite): two owners demoting
+			// each other take turns, and the second sees the first's change.
+			if err := keepAnOwner(ctx, tx, workspaceID, accountID); err != nil {
+				return err
+			}
+		}
 		member, err := tx.Account(ctx, accountID)
 		if err != nil {
 			return err
@@ -268,6 +280,21 @@ func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, acco
 		}
 		return s.recordEvent(ctx, tx, a, workspaceID, EventMembershipChanged, targetAccount, accountID, requestMeta(a, meta))
 	})
+}
+
+// keepAnOwner refuses a change that takes the OWNER role from accountID when
+// no other member of the workspace holds it.
+func keepAnOwner(ctx context.Context, tx Tx, workspaceID, accountID string) error {
+	members, err := tx.WorkspaceMembers(ctx, workspaceID)
+	if err != nil {
+		return err
+	}
+	for _, m := range members {
+		if m.Role == RoleOwner && m.AccountID != accountID {
+			return nil
+		}
+	}
+	return ErrLastOwner
 }
 
 // KeyAuditLog pages through the key audit log, newest first: owner tier for

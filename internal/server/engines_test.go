@@ -55,6 +55,7 @@ var storeTests = []namedTest{
 	{"TestConcurrentRotateSameKey", TestConcurrentRotateSameKey},
 	{"TestConcurrentRevokeSameKey", TestConcurrentRevokeSameKey},
 	{"TestRoleMatrix", TestRoleMatrix},
+	{"TestLastOwnerStays", TestLastOwnerStays},
 	{"TestAuditEventsInTheChangesTransaction", TestAuditEventsInTheChangesTransaction},
 	{"TestKeyHistoryAcrossRotations", TestKeyHistoryAcrossRotations},
 	{"TestWebhooksOverGraphQL", TestWebhooksOverGraphQL},

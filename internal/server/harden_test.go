@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -443,6 +444,105 @@ func TestOwnerCannotAddNonMember(t *testing.T) {
 	}
 	// A platform admin adds.
 	e.setMember(root, ws, outsiderID, "MEMBER")
+}
+
+// A workspace keeps its last OWNER, whoever asks (docs/security.md#accounts):
+// demoting or removing it is refused and changes nothing, and two OWNERs
+// demoting each other at once leave one of them OWNER.
+func TestLastOwnerStays(t *testing.T) {
+	e, root := newAdminEnv(t)
+	ws := e.createWorkspace(root, "Acme", "CLOUD_PRO")
+	first := e.createAccount(root, "first@acme.example", "first-password", false)
+	second := e.createAccount(root, "second@acme.example", "second-password", false)
+	e.setMember(root, ws, first, "OWNER")
+	e.setMember(root, ws, second, "OWNER")
+	owner := cred{Bearer: e.login("first@acme.example", "first-password", "")}
+	const set = `mutation($w:ID!,$a:ID!,$r:Role){setMembership(workspaceId:$w,accountId:$a,role:$r)}`
+	answer := func(c cred, account string, role any) string {
+		r := e.do(c, set, map[string]any{"w": ws, "a": account, "r": role})
+		if len(r.Errors) == 0 {
+			return "ok"
+		}
+		reason, _ := r.Errors[0].Extensions["reason"].(string)
+		return r.Code() + "/" + reason
+	}
+	roles := func() map[string]string {
+		var out struct {
+			Members []struct{ AccountID, Role string }
+		}
+		e.must(root, `query($w:ID!){members(workspaceId:$w){accountId role}}`, map[string]any{"w": ws}, &out)
+		m := map[string]string{}
+		for _, mb := range out.Members {
+			m[mb.AccountID] = mb.Role
+		}
+		return m
+	}
+
+	if a := answer(owner, second, "ADMIN"); a != "ok" {
+		t.Fatalf("demoting the other of two OWNERs: %q", a)
+	}
+	const refused = "BAD_USER_INPUT/LAST_OWNER"
+	for _, tc := range []struct {
+		who  string
+		c    cred
+		role any
+	}{
+		{"the last OWNER demoting itself", owner, "ADMIN"},
+		{"the last OWNER demoting itself to MEMBER", owner, "MEMBER"},
+		{"the last OWNER leaving", owner, nil},
+		{"a platform admin demoting the last OWNER", root, "MEMBER"},
+		{"a platform admin removing the last OWNER", root, nil},
+	} {
+		if a := answer(tc.c, first, tc.role); a != refused {
+			t.Fatalf("%s: %q, want %s", tc.who, a, refused)
+		}
+	}
+	if got := roles(); got[first] != "OWNER" || got[second] != "ADMIN" {
+		t.Fatalf("roles after the refusals: %v", got)
+	}
+	// Setting OWNER on the last OWNER is no change and is allowed.
+	if a := answer(owner, first, "OWNER"); a != "ok" {
+		t.Fatalf("the last OWNER keeping OWNER: %q", a)
+	}
+	// With another OWNER, the first may leave.
+	if a := answer(owner, second, "OWNER"); a != "ok" {
+		t.Fatalf("promoting a second OWNER: %q", a)
+	}
+	if a := answer(owner, first, nil); a != "ok" {
+		t.Fatalf("an OWNER leaving beside another: %q", a)
+	}
+
+	// Two OWNERs each demoting the other at once, many times: one stays.
+	e.setMember(root, ws, first, "OWNER")
+	ownerA := cred{Bearer: e.login("first@acme.example", "first-password", "")}
+	ownerB := cred{Bearer: e.login("second@acme.example", "second-password", "")}
+	for round := 0; round < 20; round++ {
+		e.setMember(root, ws, first, "OWNER")
+		e.setMember(root, ws, second, "OWNER")
+		var wg sync.WaitGroup
+		answers := make([]string, 2)
+		for i, c := range []struct {
+			by     cred
+			target string
+		}{{ownerA, second}, {ownerB, first}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answers[i] = answer(c.by, c.target, "ADMIN")
+			}()
+		}
+		wg.Wait()
+		got := roles()
+		owners := 0
+		for _, id := range []string{first, second} {
+			if got[id] == "OWNER" {
+				owners++
+			}
+		}
+		if owners != 1 {
+			t.Fatalf("round %d: answers %v left roles %v: want exactly one OWNER", round, answers, got)
+		}
+	}
 }
 
 // Names are NFC-normalised before checks and uniqueness; names
