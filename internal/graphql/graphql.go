@@ -189,6 +189,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // errBodyTooLarge is the request-level failure for a body over maxBodyBytes.
 var errBodyTooLarge = btk.Errorf(btk.CodeBadUserInput, "request body is larger than 64 KiB")
 
+// Requests /graphql does not take.
+var (
+	errNotJSON = btk.Errorf(btk.CodeBadUserInput, "send the operation as a JSON body with Content-Type: application/json")
+	errUpgrade = btk.Errorf(btk.CodeBadUserInput, "/graphql takes POST requests with a JSON body; it serves no subscriptions or upgrades")
+)
+
 // limitBody refuses a body over maxBodyBytes with 413 before anything reads
 // it. A body of unknown length (chunked) is read here, up to the limit.
 func limitBody(w http.ResponseWriter, r *http.Request) bool {

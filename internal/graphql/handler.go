@@ -80,8 +80,14 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, ctx context.Cont
 		}
 	}()
 	if !postJSON(r) {
-		w.WriteHeader(http.StatusBadRequest)
-		writeResponse(w, &graphql.Response{Errors: gqlerror.List{{Message: "transport not supported"}}})
+		// A JSON answer with a code, as every other refusal has: 415 for
+		// a body of another media type (a form, text), 400 for an
+		// Upgrade (btk serves no subscriptions).
+		status, err := http.StatusUnsupportedMediaType, errNotJSON
+		if r.Header.Get("Upgrade") != "" {
+			status, err = http.StatusBadRequest, errUpgrade
+		}
+		gateway.WriteError(w, status, err)
 		return
 	}
 	ctx = graphql.StartOperationTrace(ctx) // the executor requires it

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -65,10 +66,14 @@ func TestOnlyPOSTJSONTransport(t *testing.T) {
 		{"GET with query string", http.MethodGet, "/graphql?query=" + url.QueryEscape(query), "", "", nil, 0},
 		{"GET with JSON body", http.MethodGet, "/graphql", "application/json", `{"query":"` + query + `"}`, nil, 0},
 		{"PUT", http.MethodPut, "/graphql", "application/json", `{"query":"` + query + `"}`, nil, 0},
-		{"form POST", http.MethodPost, "/graphql", "application/x-www-form-urlencoded", "query=" + url.QueryEscape(query), nil, 0},
-		{"multipart POST", http.MethodPost, "/graphql", mw.FormDataContentType(), mp.String(), nil, 0},
-		{"application/graphql POST", http.MethodPost, "/graphql", "application/graphql", query, nil, 0},
-		{"POST without content type", http.MethodPost, "/graphql", "", `{"query":"` + query + `"}`, nil, 0},
+		// A POST that is not JSON: 415, with an error that says what to send.
+		{"form POST", http.MethodPost, "/graphql", "application/x-www-form-urlencoded", "query=" + url.QueryEscape(query), nil, http.StatusUnsupportedMediaType},
+		{"multipart POST", http.MethodPost, "/graphql", mw.FormDataContentType(), mp.String(), nil, http.StatusUnsupportedMediaType},
+		{"application/graphql POST", http.MethodPost, "/graphql", "application/graphql", query, nil, http.StatusUnsupportedMediaType},
+		{"text/plain POST with a JSON body", http.MethodPost, "/graphql", "text/plain", `{"query":"` + query + `"}`, nil, http.StatusUnsupportedMediaType},
+		{"POST without content type", http.MethodPost, "/graphql", "", `{"query":"` + query + `"}`, nil, http.StatusUnsupportedMediaType},
+		{"POST with an upgrade", http.MethodPost, "/graphql", "application/json", `{"query":"` + query + `"}`, map[string]string{
+			"Connection": "Upgrade", "Upgrade": "websocket"}, http.StatusBadRequest},
 		{"websocket upgrade", http.MethodGet, "/graphql", "", "", map[string]string{
 			"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
 			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol": "graphql-transport-ws",
@@ -87,6 +92,20 @@ func TestOnlyPOSTJSONTransport(t *testing.T) {
 			}
 			if strings.Contains(body, e.adminWS) {
 				t.Errorf("the operation ran: %.300s", body)
+			}
+			if tc.method != http.MethodPost {
+				return // the mux's 405, not /graphql's answer
+			}
+			// Every refusal of /graphql's is a GraphQL error with a code.
+			var out struct {
+				Errors []struct {
+					Message    string
+					Extensions struct{ Code string }
+				}
+			}
+			if err := json.Unmarshal([]byte(body), &out); err != nil || len(out.Errors) != 1 ||
+				out.Errors[0].Extensions.Code != "BAD_USER_INPUT" || out.Errors[0].Message == "" {
+				t.Errorf("want one BAD_USER_INPUT error in JSON: %.300s", body)
 			}
 		})
 	}
