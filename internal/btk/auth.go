@@ -308,7 +308,7 @@ func (s *Service) login(ctx context.Context, email, password, workspaceID, works
 		if acct, err = tx.AccountByEmail(ctx, email); err != nil {
 			return err
 		}
-		ms, err = memberships(ctx, tx, acct.ID)
+		ms, err = tx.Memberships(ctx, acct.ID)
 		return err
 	})
 	// The password is checked outside any transaction (argon2id is slow on

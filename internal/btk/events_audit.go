@@ -72,30 +72,13 @@ type MembershipInfo struct {
 	Role          Role
 }
 
-// memberships reads the account's memberships with their workspaces' names.
-func memberships(ctx context.Context, tx Tx, accountID string) ([]MembershipInfo, error) {
-	ms, err := tx.Memberships(ctx, accountID)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]MembershipInfo, 0, len(ms))
-	for _, m := range ms {
-		w, err := tx.Workspace(ctx, m.WorkspaceID)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, MembershipInfo{WorkspaceID: w.ID, WorkspaceName: w.Name, Role: m.Role})
-	}
-	return out, nil
-}
-
 // Memberships lists the actor's own memberships (me.memberships).
 func (s *Service) Memberships(ctx context.Context, a *Actor) ([]MembershipInfo, error) {
 	if err := authorize(a, permUser, ""); err != nil {
 		return nil, err
 	}
 	return read(ctx, s.store, func(tx Tx) ([]MembershipInfo, error) {
-		return memberships(ctx, tx, a.AccountID)
+		return tx.Memberships(ctx, a.AccountID)
 	})
 }
 
@@ -172,25 +155,12 @@ func (s *Service) Members(ctx context.Context, a *Actor, workspaceID string) ([]
 	if uuid.Validate(workspaceID) != nil {
 		return nil, ErrNotFound
 	}
-	var out []Member
-	err := s.store.Read(ctx, func(tx Tx) error {
+	return read(ctx, s.store, func(tx Tx) ([]Member, error) {
 		if _, err := tx.Workspace(ctx, workspaceID); err != nil {
-			return err
+			return nil, err
 		}
-		ms, err := tx.WorkspaceMembers(ctx, workspaceID)
-		if err != nil {
-			return err
-		}
-		for _, m := range ms {
-			acct, err := tx.Account(ctx, m.AccountID)
-			if err != nil {
-				return err
-			}
-			out = append(out, Member{AccountID: acct.ID, Email: acct.Email, Role: m.Role})
-		}
-		return nil
+		return tx.WorkspaceMembers(ctx, workspaceID)
 	})
-	return out, err
 }
 
 // Accounts lists every account; platform admin.

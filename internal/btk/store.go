@@ -75,8 +75,9 @@ type Tx interface {
 
 	// Role returns the account's role in the workspace, or ErrNotFound.
 	Role(ctx context.Context, workspaceID, accountID string) (Role, error)
-	// Memberships returns the account's memberships, oldest first.
-	Memberships(ctx context.Context, accountID string) ([]Membership, error)
+	// Memberships returns the account's memberships with their workspaces'
+	// names, oldest first, in one query (me and login read them).
+	Memberships(ctx context.Context, accountID string) ([]MembershipInfo, error)
 	// SetMembership creates or replaces a membership.
 	SetMembership(ctx context.Context, m Membership) error
 	// DeleteMembership removes a membership; removing none is not an error.
@@ -149,7 +150,8 @@ type Tx interface {
 	// Accounts returns every account, oldest first.
 	Accounts(ctx context.Context) ([]*Account, error)
 	// WorkspaceMembers returns the workspace's memberships, oldest first.
-	WorkspaceMembers(ctx context.Context, workspaceID string) ([]Membership, error)
+	// with their accounts' emails, in one query.
+	WorkspaceMembers(ctx context.Context, workspaceID string) ([]Member, error)
 	// SetAccountPassword replaces the account's password hash.
 	SetAccountPassword(ctx context.Context, accountID, hash string) error
 	// SetAccountDisabled disables the account at *at, or enables it when

@@ -55,7 +55,7 @@ func (s *Service) SwitchWorkspace(ctx context.Context, a *Actor, workspaceID str
 		if err != nil {
 			return err
 		}
-		ms, err := memberships(ctx, tx, acct.ID)
+		ms, err := tx.Memberships(ctx, acct.ID)
 		if err != nil {
 			return err
 		}

@@ -235,12 +235,15 @@ func (r *queryResolver) Me(ctx context.Context) (*graph.Account, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, err := r.svc.Memberships(ctx, a)
-	if err != nil {
-		return nil, err
-	}
 	out := account(acct, a.Role)
-	out.Memberships, out.Impersonating = memberships(ms), a.Impersonating
+	out.Impersonating = a.Impersonating
+	if selected(ctx, "memberships") { // a read of its own: only when asked for
+		ms, err := r.svc.Memberships(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		out.Memberships = memberships(ms)
+	}
 	return out, nil
 }
 

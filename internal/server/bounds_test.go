@@ -346,3 +346,56 @@ func TestAdminStringsBounded(t *testing.T) {
 		t.Errorf("%d workspaces, %d accounts stored; want 2 and 2", len(out.Workspaces), len(out.Accounts))
 	}
 }
+
+// Attacker pass: each alias of a top-level field that reads the database is
+// a read transaction of its own, and me cost 1: a MEMBER's 249 aliases of
+// me{id} cost 50-110 ms of CPU (290 ms for an account in 21 workspaces,
+// whose memberships were read one workspace at a time on every alias). Such
+// a field now costs a tenth of an operation; me reads memberships only when
+// they are asked for, in one query.
+func TestTopLevelReadsCostTheirReads(t *testing.T) {
+	t.Parallel()
+	e, admin := newAdminEnv(t)
+	id := e.createAccount(admin, "member@example.com", "member-password-1", false)
+	e.setMember(admin, e.adminWS, id, "MEMBER")
+	for i := range 3 {
+		ws := e.createWorkspace(admin, fmt.Sprintf("Other %d", i), "CLOUD_PRO")
+		e.setMember(admin, ws, id, "MEMBER")
+	}
+	member := cred{Bearer: e.login("member@example.com", "member-password-1", e.adminWS)}
+	key := cred{Key: e.createKey(admin, "reads").Plaintext}
+	var branding struct {
+		WorkspaceBranding struct{ PublicClientKey string }
+	}
+	e.must(admin, `{workspaceBranding:tenantInfo{publicClientKey}}`, nil, &branding)
+	for _, c := range []struct {
+		name, field string
+		who         cred
+	}{
+		{"member, me", "me{id}", member},
+		{"member, me with memberships", "me{memberships{workspaceId workspaceName role}}", member},
+		{"anonymous, workspaceBranding", fmt.Sprintf("workspaceBranding(publicKey:%q){name}", branding.WorkspaceBranding.PublicClientKey), cred{}},
+		{"key, tenantInfo", "tenantInfo{id}", key},
+		{"owner, members", fmt.Sprintf("members(workspaceId:%q){email}", e.adminWS), admin},
+		{"owner, webhooks", "webhooks{id}", admin},
+		{"admin, workspaces", "workspaces{id}", admin},
+		{"admin, accounts", "accounts{id}", admin},
+	} {
+		if r := e.do(c.who, aliasQuery(2, c.field), nil); len(r.Errors) > 0 {
+			t.Errorf("%s: two aliases: %+v", c.name, r.Errors)
+		}
+		if r := e.do(c.who, aliasQuery(10, c.field), nil); r.Code() != "COMPLEXITY_LIMIT_EXCEEDED" {
+			t.Errorf("%s: 10 aliases: %q %+v; want COMPLEXITY_LIMIT_EXCEEDED", c.name, r.Code(), r.Errors)
+		}
+	}
+	// me names the account's workspaces, from one query.
+	var me struct {
+		Me struct {
+			Memberships []struct{ WorkspaceName, Role string }
+		}
+	}
+	e.must(member, `{me{memberships{workspaceName role}}}`, nil, &me)
+	if got := len(me.Me.Memberships); got != 4 || me.Me.Memberships[1].WorkspaceName != "Other 0" || me.Me.Memberships[3].Role != "MEMBER" {
+		t.Errorf("memberships: %+v", me.Me.Memberships)
+	}
+}

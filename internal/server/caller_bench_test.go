@@ -25,8 +25,16 @@ func BenchmarkCostliestRequestByCaller(b *testing.B) {
 	owner := e.admin()
 	id := e.createAccount(owner, "member@example.com", "member-password-1", false)
 	e.setMember(owner, e.adminWS, id, "MEMBER")
-	member := cred{Bearer: e.login("member@example.com", "member-password-1", "")}
+	// A member of four workspaces: me's memberships name them all.
+	for i := range 3 {
+		e.setMember(owner, e.createWorkspace(owner, fmt.Sprintf("Other %d", i), "CLOUD_PRO"), id, "MEMBER")
+	}
+	member := cred{Bearer: e.login("member@example.com", "member-password-1", e.adminWS)}
 	key := cred{Key: e.createKey(owner, "bench").Plaintext}
+	var ws struct {
+		TenantInfo struct{ PublicClientKey string }
+	}
+	e.must(owner, `{tenantInfo{publicClientKey}}`, nil, &ws)
 	// An owner's workspace at the page size: 100 keys, hundreds of events.
 	for i := range 100 {
 		e.createKey(owner, fmt.Sprintf("k%03d", i))
@@ -51,6 +59,8 @@ func BenchmarkCostliestRequestByCaller(b *testing.B) {
 		{"key", "11-tenantInfo", key, aliasQuery(11, "tenantInfo{id name prefix plan publicClientKey defaultRateLimitPerMinute defaultRateLimitPerDay createdAt}"), nil},
 		{"member", "elevate-wrong-password", member, `mutation{elevate(password:"not-the-password"){token}}`, minute},
 		{"member", "64-conflicting-aliases", member, alternate(64, "me{id}", "__typename"), nil},
+		{"anonymous", "9-workspaceBranding", cred{}, aliasQuery(9, fmt.Sprintf("workspaceBranding(publicKey:%q){name}", ws.TenantInfo.PublicClientKey)), nil},
+		{"member", "8-me-with-memberships", member, aliasQuery(8, "me{id email memberships{workspaceId workspaceName role}}"), nil},
 		{"member", "99-me-with-memberships", member, aliasQuery(99, "me{id email memberships{workspaceId workspaceName role}}"), nil},
 		{"owner", "64-conflicting-aliases", owner, alternate(64, "me{id}", "__typename"), nil},
 		{"owner", "9-pages-of-100-keys", owner, aliasQuery(9, "apiKeys(first:100)"+keyFields), nil},

@@ -127,19 +127,24 @@ func (t *tx) Role(ctx context.Context, workspaceID, accountID string) (btk.Role,
 	return r, mapErr("role", err)
 }
 
-const selectMembership = `SELECT workspace_id, account_id, role FROM memberships`
-
-func scanMembership(row sqlshared.Row) (btk.Membership, error) {
-	var m btk.Membership
-	err := row.Scan(&m.WorkspaceID, &m.AccountID, &m.Role)
+func scanMember(row sqlshared.Row) (btk.Member, error) {
+	var m btk.Member
+	err := row.Scan(&m.AccountID, &m.Email, &m.Role)
 	return m, err
 }
 
 // Memberships are ordered by rowid, i.e. by when the membership was first
 // made: SetMembership's upsert keeps the row, and with it its place.
-func (t *tx) Memberships(ctx context.Context, accountID string) ([]btk.Membership, error) {
-	return all(ctx, t, "memberships", scanMembership,
-		selectMembership+` WHERE account_id = ? ORDER BY rowid`, accountID)
+func (t *tx) Memberships(ctx context.Context, accountID string) ([]btk.MembershipInfo, error) {
+	return all(ctx, t, "memberships", scanMembershipInfo,
+		`SELECT m.workspace_id, w.name, m.role FROM memberships m JOIN workspaces w ON w.id = m.workspace_id
+		WHERE m.account_id = ? ORDER BY m.rowid`, accountID)
+}
+
+func scanMembershipInfo(row sqlshared.Row) (btk.MembershipInfo, error) {
+	var m btk.MembershipInfo
+	err := row.Scan(&m.WorkspaceID, &m.WorkspaceName, &m.Role)
+	return m, err
 }
 
 func (t *tx) SetMembership(ctx context.Context, m btk.Membership) error {

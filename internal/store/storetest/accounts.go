@@ -167,9 +167,9 @@ func testMemberships(t *testing.T, db btk.Store) {
 		if err != nil {
 			return err
 		}
-		want := []btk.Membership{
-			{WorkspaceID: w2.ID, AccountID: a.ID, Role: btk.RoleOwner},
-			{WorkspaceID: w1.ID, AccountID: a.ID, Role: btk.RoleAdmin},
+		want := []btk.MembershipInfo{
+			{WorkspaceID: w2.ID, WorkspaceName: w2.Name, Role: btk.RoleOwner},
+			{WorkspaceID: w1.ID, WorkspaceName: w1.Name, Role: btk.RoleAdmin},
 		}
 		if !reflect.DeepEqual(ms, want) {
 			t.Errorf("Memberships = %+v, want %+v", ms, want)

@@ -90,7 +90,8 @@ func testAccountsAndWorkspaceMembers(t *testing.T, db btk.Store, ws *btk.Workspa
 			t.Errorf("Accounts = %+v, %v", accts, err)
 		}
 		ms, err := tx.WorkspaceMembers(ctx, ws.ID)
-		if err != nil || len(ms) != 2 || ms[0].AccountID != b.ID || ms[0].Role != btk.RoleAdmin || ms[1].AccountID != a.ID {
+		if err != nil || len(ms) != 2 || ms[0].AccountID != b.ID || ms[0].Role != btk.RoleAdmin || ms[0].Email != "b@example.com" ||
+			ms[1].AccountID != a.ID || ms[1].Email != "a@example.com" {
 			t.Errorf("WorkspaceMembers = %+v, %v (oldest membership first)", ms, err)
 		}
 		return nil
