@@ -82,7 +82,7 @@ func (s *Service) setDisabled(ctx context.Context, a *Actor, id, email string, d
 		if id != "" {
 			acct, err = tx.Account(ctx, id)
 		} else {
-			acct, err = tx.AccountByEmail(ctx, email)
+			acct, err = accountByEmail(ctx, tx, email)
 		}
 		if err != nil {
 			return err
@@ -136,7 +136,7 @@ func (s *Service) ResetPassword(ctx context.Context, email, password string) (*A
 	email = strings.TrimSpace(email)
 	var acct *Account
 	if err := s.store.Read(ctx, func(tx Tx) (err error) {
-		acct, err = tx.AccountByEmail(ctx, email)
+		acct, err = accountByEmail(ctx, tx, email)
 		return err
 	}); err != nil {
 		return nil, err
@@ -155,4 +155,15 @@ func (s *Service) ResetPassword(ctx context.Context, email, password string) (*A
 		return nil, err
 	}
 	return acct, nil
+}
+
+// accountByEmail is tx.AccountByEmail for an email a caller typed: text the
+// stores cannot hold (a NUL, invalid UTF-8) names no account, on SQLite as
+// on PostgreSQL, which would refuse the statement instead. At login that
+// makes it an unknown email: charged to the throttles like a wrong password.
+func accountByEmail(ctx context.Context, tx Tx, email string) (*Account, error) {
+	if !storedText(email) {
+		return nil, ErrNotFound
+	}
+	return tx.AccountByEmail(ctx, email)
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // The tamper-evident audit (docs/webhooks.md#the-audit-chain): every
@@ -252,6 +254,9 @@ func (s *Service) chainFor(ctx context.Context, a *Actor, workspaceID string, se
 		}
 		if serverWide {
 			return ChainServerWide, nil
+		}
+		if uuid.Validate(workspaceID) != nil {
+			return "", ErrNotFound
 		}
 		err := s.store.Read(ctx, func(tx Tx) error {
 			_, err := tx.Workspace(ctx, workspaceID)

@@ -305,7 +305,7 @@ func (s *Service) login(ctx context.Context, email, password, workspaceID, works
 	var ms []MembershipInfo
 	err := s.store.Read(ctx, func(tx Tx) error {
 		var err error
-		if acct, err = tx.AccountByEmail(ctx, email); err != nil {
+		if acct, err = accountByEmail(ctx, tx, email); err != nil {
 			return err
 		}
 		ms, err = tx.Memberships(ctx, acct.ID)

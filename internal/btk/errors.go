@@ -118,4 +118,9 @@ var (
 	ErrWrongPassword     = &Error{Code: CodeUnauthenticated, Message: "wrong password"}
 	ErrNoWorkspace       = &Error{Code: CodeNotFound, Message: "the session has no workspace; log in with one or impersonate it", Reason: ReasonNoWorkspace}
 	ErrEmailTaken        = &Error{Code: CodeBadUserInput, Message: "an account with this email already exists"}
+	// ErrBadText refuses text the stores cannot hold: PostgreSQL's text
+	// holds no NUL character and no invalid UTF-8 (docs/security.md).
+	ErrBadText = &Error{Code: CodeBadUserInput, Message: "text must be valid UTF-8 without NUL characters"}
+	// ErrTimeRange refuses a time the stores cannot hold (StoredTime).
+	ErrTimeRange = &Error{Code: CodeBadUserInput, Message: "time must be between the years 1678 and 2262"}
 )

@@ -66,8 +66,14 @@ func (r UsageRange) resolve(now time.Time) (since, until time.Time, g Granularit
 	if t := until.Truncate(p); !t.Equal(until) || !until.After(since) {
 		until = t.Add(p) // the period holding until, included
 	}
+	// Before anything else looks at them: a since in year 1 has just become
+	// the zero time, which a store takes for a bug (INTERNAL), and the
+	// rounding may have crossed a bound.
+	if !StoredTime(since) || !StoredTime(until) {
+		return since, until, g, ErrTimeRange
+	}
 	if !until.After(since) {
-		return since, until, g, badInput("since must be before until")
+		return since, until, g, errEmptyRange
 	}
 	n := int64(until.Sub(since) / p)
 	if g == GranularityHour && n > MaxUsageHours {

@@ -1,6 +1,7 @@
 package btk
 
 import (
+	"math"
 	"net/mail"
 	"strings"
 	"time"
@@ -25,6 +26,23 @@ const (
 )
 
 func badInput(format string, args ...any) *Error { return Errorf(CodeBadUserInput, format, args...) }
+
+// storedText reports whether the stores can hold s. PostgreSQL refuses a
+// statement with NUL or invalid UTF-8 in its text, where SQLite would just
+// match nothing: text a caller typed is checked with it before a lookup, so
+// both answer the same.
+func storedText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
+// Times are stored as integer unix nanoseconds, which cover only the years
+// 1678 to 2262.
+var (
+	minStoredTime = time.Unix(0, math.MinInt64)
+	maxStoredTime = time.Unix(0, math.MaxInt64)
+)
+
+// StoredTime reports whether the stores can hold t; a time outside is the
+// caller's (ErrTimeRange), the zero time included.
+func StoredTime(t time.Time) bool { return !t.Before(minStoredTime) && !t.After(maxStoredTime) }
 
 // cleanName trims a key or workspace name, puts it in Unicode NFC (so that
 // "café" composed and decomposed is one name, for uniqueness too), and

@@ -44,6 +44,9 @@ func (s *Service) Me(ctx context.Context, a *Actor) (*Account, error) {
 // WorkspaceBranding returns the workspace of a public client key, or nil.
 // Public: a bpk_ key identifies a workspace and grants nothing else.
 func (s *Service) WorkspaceBranding(ctx context.Context, publicKey string) (*Workspace, error) {
+	if !storedText(publicKey) { // no key's, on either store
+		return nil, nil
+	}
 	w, err := read(ctx, s.store, func(tx Tx) (*Workspace, error) {
 		return tx.WorkspaceByPublicKey(ctx, publicKey)
 	})
@@ -345,7 +348,7 @@ func (s *Service) AuditEvents(ctx context.Context, a *Actor, f AuditFilter) ([]*
 			return nil, "", err
 		}
 		f.WorkspaceID = ""
-		if err := checkAuditRange(&f); err != nil {
+		if err := checkAuditFilter(&f); err != nil {
 			return nil, "", err
 		}
 	} else if err := s.authorizeAudit(a, &f); err != nil {
@@ -376,15 +379,28 @@ func (s *Service) AuditEvents(ctx context.Context, a *Actor, f AuditFilter) ([]*
 // no bound at all, an earlier until matches nothing.
 var epoch = time.Unix(0, 0)
 
-func checkAuditRange(f *AuditFilter) error {
+// errEmptyRange refuses a range whose since is not before its until.
+var errEmptyRange = &Error{Code: CodeBadUserInput, Reason: ReasonTimeRange, Message: "since must be before until"}
+
+func checkAuditFilter(f *AuditFilter) error {
 	if f.Since != nil && f.Since.Before(epoch) {
 		f.Since = nil
 	}
 	if f.Until != nil && f.Until.Before(epoch) {
 		return badInput("until must be after 1970-01-01T00:00:00Z")
 	}
+	if (f.Since != nil && !StoredTime(*f.Since)) || (f.Until != nil && !StoredTime(*f.Until)) {
+		return ErrTimeRange // past 2262: refused here as the store would
+	}
 	if f.Since != nil && f.Until != nil && !f.Since.Before(*f.Until) {
-		return &Error{Code: CodeBadUserInput, Reason: ReasonTimeRange, Message: "since must be before until"}
+		return errEmptyRange
+	}
+	// The filters a caller types (ids are matched as text too): the same
+	// answer on both stores, not PostgreSQL's refusal of the statement.
+	for _, s := range []string{f.APIKeyID, f.ActorEmail, f.EventAction} {
+		if !storedText(s) {
+			return ErrBadText
+		}
 	}
 	return checkPage(f.Page)
 }
@@ -404,5 +420,5 @@ func (s *Service) authorizeAudit(a *Actor, f *AuditFilter) error {
 	if f.Action != "" && !f.Action.Valid() {
 		return badInput("unknown action %q", f.Action)
 	}
-	return checkAuditRange(f)
+	return checkAuditFilter(f)
 }

@@ -56,6 +56,7 @@ var storeTests = []namedTest{
 	{"TestConcurrentRevokeSameKey", TestConcurrentRevokeSameKey},
 	{"TestRoleMatrix", TestRoleMatrix},
 	{"TestLastOwnerStays", TestLastOwnerStays},
+	{"TestUnstorableInputIsTheCallers", TestUnstorableInputIsTheCallers},
 	{"TestAuditEventsInTheChangesTransaction", TestAuditEventsInTheChangesTransaction},
 	{"TestKeyHistoryAcrossRotations", TestKeyHistoryAcrossRotations},
 	{"TestWebhooksOverGraphQL", TestWebhooksOverGraphQL},

@@ -367,9 +367,10 @@ var uniqueErrs = map[string]error{
 }
 
 // mapErr is the one place database errors become domain errors: no row is
-// ErrNotFound, a known unique violation its domain error, a server that
-// cannot be reached wraps btk.ErrUnavailable (UNAVAILABLE to the caller),
-// anything else is wrapped with the operation (and stays internal).
+// ErrNotFound, a known unique violation its domain error, text PostgreSQL
+// cannot hold btk.ErrBadText (BAD_USER_INPUT), a server that cannot be
+// reached wraps btk.ErrUnavailable (UNAVAILABLE to the caller), anything
+// else is wrapped with the operation (and stays internal).
 func mapErr(op string, err error) error {
 	if err == nil {
 		return nil
@@ -386,6 +387,11 @@ func mapErr(op string, err error) error {
 		if e, ok := uniqueErrs[pe.ConstraintName]; ok {
 			return e
 		}
+	}
+	if errors.As(err, &pe) && (pe.Code == "22021" || pe.Code == "22P05") {
+		// Text PostgreSQL cannot hold (a NUL, invalid UTF-8) that an entry
+		// point let through: the caller's input, not a bug of the server.
+		return btk.ErrBadText
 	}
 	if unreachable(err) {
 		return fmt.Errorf("store: %s: %w: %w", op, btk.ErrUnavailable, err)

@@ -208,6 +208,23 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	}
 }
 
+// Text PostgreSQL cannot hold (SQLSTATE 22021: a NUL, invalid UTF-8) is the
+// caller's input, whichever entry point lets it reach a statement:
+// BAD_USER_INPUT, never INTERNAL. The domain refuses it before a lookup
+// (TestUnstorableInputIsTheCallers); this is the store's own answer.
+func TestUnstorableTextIsBadInput(t *testing.T) {
+	db := open(t, pgtest.URL(t), postgres.Options{})
+	for _, s := range []string{"a\x00b@example.com", "\xff@example.com"} {
+		err := db.Read(ctx, func(tx btk.Tx) error {
+			_, err := tx.AccountByEmail(ctx, s)
+			return err
+		})
+		if err != btk.ErrBadText || btk.ErrorCode(err) != btk.CodeBadUserInput {
+			t.Errorf("AccountByEmail(%q): %v, want ErrBadText", s, err)
+		}
+	}
+}
+
 // The server ending a session (a restart, pg_terminate_backend) fails the
 // statement in flight as UNAVAILABLE; the pool then reconnects by itself.
 func TestTerminatedBackendIsUnavailable(t *testing.T) {

@@ -93,23 +93,15 @@ func PageSize(first int) int {
 	return min(first, btk.MaxPageSize)
 }
 
-// Times are stored as integer unix nanoseconds, which only cover the years
-// 1678 to 2262; a time outside is refused rather than silently wrapped.
-var (
-	minTime = time.Unix(0, -1<<63)
-	maxTime = time.Unix(0, 1<<63-1)
-)
-
-// ErrTimeRange refuses a time that the stores cannot represent.
-var ErrTimeRange = &btk.Error{Code: btk.CodeBadUserInput, Message: "time must be between the years 1678 and 2262"}
-
-// UnixNano is the stored form of t.
+// UnixNano is the stored form of t: integer unix nanoseconds, which cover
+// only the years 1678 to 2262; a time outside is refused rather than
+// silently wrapped.
 func UnixNano(t time.Time) (int64, error) {
 	if t.IsZero() {
 		return 0, errors.New("store: zero time") // a bug of the caller, not user input
 	}
-	if t.Before(minTime) || t.After(maxTime) {
-		return 0, ErrTimeRange
+	if !btk.StoredTime(t) {
+		return 0, btk.ErrTimeRange
 	}
 	return t.UnixNano(), nil
 }

@@ -27,7 +27,7 @@ func TestUnixNanoRange(t *testing.T) {
 	if n, err := UnixNano(now); err != nil || !FromNano(n).Equal(now) {
 		t.Errorf("round trip of %v: %d %v", now, n, err)
 	}
-	if _, err := UnixNano(time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)); err != ErrTimeRange {
+	if _, err := UnixNano(time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)); err != btk.ErrTimeRange {
 		t.Errorf("year 2300: %v, want ErrTimeRange", err)
 	}
 	if _, err := UnixNano(time.Time{}); err == nil {
