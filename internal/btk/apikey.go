@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"log/slog"
 	"strings"
 )
 
@@ -77,6 +78,15 @@ func RedactKeys(s string) string {
 	b.WriteString(s)
 	return b.String()
 }
+
+// Redacted is a string a client controls (a request path, an operation
+// name) as the value of a log attribute: it is written as RedactKeys of
+// itself, and only when the line is. A client may paste a key anywhere, so
+// such strings go to the log through it, never raw.
+type Redacted string
+
+// LogValue implements slog.LogValuer.
+func (s Redacted) LogValue() slog.Value { return slog.StringValue(RedactKeys(string(s))) }
 
 // KeyChar reports whether c may be part of a key: base64url and '_' (a
 // byte next to a key that is one makes the match part of a longer token).

@@ -111,11 +111,11 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !isDial(err) {
-				h.log.WarnContext(r.Context(), "upstream timed out", "err", err, "path", r.URL.Path)
+				h.log.WarnContext(r.Context(), "upstream timed out", "err", err, "path", btk.Redacted(r.URL.Path))
 				Fail(w, errGatewayTimeout)
 				return
 			}
-			h.log.WarnContext(r.Context(), "upstream unreachable", "err", err, "path", r.URL.Path)
+			h.log.WarnContext(r.Context(), "upstream unreachable", "err", err, "path", btk.Redacted(r.URL.Path))
 			Fail(w, errBadGateway)
 		},
 	}

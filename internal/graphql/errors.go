@@ -3,6 +3,7 @@ package graphql
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/btk-project/btk/internal/btk"
@@ -43,7 +44,7 @@ func (h *handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 	var be *btk.Error
 	if errors.As(err, &be) {
 		if be.Code == btk.CodeUnavailable {
-			h.log.WarnContext(ctx, "dependency unavailable", "operation", operationName(ctx), "path", gerr.Path.String(), "err", err)
+			h.logFailure(ctx, slog.LevelWarn, "dependency unavailable", gerr, err)
 		}
 		gerr.Message = be.Message
 		gerr.Extensions = gateway.Extensions(be)
@@ -51,7 +52,7 @@ func (h *handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 		return gerr
 	}
 	if btk.Unavailable(err) {
-		h.log.WarnContext(ctx, "dependency unavailable", "operation", operationName(ctx), "path", gerr.Path.String(), "err", err)
+		h.logFailure(ctx, slog.LevelWarn, "dependency unavailable", gerr, err)
 		gerr.Message = btk.ErrUnavailable.Message
 		gerr.Extensions = map[string]any{"code": string(btk.CodeUnavailable)}
 		return gerr
@@ -64,10 +65,17 @@ func (h *handler) presentError(ctx context.Context, err error) *gqlerror.Error {
 		}
 		return gerr
 	}
-	h.log.ErrorContext(ctx, "internal error", "operation", operationName(ctx), "path", gerr.Path.String(), "err", err)
+	h.logFailure(ctx, slog.LevelError, "internal error", gerr, err)
 	gerr.Message = "internal error"
 	gerr.Extensions = map[string]any{"code": string(btk.CodeInternal)}
 	return gerr
+}
+
+// logFailure logs a failed field with its operation's name, its path and
+// the error. The client chose the name and the path's aliases, which the
+// error repeats: a key pasted into them is redacted.
+func (h *handler) logFailure(ctx context.Context, level slog.Level, msg string, gerr *gqlerror.Error, err error) {
+	h.log.Log(ctx, level, msg, "operation", btk.Redacted(operationName(ctx)), "path", btk.Redacted(gerr.Path.String()), "err", btk.Redacted(err.Error()))
 }
 
 // operationName names the operation for the log: its name, else its kind.

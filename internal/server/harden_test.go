@@ -285,6 +285,14 @@ func TestErrorsTellTheTruth(t *testing.T) {
 	if strings.Contains(logs, owner.Bearer) || strings.Contains(logs, adminPassword) {
 		t.Fatal("the log holds a secret")
 	}
+	// The operation's name and the aliases of the error's path are the
+	// client's: a key in them is cut to its display prefix.
+	secret := strings.Repeat("S", 43)
+	pasted := "btk_abcdefgh_" + secret
+	e.do(owner, `query `+pasted+`{`+pasted+`:auditEvents{nodes{id}}}`, nil)
+	if logs := e.logText(); strings.Contains(logs, secret) || !strings.Contains(logs, "operation=btk_abcdefgh… path=btk_abcdefgh…") {
+		t.Fatalf("a key in the operation's name or path:\n%s", logs)
+	}
 
 	r = e.do(owner, `{apiKeyAuditLog{nodes{id}}}`, nil)
 	if r.Code() != "UNAVAILABLE" || strings.Contains(r.Errors[0].Message, "SQLITE") {

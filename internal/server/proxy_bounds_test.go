@@ -65,7 +65,7 @@ func TestProxyUpstreamTimeout(t *testing.T) {
 	results := make(chan authResponse, n)
 	for range n {
 		wg.Go(func() {
-			results <- getWithKey(client, p.URL+"/never", k.Plaintext)
+			results <- getWithKey(client, p.URL+"/never/"+k.Plaintext, k.Plaintext)
 		})
 	}
 	wg.Wait()
@@ -75,6 +75,8 @@ func TestProxyUpstreamTimeout(t *testing.T) {
 			t.Fatalf("a request to an upstream that never answers: HTTP %d %s", r.Status, r.Body)
 		}
 	}
+	// The key pasted into the path: the WARN line names it redacted.
+	assertLoggedRedacted(t, e.logText(), `level=WARN msg="upstream timed out"`, "/never/", k.Plaintext)
 	// The goroutines of the 50 requests are gone (bounded wait).
 	deadline := time.Now().Add(10 * time.Second)
 	for runtime.NumGoroutine() > before+10 && time.Now().Before(deadline) {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/btk-project/btk/internal/btk"
 )
 
 // recorder is an upstream that records the headers of what reached it.
@@ -350,7 +352,8 @@ func TestProxyUpstreamDown(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
 	p := e.proxyFor("http://" + addr)
-	r := send(t, p.Client(), "GET", p.URL+"/", map[string]string{"X-Api-Key": k.Plaintext}, nil)
+	// The key pasted into the path too: the WARN line names the path, redacted.
+	r := send(t, p.Client(), "GET", p.URL+"/foo/"+k.Plaintext, map[string]string{"X-Api-Key": k.Plaintext}, nil)
 	msg, code := r.message(t)
 	if r.Status != http.StatusBadGateway || code != "BAD_GATEWAY" || msg == "" || r.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("HTTP %d %q (%s), Content-Type %q", r.Status, msg, code, r.Header.Get("Content-Type"))
@@ -358,6 +361,24 @@ func TestProxyUpstreamDown(t *testing.T) {
 	if strings.Contains(r.Body, addr) {
 		t.Fatalf("the body tells the client the upstream's address: %s", r.Body)
 	}
+	assertLoggedRedacted(t, e.logText(), `level=WARN msg="upstream unreachable"`, "/foo/", k.Plaintext)
+}
+
+// assertLoggedRedacted checks that logs has a line with want naming the
+// path prefix+key with the key cut to its display prefix, and holds the
+// key's secret part nowhere.
+func assertLoggedRedacted(t *testing.T, logs, want, prefix, key string) {
+	t.Helper()
+	if strings.Contains(logs, key[btk.DisplayPrefixLen:]) {
+		t.Fatalf("the log holds the key:\n%s", logs)
+	}
+	path := "path=" + prefix + key[:btk.DisplayPrefixLen] + "…"
+	for l := range strings.SplitSeq(logs, "\n") {
+		if strings.Contains(l, want) && strings.Contains(l, path) {
+			return
+		}
+	}
+	t.Fatalf("no line with %s and %s:\n%s", want, path, logs)
 }
 
 // getWithKey sends GET url with an API key, from any goroutine: a request

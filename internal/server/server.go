@@ -84,7 +84,7 @@ func (h *Handler) serveLogged(next http.Handler, w http.ResponseWriter, r *http.
 	sw := &statusWriter{ResponseWriter: w}
 	next.ServeHTTP(sw, r)
 	// A key pasted into a URL is redacted: logs never hold one.
-	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", btk.RedactKeys(r.URL.Path), "status", sw.code(),
+	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", btk.Redacted(r.URL.Path), "status", sw.code(),
 		"duration", time.Since(start), "ip", h.gw.ClientIP(r))
 }
 

@@ -49,13 +49,24 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
+	return newWrappedEnv(t, nil)
+}
+
+// newWrappedEnv is newEnv with the service and handler on wrap(store): a
+// store that fails at will, for the error paths.
+func newWrappedEnv(t testing.TB, wrap func(btk.Store) btk.Store) *env {
+	t.Helper()
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "btk.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var st btk.Store = db
+	if wrap != nil {
+		st = wrap(db)
+	}
 	clk := &testclock.Clock{} // runs until a test freezes it
-	svc, err := btk.NewService(ctx, db, nil, btk.Config{Now: clk.Now})
+	svc, err := btk.NewService(ctx, st, nil, btk.Config{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +76,7 @@ func newEnv(t testing.TB) *env {
 	}
 	e := &env{t: t, svc: svc, ws: boot.Workspace, clock: clk}
 	log := slog.New(slog.NewTextHandler(logWriter{e}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := server.New(svc, db, log)
+	h := server.New(svc, st, log)
 	h.Mount(web.New(svc, log, h.ClientIP), web.Patterns...)
 	e.h = h
 	e.srv = httptest.NewServer(h)

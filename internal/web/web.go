@@ -234,7 +234,7 @@ func (h *Handler) readOutcome(w http.ResponseWriter, r *http.Request, l *layout,
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, l *layout, err error) {
 	status := statusOf(err)
 	if status == http.StatusInternalServerError {
-		h.log.ErrorContext(r.Context(), "dashboard request failed", "path", r.URL.Path, "err", err)
+		h.log.ErrorContext(r.Context(), "dashboard request failed", "path", btk.Redacted(r.URL.Path), "err", err)
 	}
 	title := http.StatusText(status)
 	if status == http.StatusNotFound {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -584,5 +586,40 @@ func TestAuditPaging(t *testing.T) {
 	}
 	if r := b.get("/audit?after=bogus"); r.Status != http.StatusBadRequest {
 		t.Errorf("a bad cursor: %d", r.Status)
+	}
+}
+
+// failingReads is a store whose reads fail while fail is set.
+type failingReads struct {
+	btk.Store
+	fail *atomic.Bool
+}
+
+func (s failingReads) Read(ctx context.Context, fn func(btk.Tx) error) error {
+	if s.fail.Load() {
+		return errors.New("injected read failure")
+	}
+	return s.Store.Read(ctx, fn)
+}
+
+// A dashboard request that fails inside is logged at ERROR with its path,
+// and a key pasted into the path is cut to its display prefix there
+// (docs/security.md#storage-logs-and-revocation).
+func TestFailedRequestLogRedactsKeys(t *testing.T) {
+	fail := &atomic.Bool{}
+	e := newWrappedEnv(t, func(s btk.Store) btk.Store { return failingReads{s, fail} })
+	key := e.createKey(e.owner(), "pasted").Plaintext
+	b := e.loggedIn(ownerEmail, ownerPassword)
+	fail.Store(true)
+	if r := b.get("/keys/" + key); r.Status != http.StatusInternalServerError {
+		t.Fatalf("GET /keys/KEY on a failing store: HTTP %d", r.Status)
+	}
+	logs := e.logText()
+	if strings.Contains(logs, key[btk.DisplayPrefixLen:]) {
+		t.Fatalf("the log holds the key:\n%s", logs)
+	}
+	want := `level=ERROR msg="dashboard request failed" path=/keys/` + key[:btk.DisplayPrefixLen] + "…"
+	if !strings.Contains(logs, want) {
+		t.Fatalf("the log lacks %q:\n%s", want, logs)
 	}
 }
