@@ -135,7 +135,7 @@ func (o *opsState) metricsServer(store btk.Store, log *slog.Logger) *http.Server
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          server.ErrorLog(log, o.metrics),
 	}
 }
 

@@ -159,12 +159,12 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second, // graphql.UserOperationTimeout: a user's operation stops with it
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          server.ErrorLog(log, ops.metrics),
 	}
 	servers := []*http.Server{srv}
 	listeners := []net.Listener{ln}
 	if upstream != nil {
-		servers = append(servers, newProxyServer(ops.instrument("proxy", handler.Proxy(upstream)), log))
+		servers = append(servers, newProxyServer(ops.instrument("proxy", handler.Proxy(upstream)), log, ops.metrics))
 		listeners = append(listeners, pln)
 		log.Info("btk reverse proxy listening", "addr", pln.Addr().String(), "upstream", upstream.Redacted(), "tls", ops.cert != nil)
 	}
@@ -222,12 +222,12 @@ func proxyUpstream(cfg serveConfig) (*url.URL, error) {
 
 // newProxyServer serves the reverse proxy. It has no read or write timeout:
 // uploads, downloads and WebSockets may last as long as the upstream allows.
-func newProxyServer(h http.Handler, log *slog.Logger) *http.Server {
+func newProxyServer(h http.Handler, log *slog.Logger, m *server.Metrics) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          server.ErrorLog(log, m),
 	}
 }
 

@@ -37,6 +37,10 @@ type Metrics struct {
 	flush       prometheus.Histogram
 	flushErrors prometheus.Counter
 
+	// Connections a client ended in error, logged at DEBUG only (ErrorLog).
+	tlsHandshakeErrors prometheus.Counter
+	http2ClientErrors  prometheus.Counter
+
 	// routes maps a ServeMux pattern (or an Instrument fallback name) to its
 	// series. It is copied on write: reads are one atomic load.
 	routes  atomic.Pointer[map[string]*routeMetrics]
@@ -92,6 +96,10 @@ func NewMetrics(build BuildInfo) *Metrics {
 	})
 	m.reg.MustRegister(m.flush)
 	m.flushErrors = f.counter("btk_usage_flush_errors_total", "Usage flushes that failed (their figures are kept for the next one).")
+	m.tlsHandshakeErrors = f.counter("btk_tls_handshake_errors_total",
+		"TLS handshakes that failed on any listener: a client that does not speak TLS, sends junk or closes early (logged at DEBUG only).")
+	m.http2ClientErrors = f.counter("btk_http2_client_errors_total",
+		"HTTP/2 connections ended by a client's error: no valid preface, a protocol error, no SETTINGS in time, a GOAWAY with an error code (logged at DEBUG only).")
 	m.routes.Store(&map[string]*routeMetrics{})
 	return m
 }

@@ -1,13 +1,17 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,5 +225,79 @@ func TestMetricsRateLimited(t *testing.T) {
 	}
 	if got := value(fams, "btk_http_requests_total", map[string]string{"handler": "/graphql", "code": "429"}); got != 1 {
 		t.Errorf("429s = %v, want 1", got)
+	}
+}
+
+// Client noise is counted, not logged (docs/operating.md#metrics): on a TLS
+// listener, a client that connected, sent 11 junk bytes and closed, in a
+// loop, wrote 27,888 WARN lines (4.8 MB) in 10 s. Failed handshakes, and
+// HTTP/2 connections that begin with junk, are now logged at DEBUG and
+// counted; a fault of the server's (a panic) stays at WARN.
+func TestClientNoiseCountedNotLogged(t *testing.T) {
+	cert, pool := selfSigned(t)
+	m := server.NewMetrics(server.BuildInfo{})
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)) // the default level
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("a bug") }),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          server.ErrorLog(log, m),
+	}
+	go server.ServeGuarded(srv, ln, cert, server.NewConnGuard(1000))
+	t.Cleanup(func() { srv.Close() })
+	addr := ln.Addr().String()
+
+	const n = 50
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("junk bytes!"))
+		c.Close()
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: pool, NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("not the HTTP/2 connection preface\r\n\r\n"))
+		c.Close()
+	}
+	counted := func() (tlsErrs, h2Errs float64) {
+		got, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fams := map[string]*dto.MetricFamily{}
+		for _, f := range got {
+			fams[f.GetName()] = f
+		}
+		return value(fams, "btk_tls_handshake_errors_total", nil), value(fams, "btk_http2_client_errors_total", nil)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a, b := counted(); (a != n || b != n) && time.Now().Before(deadline); a, b = counted() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a, b := counted(); a != n || b != n {
+		t.Fatalf("counted %v failed handshakes and %v HTTP/2 client errors, want %d each", a, b, n)
+	}
+	mu.Lock()
+	if logs.Len() != 0 {
+		t.Fatalf("junk connections were logged:\n%s", logs.String())
+	}
+	mu.Unlock()
+
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if res, err := cl.Get("https://" + addr + "/"); err == nil {
+		res.Body.Close()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), `level=WARN msg="http: panic serving`) {
+		t.Fatalf("a panic is not at WARN:\n%s", logs.String())
 	}
 }
