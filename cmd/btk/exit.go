@@ -101,9 +101,9 @@ var exitCodes = map[btk.Code]int{
 func printError(w io.Writer, cmd *cobra.Command, err error) {
 	var ce *client.Error
 	if errors.As(err, &ce) && ce.Code != "" {
-		fmt.Fprintf(w, "btk: %s (%s)\n", err, ce.Code)
+		fmt.Fprintf(w, "btk: %s (%s)\n", printable(err.Error()), printable(string(ce.Code)))
 	} else {
-		fmt.Fprintf(w, "btk: %s\n", err)
+		fmt.Fprintf(w, "btk: %s\n", printable(err.Error()))
 	}
 	if exitCode(err) == exitUsage && cmd != nil {
 		fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmd.CommandPath())

@@ -146,10 +146,11 @@ func (f *factory) client(cmd *cobra.Command) (*client.Client, error) {
 	if f.fromSavedLogin(cmd, token) && !f.saved.forServer(server) {
 		owner := "names no server"
 		if f.saved.server != "" {
-			owner = "is " + f.saved.server + "'s"
+			owner = "is " + client.RedactedURL(f.saved.server) + "'s"
 		}
+		shown := client.RedactedURL(server)
 		return nil, &client.Error{Code: btk.CodeUnauthenticated, Message: fmt.Sprintf(
-			"not logged in to %s (the saved session %s): run 'btk login --server %s' or set BTK_TOKEN", server, owner, server)}
+			"not logged in to %s (the saved session %s): run 'btk login --server %s' or set BTK_TOKEN", shown, owner, shown)}
 	}
 	return f.newClient(server, token)
 }

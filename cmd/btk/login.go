@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -30,7 +32,9 @@ func newLoginCmd(f *factory) *cobra.Command {
 file (--config), which may be the server's, is never written.
 
 The password is asked for without echo on a terminal; elsewhere pass it on
-standard input with --password-stdin. It is never accepted as a flag.
+standard input with --password-stdin. It is never accepted as a flag. To an
+http:// server on another machine, login warns on standard error that the
+password and the session cross the network unencrypted.
 
 An account in several workspaces chooses one with --workspace (a name or an
 id); without it, btk lists them and asks on a terminal.`,
@@ -72,6 +76,10 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 	// A server that does not answer is said before anyone types a password.
 	if err := c.Ping(cmd.Context()); err != nil {
 		return err
+	}
+	if plainHTTPElsewhere(server) {
+		fmt.Fprintf(f.io.ErrOut, "btk: warning: %s is plain HTTP: the password and the session token cross the network unencrypted; use https://\n",
+			client.RedactedURL(server))
 	}
 	if opts.email == "" {
 		if opts.email, err = f.io.prompt("Email: "); err != nil {
@@ -171,4 +179,19 @@ func chooseWorkspace(io *iostreams, cs []choice) (string, error) {
 		fmt.Fprintf(io.ErrOut, "Answer with a number from 1 to %d, or a workspace name.\n", len(cs))
 	}
 	return "", usageErrorf("no workspace chosen")
+}
+
+// plainHTTPElsewhere reports whether server is an http:// address of another
+// machine: a password sent there can be read on the way.
+func plainHTTPElsewhere(server string) bool {
+	u, err := url.Parse(server)
+	if err != nil || u.Scheme != "http" {
+		return false
+	}
+	host := u.Hostname()
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err != nil || !ip.IsLoopback()
 }

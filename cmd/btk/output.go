@@ -3,8 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
@@ -56,6 +59,56 @@ func (p *printer) JSON(v any) error {
 	return enc.Encode(v)
 }
 
+// printable makes text from the server safe to write to a terminal: control
+// characters other than tab and newline (an escape sequence can retitle the
+// window, clear the screen or move the cursor; a carriage return fakes a
+// line) and bidirectional overrides are written as Go escapes. Colour
+// (SGR: ESC [ digits m) passes, as the printer's own styling of a cell is
+// colour. btk's own server never sends control characters; a hostile or
+// broken one at --server may.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unprintable) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if n := sgrLen(s[i:]); n > 0 {
+			b.WriteString(s[i : i+n])
+			i += n
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if unprintable(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func unprintable(r rune) bool {
+	return r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r))
+}
+
+// sgrLen is the length of the colour sequence s starts with, or 0.
+func sgrLen(s string) int {
+	if !strings.HasPrefix(s, "\x1b[") {
+		return 0
+	}
+	for i := 2; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == 'm':
+			return i + 1
+		case c != ';' && (c < '0' || c > '9'):
+			return 0
+		}
+	}
+	return 0
+}
+
 // Table writes rows under headers: a lipgloss table for people, tab-separated
 // lines without the header for -o plain. On a terminal the widest columns
 // are cut to fit; Columns says which columns may go first.
@@ -87,6 +140,14 @@ type column struct {
 // shorter forms first, then whole columns of low priority dropped, then
 // cells cut with an ellipsis, flexible columns first.
 func (p *printer) Columns(cols []column, rows [][]string) {
+	safe := make([][]string, len(rows))
+	for i, row := range rows {
+		safe[i] = make([]string, len(row))
+		for j, cell := range row {
+			safe[i][j] = printable(cell)
+		}
+	}
+	rows = safe
 	if !p.human() {
 		for _, row := range rows {
 			fmt.Fprintln(p.io.Out, strings.Join(row, "\t"))
@@ -136,6 +197,7 @@ func (p *printer) Fields(fields []field) {
 	}
 	label := p.r.NewStyle().Faint(true)
 	for _, f := range fields {
+		f.value = printable(f.value)
 		if p.human() {
 			fmt.Fprintln(p.io.Out, strings.TrimRight(label.Render(fmt.Sprintf("%-*s", width, f.key+":"))+"  "+f.value, " "))
 		} else {

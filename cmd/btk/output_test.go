@@ -201,3 +201,51 @@ func TestTimeShowsExpiryDate(t *testing.T) {
 		t.Errorf("piped: %q", got)
 	}
 }
+
+// What a hostile server at --server sends cannot drive the terminal: a key
+// name or an error message with escape sequences is written escaped, on
+// a terminal and in a pipe, while the printer's own colour stays.
+func TestServerTextCannotDriveTheTerminal(t *testing.T) {
+	isolate(t)
+	const hostile = "ci\x1b]0;PWNED\x07\x1b[2J\r\nFAKE: run curl evil|sh\u202e"
+	for _, tty := range []bool{fakeTerminal, false} {
+		s, out, _ := testStreams(tty, "")
+		p := newPrinter(s, formatTable, func() time.Time { return testNow })
+		k := testKey()
+		k.Name = hostile
+		p.apiKeyTable([]client.ApiKey{k})
+		p.Fields([]field{{"Name", hostile}})
+		for _, bad := range []string{"\x1b]", "\x07", "\x1b[2J", "\r", "\u202e"} {
+			if strings.Contains(out.String(), bad) {
+				t.Errorf("tty %v: output holds %q:\n%q", tty, bad, out)
+			}
+		}
+		if !strings.Contains(out.String(), `ci\x1b]0;PWNED\a\x1b[2J\r`) {
+			t.Errorf("tty %v: the name is not shown escaped:\n%q", tty, out)
+		}
+		if tty && !strings.Contains(out.String(), "\x1b[") {
+			t.Errorf("the printer's own colour went:\n%q", out)
+		}
+	}
+	var stderr strings.Builder
+	printError(&stderr, nil, &client.Error{Code: "NAME_TAKEN", Message: hostile})
+	if got := stderr.String(); strings.ContainsAny(got, "\x1b\x07\r\u202e") || !strings.HasPrefix(got, `btk: ci\x1b]0;PWNED`) {
+		t.Errorf("error: %q", got)
+	}
+}
+
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text, café":          "plain text, café",
+		"tab\tand\nnewline":         "tab\tand\nnewline",
+		"\x1b[1;32mgreen\x1b[0m":    "\x1b[1;32mgreen\x1b[0m",
+		"\x1b[2J":                   `\x1b[2J`,
+		"\x1b]8;;http://x\x1b\\":    `\x1b]8;;http://x\x1b\`,
+		"bell\x07 del\x7f c1\u009b": `bell\a del\x7f c1\u009b`,
+		"bidi\u202egnp.exe":         `bidi\u202egnp.exe`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -314,7 +314,7 @@ func (p *printer) session(s client.Session, server, cfgPath string) error {
 		if s.Workspace != nil {
 			ws = s.Workspace.Name
 		}
-		p.Notice("Logged in to %s as %s, workspace %s; session saved to %s", server, s.Account.Email, ws, cfgPath)
+		p.Notice("Logged in to %s as %s, workspace %s; session saved to %s", client.RedactedURL(server), s.Account.Email, ws, cfgPath)
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func runWhoami(ctx context.Context, p *printer, c *client.Client, f *factory) er
 			fields = append(fields, field{"Workspaces", strings.Join(ws, ", ")})
 		}
 	}
-	fields = append(fields, field{"Server", f.v.GetString(keyServer)})
+	fields = append(fields, field{"Server", client.RedactedURL(f.v.GetString(keyServer))})
 	p.Fields(fields)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ type Options struct {
 // an *Error.
 type Client struct {
 	server string
+	shown  string // server, without a password, for messages
 	http   *http.Client
 	gql    graphql.Client
 }
@@ -58,6 +60,7 @@ func New(opts Options) *Client {
 	server := BaseURL(opts.Server)
 	return &Client{
 		server: server,
+		shown:  RedactedURL(server),
 		http:   &hc,
 		gql:    graphql.NewClient(server+"/graphql", &hc),
 	}
@@ -77,7 +80,7 @@ func (c *Client) WithElevation(token string) *Client {
 	t := *hc.Transport.(*Transport)
 	t.Elevation = token
 	hc.Transport = &t
-	return &Client{server: c.server, http: &hc, gql: graphql.NewClient(c.server+"/graphql", &hc)}
+	return &Client{server: c.server, shown: c.shown, http: &hc, gql: graphql.NewClient(c.server+"/graphql", &hc)}
 }
 
 // MakeRequest implements graphql.Client; a failure is returned as an *Error.
@@ -85,18 +88,51 @@ func (c *Client) MakeRequest(ctx context.Context, req *graphql.Request, resp *gr
 	last := &lastResponse{}
 	ctx = context.WithValue(ctx, lastResponseKey{}, last)
 	err := c.gql.MakeRequest(ctx, req, resp)
-	if last.bad != "" && err == nil {
+	if last.bad != "" && (err == nil || last.tooLarge) {
 		// Something at --server answered 200 without the data asked for (a
 		// proxy, a portal, another GraphQL service): not a success with
-		// empty results, which a script would take for real.
-		return &Error{Code: CodeBadResponse, Message: fmt.Sprintf("unexpected answer from %s: %s", c.server, last.bad)}
+		// empty results, which a script would take for real. Or it sent
+		// more than any btk answer.
+		return &Error{Code: CodeBadResponse, Message: fmt.Sprintf("unexpected answer from %s: %s", c.shown, last.bad)}
 	}
-	return toError(err, c.server, last)
+	return toError(err, c.shown, last)
+}
+
+// RedactedURL is the server's address for messages: without a password, should
+// --server hold one (http://user:password@host).
+func RedactedURL(server string) string {
+	if u, err := url.Parse(server); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return server
 }
 
 // MaxResponseBytes bounds an answer the client reads: far above any btk
 // answer (a page of 500 keys is about 250 KB).
 const MaxResponseBytes = 16 << 20
+
+// MaxErrorResponseBytes bounds an answer other than 200 the client reads:
+// btk's own are under 64 KiB; a proxy's error page is a few KiB.
+const MaxErrorResponseBytes = 1 << 20
+
+// readError reads an answer other than 200 (at most MaxErrorResponseBytes,
+// counted after any gzip is undone, so a small compressed answer cannot
+// grow without bound) before genqlient does, which would read it whole and
+// drop a failure to read it (a timeout). An answer too large is noted in
+// last and passed on empty.
+func (last *lastResponse) readError(body io.ReadCloser) (io.ReadCloser, error) {
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, MaxErrorResponseBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxErrorResponseBytes {
+		last.bad = fmt.Sprintf("an answer larger than %d MiB", MaxErrorResponseBytes>>20)
+		last.tooLarge = true
+		b = nil
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
 
 // Ping checks that the server answers HTTP at all (GET /healthz): any
 // status will do. It fails, as an *Error with CodeUnreachable, when there
@@ -105,11 +141,11 @@ const MaxResponseBytes = 16 << 20
 func (c *Client) Ping(ctx context.Context) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server+"/healthz", nil)
 	if err != nil {
-		return toError(err, c.server, nil)
+		return toError(err, c.shown, nil)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return toError(err, c.server, nil)
+		return toError(err, c.shown, nil)
 	}
 	_ = resp.Body.Close()
 	return nil
@@ -121,6 +157,7 @@ func (c *Client) Ping(ctx context.Context) error {
 type lastResponse struct {
 	retryAfter string
 	bad        string
+	tooLarge   bool // an answer other than 200 was over MaxErrorResponseBytes
 }
 
 // check reads a 200 answer's body (at most MaxResponseBytes) and notes in
@@ -196,6 +233,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		last.retryAfter = resp.Header.Get("Retry-After")
 		if resp.StatusCode == http.StatusOK {
 			resp.Body = last.check(resp.Body)
+		} else if resp.Body, err = last.readError(resp.Body); err != nil {
+			return nil, err
 		}
 	}
 	return resp, err

@@ -1,12 +1,15 @@
 package client
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -269,5 +272,94 @@ func TestRedirectNotFollowed(t *testing.T) {
 	}
 	if leaked {
 		t.Fatal("credentials were sent to the redirect target")
+	}
+}
+
+// An answer other than 200 is read up to MaxErrorResponseBytes, counted
+// after gzip is undone: genqlient reads such a body whole, and a hostile
+// server's 1 MiB of gzip that inflated to 1 GiB held 3.8 GB in btk.
+func TestErrorAnswerBounded(t *testing.T) {
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zero := make([]byte, 1<<20)
+	for range 64 { // 64 MiB inflated, 64 KiB sent
+		zw.Write(zero)
+	}
+	zw.Close()
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+	}{
+		{"gzip bomb", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Encoding", "gzip")
+			w.WriteHeader(http.StatusBadGateway)
+			w.Write(zipped.Bytes())
+		}},
+		{"plain", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusInternalServerError)
+			for range 64 {
+				if _, err := w.Write(zero); err != nil {
+					return
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := serve(t, "tok", tc.handler)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := Logout(context.Background(), c)
+			runtime.ReadMemStats(&after)
+			var e *Error
+			if !errors.As(err, &e) || e.Code != CodeBadResponse || !strings.Contains(e.Message, "larger than 1 MiB") {
+				t.Fatalf("got %#v; want BAD_RESPONSE, larger than 1 MiB", err)
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 {
+				t.Errorf("allocated %d MiB reading a 64 MiB answer", n>>20)
+			}
+		})
+	}
+	// A btk error answer under the bound is read as before.
+	_, err := Logout(context.Background(), serve(t, "tok", reply(503, `{"errors":[{"message":"busy","extensions":{"code":"UNAVAILABLE"}}]}`)))
+	if e := (*Error)(nil); !errors.As(err, &e) || e.Code != btk.CodeUnavailable || e.Message != "busy" {
+		t.Fatalf("503 from btk: %#v", err)
+	}
+}
+
+// A timeout while an error answer's body arrives is the retryable no-answer
+// failure too: genqlient dropped the read error, and the command said
+// "server answered HTTP 500" (exit 1) after overrunning --timeout.
+func TestTimeoutWhileAnErrorBodyArrives(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `{"errors":`)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := New(Options{Server: srv.URL, Token: "tok", HTTPClient: &http.Client{Timeout: 300 * time.Millisecond}})
+	_, err := Logout(context.Background(), c)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeUnreachable || e.Reason != ReasonTimeout {
+		t.Fatalf("got %#v; want UNREACHABLE with reason %s", err, ReasonTimeout)
+	}
+}
+
+// A password in --server is not repeated in messages.
+func TestServerPasswordNotInMessages(t *testing.T) {
+	srv := httptest.NewServer(reply(404, "404 page not found\n"))
+	t.Cleanup(srv.Close)
+	withPassword := strings.Replace(srv.URL, "http://", "http://alice:S3cretPass@", 1)
+	_, err := Logout(context.Background(), New(Options{Server: withPassword, Token: "tok"}))
+	if err == nil || strings.Contains(err.Error(), "S3cretPass") || !strings.Contains(err.Error(), "alice:xxxxx@") {
+		t.Errorf("404: %v", err)
+	}
+	srv.Close()
+	_, err = Logout(context.Background(), New(Options{Server: withPassword, Token: "tok"}))
+	if err == nil || strings.Contains(err.Error(), "S3cretPass") {
+		t.Errorf("unreachable: %v", err)
 	}
 }
