@@ -108,24 +108,28 @@ func TestErrors(t *testing.T) {
 
 // A timeout that runs out while the answer's body arrives is the retryable
 // no-answer failure (exit 8), as one before the headers is; it was an
-// untyped error (exit 1), which a script takes for a permanent failure.
+// untyped error (exit 1), which a script takes for a permanent failure, and
+// in an error answer genqlient dropped it ("server answered HTTP 500", after
+// overrunning --timeout).
 func TestTimeoutWhileTheBodyArrives(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		io.WriteString(w, `{"data":`)
-		w.(http.Flusher).Flush()
-		select {
-		case <-r.Context().Done():
-		case <-time.After(5 * time.Second):
+	for _, status := range []int{http.StatusOK, http.StatusInternalServerError} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			io.WriteString(w, `{"data":`)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		}))
+		t.Cleanup(srv.Close)
+		c := New(Options{Server: srv.URL, Token: "tok", HTTPClient: &http.Client{Timeout: 300 * time.Millisecond}})
+		_, err := Logout(context.Background(), c)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeUnreachable || e.Reason != ReasonTimeout {
+			t.Fatalf("HTTP %d: got %#v; want UNREACHABLE with reason %s", status, err, ReasonTimeout)
 		}
-	}))
-	t.Cleanup(srv.Close)
-	c := New(Options{Server: srv.URL, Token: "tok", HTTPClient: &http.Client{Timeout: 300 * time.Millisecond}})
-	_, err := Logout(context.Background(), c)
-	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeUnreachable || e.Reason != ReasonTimeout {
-		t.Fatalf("got %#v; want UNREACHABLE with reason %s", err, ReasonTimeout)
 	}
 }
 
@@ -323,28 +327,6 @@ func TestErrorAnswerBounded(t *testing.T) {
 	_, err := Logout(context.Background(), serve(t, "tok", reply(503, `{"errors":[{"message":"busy","extensions":{"code":"UNAVAILABLE"}}]}`)))
 	if e := (*Error)(nil); !errors.As(err, &e) || e.Code != btk.CodeUnavailable || e.Message != "busy" {
 		t.Fatalf("503 from btk: %#v", err)
-	}
-}
-
-// A timeout while an error answer's body arrives is the retryable no-answer
-// failure too: genqlient dropped the read error, and the command said
-// "server answered HTTP 500" (exit 1) after overrunning --timeout.
-func TestTimeoutWhileAnErrorBodyArrives(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusInternalServerError)
-		io.WriteString(w, `{"errors":`)
-		w.(http.Flusher).Flush()
-		select {
-		case <-r.Context().Done():
-		case <-time.After(5 * time.Second):
-		}
-	}))
-	t.Cleanup(srv.Close)
-	c := New(Options{Server: srv.URL, Token: "tok", HTTPClient: &http.Client{Timeout: 300 * time.Millisecond}})
-	_, err := Logout(context.Background(), c)
-	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeUnreachable || e.Reason != ReasonTimeout {
-		t.Fatalf("got %#v; want UNREACHABLE with reason %s", err, ReasonTimeout)
 	}
 }
 

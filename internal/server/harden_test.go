@@ -413,6 +413,18 @@ func TestCompromisedAccountIsCutOff(t *testing.T) {
 	}
 }
 
+// membershipAnswer is what setMembership answers c: "ok", or
+// "CODE/REASON: message".
+func (e *env) membershipAnswer(c cred, ws, account string, role any) string {
+	r := e.do(c, `mutation($w:ID!,$a:ID!,$r:Role){setMembership(workspaceId:$w,accountId:$a,role:$r)}`,
+		map[string]any{"w": ws, "a": account, "r": role})
+	if len(r.Errors) == 0 {
+		return "ok"
+	}
+	reason, _ := r.Errors[0].Extensions["reason"].(string)
+	return r.Code() + "/" + reason + ": " + r.Errors[0].Message
+}
+
 // An OWNER changes and removes existing members only; adding an
 // account is for platform admins, and the answer is the same whether the
 // account exists or not.
@@ -425,14 +437,7 @@ func TestOwnerCannotAddNonMember(t *testing.T) {
 	e.setMember(root, ws, ownerID, "OWNER")
 	e.setMember(root, ws, memberID, "MEMBER")
 	owner := cred{Bearer: e.login("owner@acme.example", "owner-password", "")}
-	const set = `mutation($w:ID!,$a:ID!,$r:Role){setMembership(workspaceId:$w,accountId:$a,role:$r)}`
-	answer := func(account string, role any) string {
-		r := e.do(owner, set, map[string]any{"w": ws, "a": account, "r": role})
-		if len(r.Errors) == 0 {
-			return "ok"
-		}
-		return r.Code() + ": " + r.Errors[0].Message
-	}
+	answer := func(account string, role any) string { return e.membershipAnswer(owner, ws, account, role) }
 	const unknown = "6f1c1c8e-1111-4222-8333-944444444444"
 	for _, role := range []any{"MEMBER", "OWNER", nil} {
 		a, b := answer(outsiderID, role), answer(unknown, role)
@@ -465,14 +470,9 @@ func TestLastOwnerStays(t *testing.T) {
 	e.setMember(root, ws, first, "OWNER")
 	e.setMember(root, ws, second, "OWNER")
 	owner := cred{Bearer: e.login("first@acme.example", "first-password", "")}
-	const set = `mutation($w:ID!,$a:ID!,$r:Role){setMembership(workspaceId:$w,accountId:$a,role:$r)}`
 	answer := func(c cred, account string, role any) string {
-		r := e.do(c, set, map[string]any{"w": ws, "a": account, "r": role})
-		if len(r.Errors) == 0 {
-			return "ok"
-		}
-		reason, _ := r.Errors[0].Extensions["reason"].(string)
-		return r.Code() + "/" + reason
+		a, _, _ := strings.Cut(e.membershipAnswer(c, ws, account, role), ":") // code/reason
+		return a
 	}
 	roles := func() map[string]string {
 		var out struct {
