@@ -397,6 +397,11 @@ func TestQueryOverrides(t *testing.T) {
 		{"_+method=DELETE", nil},
 		{"+_method=DELETE", []string{"DELETE"}},  // PHP drops leading spaces
 		{"_method[]=DELETE", []string{"DELETE"}}, // qs: an array, Express takes the first
+		// PHP ends a name at its first NUL (strlen): all "_method" to it.
+		{"_method%00=DELETE", []string{"DELETE"}},
+		{"_method%00x=DELETE", []string{"DELETE"}},
+		{"_method%00%5b%5d=DELETE", []string{"DELETE"}},
+		{"%00_method=DELETE", nil},
 		{"_method%5B0%5D=PUT", []string{"PUT"}},  // the same, encoded
 		{"_method=DEL%45TE", []string{"DELETE"}}, // decoded value
 		{"_method=DELETE+GET", []string{"DELETE GET"}},

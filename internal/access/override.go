@@ -37,8 +37,9 @@ const MaxMethodOverrides = 8
 // parameter override on, Laravel's default) read "_method" from the query
 // when the body has none, and Express's method-override reads it there
 // when told to. A key is read as the frameworks' parsers read it:
-// percent-decoded with "+" for a space, PHP's leading spaces dropped and
-// its "." and " " read as "_" ("?.method=DELETE" is "_method" to PHP), and
+// percent-decoded with "+" for a space, cut at a NUL as PHP cuts it, PHP's
+// leading spaces dropped and its "." and " " read as "_" ("?.method=DELETE"
+// is "_method" to PHP), and
 // "_method[…]" an array whose first value Express takes. Pairs are split on
 // "&" and on ";" (which some parsers split on too): a value is then seen
 // whole or in parts, and every part is decided.
@@ -67,6 +68,11 @@ func QueryOverrides(query string, out []string) []string {
 // methodKey reports whether a decoded query key is "_method" to some
 // parser (QueryOverrides).
 func methodKey(key string) bool {
+	// PHP takes a name's length with strlen: it ends at the first NUL, so
+	// "_method%00=DELETE" and "_method%00x=DELETE" are "_method" to it.
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		key = key[:i]
+	}
 	key = strings.TrimLeft(key, " ")
 	if i := strings.IndexByte(key, '['); i > 0 {
 		key = key[:i]

@@ -365,6 +365,10 @@ func TestMethodOverrideHeadersMeetTheRules(t *testing.T) {
 		{plain, "/reports/1?_method=DELETE", nil},
 		{plain, "/reports/1?a=1&%5Fmethod=delete", nil},
 		{plain, "/reports/1?.method=DELETE", nil},
+		// PHP ends a parameter's name at a NUL: "_method" to Symfony and Laravel.
+		{plain, "/reports/1?_method%00=DELETE", nil},
+		{plain, "/reports/1?_method%00x=DELETE", nil},
+		{plain, "/reports/1?_method%00%5b%5d=DELETE", nil},
 		// No method: refused, not guessed at (Express reads the first of a list).
 		{plain, "/orders/1", map[string]string{"X-HTTP-Method-Override": "DELETE, GET"}},
 		// A scoped key may POST; it may not DELETE, which no rule allows.
