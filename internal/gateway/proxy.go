@@ -127,6 +127,7 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		accepted := false
 		dropConnectionNamed(r.Header)
+		dropH2CUpgrade(r.Header)
 		// A refusal is answered before the request's body is read, and
 		// closes the connection without reading it: net/http reads an
 		// unread body (up to 256 KiB) before it answers, and again before
@@ -197,6 +198,26 @@ func dropConnectionNamed(h http.Header) {
 			name = textproto.TrimString(name)
 			if name != "" && !strings.EqualFold(name, "Upgrade") {
 				h.Del(name)
+			}
+		}
+	}
+}
+
+// dropH2CUpgrade removes an upgrade to cleartext HTTP/2 (Upgrade: h2c), so
+// that the request is forwarded as the HTTP/1.1 request it also is. An
+// upstream that took the upgrade would answer 101 and the proxy would pass
+// the connection through as it does a WebSocket's: HTTP/2 requests to any
+// path, with any X-Tenant-Id, that btk never sees ("h2c smuggling";
+// docs/gateway.md#btks-reverse-proxy). A server may ignore an Upgrade, so
+// nothing a client may rely on is lost.
+func dropH2CUpgrade(h http.Header) {
+	for _, v := range h["Upgrade"] {
+		for proto := range strings.SplitSeq(v, ",") {
+			name, _, _ := strings.Cut(textproto.TrimString(proto), "/")
+			if strings.EqualFold(name, "h2c") {
+				h.Del("Upgrade")
+				h.Del("Http2-Settings")
+				return
 			}
 		}
 	}

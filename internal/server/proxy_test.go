@@ -1,8 +1,10 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -478,5 +480,49 @@ func TestProxyKeepsTheUpstreamBasePath(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) != 1 || got[0] != "/api/orders/../7" {
 		t.Errorf("the upstream got %q, want only /api/orders/../7", got)
+	}
+}
+
+// An upgrade to cleartext HTTP/2 is not passed on: an upstream that took it
+// would answer 101 and receive, through the proxy's tunnel, HTTP/2 requests
+// to any path that neither the key check nor the rules see. The request is
+// forwarded as HTTP/1.1 without Upgrade and HTTP2-Settings.
+func TestProxyDropsH2CUpgrade(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.createKey(e.admin(), "h2c")
+	seen := make(chan http.Header, 1)
+	// An upstream that takes any h2c upgrade, as a lenient one might.
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		if strings.EqualFold(r.Header.Get("Upgrade"), "h2c") {
+			w.Header().Set("Connection", "Upgrade")
+			w.Header().Set("Upgrade", "h2c")
+			w.WriteHeader(http.StatusSwitchingProtocols)
+			return
+		}
+		io.WriteString(w, "http/1.1")
+	}))
+	defer up.Close()
+	p := e.proxyFor(up.URL)
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(p.URL, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /public HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nConnection: Upgrade, HTTP2-Settings\r\n"+
+		"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n", k.Plaintext)
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK || string(body) != "http/1.1" {
+		t.Fatalf("HTTP %d %q; want the HTTP/1.1 answer", res.StatusCode, body)
+	}
+	h := <-seen
+	if h.Get("Upgrade") != "" || h.Get("Http2-Settings") != "" || h.Get("X-Tenant-Id") != e.adminWS {
+		t.Fatalf("upstream got Upgrade %q, HTTP2-Settings %q, X-Tenant-Id %q", h.Get("Upgrade"), h.Get("Http2-Settings"), h.Get("X-Tenant-Id"))
 	}
 }
