@@ -149,8 +149,8 @@ type Tx interface {
 	AddAuditEvent(ctx context.Context, ev *AuditEvent) error
 	// Accounts returns every account, oldest first.
 	Accounts(ctx context.Context) ([]*Account, error)
-	// WorkspaceMembers returns the workspace's memberships, oldest first.
-	// with their accounts' emails, in one query.
+	// WorkspaceMembers returns the workspace's memberships with their
+	// accounts' emails, oldest first, in one query.
 	WorkspaceMembers(ctx context.Context, workspaceID string) ([]Member, error)
 	// SetAccountPassword replaces the account's password hash.
 	SetAccountPassword(ctx context.Context, accountID, hash string) error
