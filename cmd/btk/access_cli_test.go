@@ -21,8 +21,9 @@ func accessServer(t *testing.T) *fakeServer {
 	return loggedInTo(t, srv)
 }
 
-// btk update sends only what its flags name; the list flags replace, and
-// --no-scopes / --any-address send an empty list (docs/access.md).
+// btk update sends only what its flags name, in one UpdateApiKey; the list
+// flags replace, --no-scopes / --any-address send an empty list, and
+// --default-limits an explicit null for each limit (docs/access.md).
 func TestUpdateSendsOnlyWhatChanged(t *testing.T) {
 	srv := accessServer(t)
 	for _, tc := range []struct {
@@ -34,10 +35,15 @@ func TestUpdateSendsOnlyWhatChanged(t *testing.T) {
 		{[]string{"--scope", "a:read", "--scope", "b"}, map[string]any{"scopes": []any{"a:read", "b"}}},
 		{[]string{"--no-scopes", "--any-address"}, map[string]any{"scopes": []any{}, "allowedCidrs": []any{}}},
 		{[]string{"--allow-cidr", "10.0.0.0/8"}, map[string]any{"allowedCidrs": []any{"10.0.0.0/8"}}},
+		{[]string{"--default-limits", "--scope", "a"}, map[string]any{"rateLimitPerMinute": nil, "rateLimitPerDay": nil, "scopes": []any{"a"}}},
 	} {
+		before := len(srv.ops())
 		s, _, errOut := testStreams(pipe, "")
 		if code := btkRun(s, append([]string{"update", "ci", "-o", "json"}, tc.args...)...); code != 0 {
 			t.Fatalf("%v: exit %d: %s", tc.args, code, errOut)
+		}
+		if ops := srv.ops()[before:]; ops[len(ops)-1] != "UpdateApiKey" || slices.Index(ops, "UpdateApiKey") != len(ops)-1 {
+			t.Errorf("%v: operations %v, want one UpdateApiKey, last", tc.args, ops)
 		}
 		input := srv.last("UpdateApiKey").Variables["input"].(map[string]any)
 		if len(input) != len(tc.want) {

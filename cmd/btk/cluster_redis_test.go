@@ -93,3 +93,44 @@ func TestServeWarnsOfEvictionPolicy(t *testing.T) {
 		return strings.Contains(p.Out.String(), "maxmemory-policy allkeys-lru") && strings.Contains(p.Out.String(), "set maxmemory-policy noeviction")
 	})
 }
+
+// A revoke answered UNAVAILABLE (Redis stopped after the commit) is
+// repeated by the key's name, as a CI script repeats a command that exited
+// 10: the name finds the key it revoked (the newest revoked key of that
+// name), the repeat exits 0 and tells the other instance, which refuses
+// the key it had cached (docs/clusters.md#shared-state-in-redis).
+func TestRevokeByNameRepeatedAfterUnavailable(t *testing.T) {
+	skipIfShort(t, "starts btk serve and redis-server processes")
+	redisURL(t)
+	db := pgtest.URL(t)
+	isolate(t) // not parallel: isolate sets the environment
+	r := redistest.Standalone(t)
+	procs := startCluster(t, 2, db, "--redis", r.URL())
+	token := loginAt(t, procs[0].url)
+	k := createKeyAt(t, procs[0].url, token, "ci-deploy", 0)
+	for _, p := range procs {
+		if a, err := call(p.url, "", k.Plaintext, probeQuery, nil); err != nil || a.status != 200 {
+			t.Fatalf("%+v %v", a, err)
+		}
+	}
+	revoke := func() (int, string) {
+		s, _, errOut := testStreams(false, "")
+		code := btkRun(s, "revoke", "ci-deploy", "--yes", "--server", procs[0].url, "--token", token)
+		return code, errOut.String()
+	}
+
+	r.Stop()
+	code, stderr := revoke()
+	r.Continue()
+	if code != exitUnavailable || !strings.Contains(stderr, "repeat 'btk revoke "+k.ID+" --yes'") {
+		t.Fatalf("revoke with Redis stopped: exit %d, %s", code, stderr)
+	}
+	if code, stderr = revoke(); code != 0 || !strings.Contains(stderr, `Key "ci-deploy" was revoked already`) {
+		t.Fatalf("the repeat by name: exit %d, %s", code, stderr)
+	}
+	for _, p := range procs {
+		if a, err := call(p.url, "", k.Plaintext, probeQuery, nil); err != nil || a.status != http.StatusUnauthorized {
+			t.Fatalf("the revoked key on %s after the repeat: %+v %v", p.url, a, err)
+		}
+	}
+}

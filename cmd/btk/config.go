@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
@@ -238,10 +239,10 @@ func updateConfig(path string, set map[string]string, unset ...string) error {
 func validServer(s string) error {
 	u, err := url.Parse(client.BaseURL(s))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usageErrorf("invalid server address %q: want http://host:port or https://host", s)
+		return usageErrorf("invalid server address %q: want http://host:port or https://host", btk.RedactURL(s))
 	}
 	if p := strings.Trim(u.Path, "/"); p != "" {
-		return usageErrorf("invalid server address %q: want the server's base address (such as https://btk.example.com), not a path under it", s)
+		return usageErrorf("invalid server address %q: want the server's base address (such as https://btk.example.com), not a path under it", btk.RedactURL(s))
 	}
 	return nil
 }

@@ -14,12 +14,7 @@ type eventsOptions struct {
 }
 
 // eventActions are the audit_events actions, for --action and its completion.
-var eventActions = []string{
-	"api_key.created", "api_key.rotated", "api_key.revoked", "api_key.revoked_all",
-	btk.EventSessionLogin, btk.EventSessionElevated, btk.EventSessionImpersonated,
-	btk.EventMembershipChanged, btk.EventWorkspacePlanChanged, btk.EventWorkspaceLimitsChanged,
-	btk.EventAccountCreated,
-}
+var eventActions = btk.EventActions()
 
 func newEventsCmd(f *factory) *cobra.Command {
 	opts := &eventsOptions{f: f}
@@ -27,11 +22,12 @@ func newEventsCmd(f *factory) *cobra.Command {
 		Use:   "events",
 		Short: "Show the workspace's audit events, newest first",
 		Long: `Show the workspace audit log (audit_events), newest first: key changes, and
-logins, elevations, impersonations, membership, plan and limit changes, each
-attributed to the account that acted and to the impersonating platform admin,
-if any. Owners see their workspace; a platform admin may read any workspace
-with --workspace, and with --server-wide the events that belong to no
-workspace (accounts created, logins of sessions without a workspace).`,
+logins, elevations, impersonations, the workspace's creation, membership,
+plan, limit and policy changes, webhooks added and removed, each attributed
+to the account that acted and to the impersonating platform admin, if any.
+Owners see their workspace; a platform admin may read any workspace with
+--workspace, and with --server-wide the events that belong to no workspace
+(account changes, logins of sessions without a workspace).`,
 		Example: `  btk events --since 24h
   btk events --action session.login --actor ops@example.com
   btk events --workspace Acme --action membership.changed -o json

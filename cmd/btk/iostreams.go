@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -188,7 +189,7 @@ func (s *iostreams) prompt(label string) (string, error) {
 	if s.lines == nil {
 		s.lines = bufio.NewReader(s.In)
 	}
-	line, err := s.wait(func() (string, error) { return s.lines.ReadString('\n') })
+	line, err := s.wait(func() (string, error) { return readLine(s.lines) })
 	if errors.Is(err, errInterrupted) {
 		fmt.Fprintln(s.ErrOut)
 		return "", err
@@ -216,12 +217,25 @@ func (s *iostreams) promptSecret(label string) (string, error) {
 	return secret, nil
 }
 
+// maxSecretInput bounds a password read from standard input, and any line
+// typed at a prompt: the server takes no request larger than 64 KiB
+// (docs/security.md#bounds-on-a-request), so no password it accepts is
+// longer, and 100 MB piped in is refused, not held.
+const maxSecretInput = 64 << 10
+
+// errLineTooLong refuses a line typed at a prompt longer than maxSecretInput.
+var errLineTooLong = usageErrorf("the line typed is longer than 64 KiB")
+
 // readStdinSecret reads a secret given with --password-stdin: all of
-// standard input, less its line ending.
+// standard input, less its line ending, up to maxSecretInput bytes; more is
+// a usage error.
 func (s *iostreams) readStdinSecret() (string, error) {
-	b, err := io.ReadAll(s.In)
+	b, err := io.ReadAll(io.LimitReader(s.In, maxSecretInput+1))
 	if err != nil {
 		return "", fmt.Errorf("reading standard input: %w", err)
+	}
+	if len(b) > maxSecretInput {
+		return "", usageErrorf("--password-stdin: standard input is longer than 64 KiB: give the password alone")
 	}
 	secret := strings.TrimRight(string(b), "\r\n")
 	if secret == "" {
@@ -282,7 +296,8 @@ func (s *iostreams) readRawSecret(f *os.File) (string, error) {
 }
 
 // readRawLine reads bytes up to Enter, with backspace and Ctrl-U editing;
-// Ctrl-C is errInterrupted, Ctrl-D on an empty line io.EOF.
+// Ctrl-C is errInterrupted, Ctrl-D on an empty line io.EOF, a line longer
+// than maxSecretInput errLineTooLong.
 func readRawLine(r io.Reader) (string, error) {
 	var line []byte
 	var b [1]byte
@@ -316,7 +331,29 @@ func readRawLine(r io.Reader) (string, error) {
 				line = line[:i]
 			}
 		default:
+			if len(line) == maxSecretInput {
+				return "", errLineTooLong
+			}
 			line = append(line, c)
+		}
+	}
+}
+
+// readLine reads one line of r, line ending included, of at most
+// maxSecretInput bytes: a longer one is errLineTooLong, not held.
+func readLine(r *bufio.Reader) (string, error) {
+	var line []byte
+	for {
+		part, err := r.ReadSlice('\n')
+		if len(line)+len(part) > maxSecretInput+2 { // and its CR LF
+			return "", errLineTooLong
+		}
+		line = append(line, part...)
+		if err != bufio.ErrBufferFull {
+			if len(bytes.TrimRight(line, "\r\n")) > maxSecretInput {
+				return "", errLineTooLong
+			}
+			return string(line), err
 		}
 	}
 }

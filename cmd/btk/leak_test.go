@@ -312,3 +312,66 @@ func TestCreateCanary(t *testing.T) {
 		t.Errorf("the canary key: %v", err)
 	}
 }
+
+// whois and revoke - read all of standard input, in bounded memory: a key
+// after more than 1 MiB of text is found, and a second, different key
+// anywhere refuses the input (it used to be cut at 1 MiB, and the first key
+// revoked).
+func TestKeyOnInputReadsItAll(t *testing.T) {
+	ls := newLeakServer(t)
+	k1 := ls.createKey(t, "first", false)
+	k2 := ls.createKey(t, "second", false)
+	logText := strings.Repeat("2026-11-24T04:21:30Z GET /orders 200 0.012s ua=curl/8.5\n", 24_000) // 1.3 MB
+	s, _, errOut := testStreams(pipe, k1.Plaintext+"\n"+logText+k2.Plaintext+"\n")
+	if code := btkRun(s, "revoke", "-", "--yes"); code != exitUsage || !strings.Contains(errOut.String(), "more than one key") {
+		t.Fatalf("two keys 1.3 MB apart: exit %d; want 2 (%s)", code, errOut)
+	}
+	if _, _, err := ls.svc.AuthenticateKey(context.Background(), k1.Plaintext); err != nil {
+		t.Fatalf("the first key was revoked: %v", err)
+	}
+	s, out, errOut := testStreams(pipe, logText+k2.Plaintext+"\n"+logText+k2.Plaintext+"\n")
+	if code := btkRun(s, "whois"); code != 0 || !strings.Contains(out.String(), "second") {
+		t.Fatalf("a key after 1.3 MB, twice: exit %d (%s)", code, errOut)
+	}
+	// 64 MiB of text before the key: the live heap, measured as the input
+	// is read, stays within a few chunks.
+	in := &textThenKey{left: 64 << 20, key: k2.Plaintext, before: liveHeap()}
+	s, out, errOut = testStreams(pipe, "")
+	s.In = in
+	if code := btkRun(s, "whois", "-o", "json"); code != 0 || !strings.Contains(out.String(), k2.Key.ID) {
+		t.Fatalf("a key after 64 MiB: exit %d (%s)", code, errOut)
+	}
+	if in.peak > in.before && in.peak-in.before > 4<<20 {
+		t.Errorf("the live heap grew by %d bytes while standard input was read; want at most 4 MiB", in.peak-in.before)
+	}
+	ls.neverSent(t, k1.Plaintext, k2.Plaintext)
+}
+
+// textThenKey is left bytes of log text, then key; it measures the live
+// heap every 4 MiB.
+type textThenKey struct {
+	left, read   int
+	key          string
+	before, peak uint64
+}
+
+func (r *textThenKey) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		if r.key == "" {
+			return 0, io.EOF
+		}
+		n := copy(p, r.key)
+		r.key = r.key[n:]
+		return n, nil
+	}
+	n := min(len(p), r.left)
+	for i := range n {
+		p[i] = "log text\n"[(r.read+i)%9]
+	}
+	if (r.read+n)/(4<<20) != r.read/(4<<20) {
+		r.peak = max(r.peak, liveHeap())
+	}
+	r.left -= n
+	r.read += n
+	return n, nil
+}

@@ -32,7 +32,8 @@ func newLoginCmd(f *factory) *cobra.Command {
 file (--config), which may be the server's, is never written.
 
 The password is asked for without echo on a terminal; elsewhere pass it on
-standard input with --password-stdin. It is never accepted as a flag. To an
+standard input with --password-stdin (at most 64 KiB: more is refused before
+btk connects). It is never accepted as a flag. To an
 http:// server on another machine, login warns on standard error that the
 password and the session cross the network unencrypted.
 
@@ -69,6 +70,15 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 	if !opts.passwordStdin && !f.io.canPrompt() {
 		return usageErrorf("no terminal to ask for the password: pass it on standard input with --password-stdin")
 	}
+	// A password piped in is read, and refused when too long
+	// (readStdinSecret), before any connection; unless the email is still to
+	// be typed on the same terminal first.
+	var password string
+	if opts.passwordStdin && opts.email != "" {
+		if password, err = f.io.readStdinSecret(); err != nil {
+			return err
+		}
+	}
 	c, server, err := f.anonClient(cmd)
 	if err != nil {
 		return err
@@ -86,9 +96,10 @@ func runLogin(cmd *cobra.Command, opts *loginOptions) error {
 			return err
 		}
 	}
-	password, err := f.io.password(opts.passwordStdin, "Password: ")
-	if err != nil {
-		return err
+	if password == "" {
+		if password, err = f.io.password(opts.passwordStdin, "Password: "); err != nil {
+			return err
+		}
 	}
 	// --workspace is an id or a name; the server resolves a name among the
 	// account's memberships.

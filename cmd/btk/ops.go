@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +15,7 @@ import (
 	"github.com/btk-project/btk/internal/access"
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/gateway"
+	"github.com/btk-project/btk/internal/hangup"
 	"github.com/btk-project/btk/internal/server"
 )
 
@@ -33,7 +32,7 @@ type opsState struct {
 
 	metricsAddr string
 	metricsLn   net.Listener
-	hup         chan os.Signal
+	hup         <-chan os.Signal // SIGHUP, caught since the process started (hangup.C)
 
 	// rulesFile (--access-rules) holds rules, read at start; on SIGHUP a
 	// file that parses replaces them through setRules.
@@ -45,7 +44,7 @@ type opsState struct {
 // newOps checks the settings and reads the certificate before anything
 // else starts, so that a mistake stops the server at once.
 func newOps(cfg serveConfig, build server.BuildInfo) (*opsState, error) {
-	o := &opsState{metricsAddr: cfg.MetricsAddr, rulesFile: cfg.AccessRules}
+	o := &opsState{metricsAddr: cfg.MetricsAddr, rulesFile: cfg.AccessRules, hup: hangup.C}
 	var err error
 	if o.rulesFile != "" {
 		// A bad file stops the server here, naming the line and the reason.
@@ -104,17 +103,14 @@ func (o *opsState) observeFlush(d time.Duration, err error) {
 	}
 }
 
-// listen starts catching SIGHUP and opens the metrics listener (if any),
-// before the database is touched, like the other listeners.
+// listen opens the metrics listener (if any), before the database is
+// touched, like the other listeners.
 func (o *opsState) listen(log *slog.Logger) error {
-	o.hup = make(chan os.Signal, 1)
-	signal.Notify(o.hup, syscall.SIGHUP)
 	if o.metrics == nil {
 		return nil
 	}
 	ln, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
-		signal.Stop(o.hup)
 		return fmt.Errorf("--metrics-addr: %w", err)
 	}
 	o.metricsLn = ln
@@ -147,10 +143,10 @@ func (o *opsState) registerer() prometheus.Registerer {
 	return o.metrics.Registry()
 }
 
-// shutdown stops catching SIGHUP and closes the metrics listener if it was
-// never served.
+// shutdown closes the metrics listener if it was never served. SIGHUP stays
+// caught (hangup.C) until the process exits: one during the drain must not
+// kill it.
 func (o *opsState) shutdown() {
-	signal.Stop(o.hup)
 	if o.metricsLn != nil {
 		_ = o.metricsLn.Close()
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +59,47 @@ func (p *printer) JSON(v any) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+// jsonArray writes a JSON array one element at a time, byte for byte as
+// JSON writes the whole slice: for lists too long to hold (btk scan).
+type jsonArray struct {
+	w   io.Writer
+	n   int
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+func (p *printer) jsonArray() *jsonArray {
+	a := &jsonArray{w: p.io.Out}
+	a.enc = json.NewEncoder(&a.buf)
+	a.enc.SetIndent("  ", "  ") // an element's lines, one level in
+	a.enc.SetEscapeHTML(false)
+	return a
+}
+
+func (a *jsonArray) add(v any) error {
+	a.buf.Reset()
+	if err := a.enc.Encode(v); err != nil {
+		return err
+	}
+	sep := ",\n  "
+	if a.n == 0 {
+		sep = "[\n  "
+	}
+	a.n++
+	_, err := fmt.Fprintf(a.w, "%s%s", sep, bytes.TrimSuffix(a.buf.Bytes(), []byte("\n")))
+	return err
+}
+
+// close ends the array: [] when nothing was added.
+func (a *jsonArray) close() error {
+	end := "\n]\n"
+	if a.n == 0 {
+		end = "[]\n"
+	}
+	_, err := io.WriteString(a.w, end)
+	return err
 }
 
 // printable makes text from the server safe to write to a terminal: control

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -246,6 +247,35 @@ func TestPrintable(t *testing.T) {
 	} {
 		if got := printable(in); got != want {
 			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// jsonArray writes, element by element, the bytes JSON writes for the whole
+// slice: btk scan -o json streams what it finds in the same format.
+func TestJSONArrayAsJSON(t *testing.T) {
+	for _, items := range [][]scanFinding{
+		{},
+		{{Path: "a<b>&c.txt", Line: 1, Column: 2, DisplayPrefix: "btk_00000000", Hint: "AAAA"}},
+		{{Path: "a", Line: 1}, {Path: "b", Status: "ACTIVE", Revoked: true}, {Path: "c"}},
+	} {
+		whole, _, _ := testStreams(pipe, "")
+		p := newPrinter(whole, formatJSON, time.Now)
+		if err := p.JSON(items); err != nil {
+			t.Fatal(err)
+		}
+		parts, _, _ := testStreams(pipe, "")
+		a := newPrinter(parts, formatJSON, time.Now).jsonArray()
+		for _, it := range items {
+			if err := a.add(it); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.close(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := parts.Out.(*bytes.Buffer).String(), whole.Out.(*bytes.Buffer).String(); got != want {
+			t.Errorf("%d elements:\n%s\nwant:\n%s", len(items), got, want)
 		}
 	}
 }

@@ -22,9 +22,15 @@ func newRevokeCmd(f *factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "revoke KEY",
 		Short: "Revoke an API key at once",
-		Long: `Revoke KEY (a key id, or the name of a key that is not revoked: active or expired). Every later request with
+		Long: `Revoke KEY (a key id, or a key's name). Every later request with
 it is rejected. There is no undo: create a new key instead. Revoking works on
 every plan.
+
+A name is the key of that name that is not revoked (active or expired), or
+else the newest revoked key of that name: revoking it again changes nothing
+and exits 0, so a script may repeat the command after exit 10 (UNAVAILABLE:
+the revocation is stored, the other instances were maybe not told yet), and
+the repeat tells them (docs/clusters.md#shared-state-in-redis).
 
 KEY "-" reads the plaintext key itself from standard input (typed without
 echo on a terminal, or piped: any text holding one key): it is hashed here and
@@ -60,10 +66,11 @@ func runRevoke(ctx context.Context, p *printer, c *client.Client, opts *revokeOp
 			return err
 		}
 		k, workspace = found.ApiKey, found.Workspace
-	} else if k, err = client.ResolveKey(ctx, c, opts.key); err != nil {
+	} else if k, err = client.ResolveKeyForAudit(ctx, c, opts.key); err != nil {
 		return err
 	}
-	if !opts.yes {
+	again := k.Status == client.ApiKeyStatusRevoked
+	if !opts.yes && !again { // on a terminal: nothing to confirm for a revoked key
 		err := f.io.confirm(fmt.Sprintf("Revoke key %q (%s)? Requests with it will fail at once; this cannot be undone.", k.Name, keyDisplay(k)),
 			fmt.Sprintf("key %q was not revoked", k.Name))
 		if err != nil {
@@ -77,9 +84,19 @@ func runRevoke(ctx context.Context, p *printer, c *client.Client, opts *revokeOp
 			return fmt.Errorf("key %q belongs to workspace %q (%s): revoke it there ('btk impersonate %s', then 'btk revoke %s'): %w",
 				k.Name, workspace.Name, workspace.Id, workspace.Id, k.Id, err)
 		}
+		if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Code == btk.CodeUnavailable {
+			// The revocation may be stored already: the repeat finds the
+			// key by this id (or by its name, above) and tells again.
+			return fmt.Errorf("key %q (%s) may be revoked but not every instance told: repeat 'btk revoke %s --yes' (every instance is told within a minute anyway): %w",
+				k.Name, k.Id, k.Id, err)
+		}
 		return err
 	}
 	revoked := resp.RevokeApiKey
+	if again {
+		p.Notice("Key %q was revoked already", revoked.Name)
+		return p.apiKey(ctx, c, revoked)
+	}
 	p.Notice("Revoked key %q", revoked.Name)
 	return p.apiKey(ctx, c, revoked)
 }

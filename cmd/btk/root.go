@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
+	"github.com/btk-project/btk/internal/hangup"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 )
@@ -22,12 +24,18 @@ func runWith(ctx context.Context, args []string, streams *iostreams) int {
 	streams.done = ctx.Done()
 	f := &factory{io: streams, v: v, version: buildVersion(), getenv: os.Getenv, now: time.Now}
 	root := newCommandTree(f)
+	if c, _, err := root.Find(args); err != nil || c.Name() != "serve" || c.Parent() != root {
+		// Only serve reloads on SIGHUP (caught since the process started):
+		// to any other command it is a hangup, as to any program.
+		hangup.Release()
+	}
 	root.SetArgs(args)
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	cmd, err := root.ExecuteContextC(ctx)
-	if err != nil && ctx.Err() != nil {
+	var loss *stopLossError
+	if err != nil && ctx.Err() != nil && !errors.As(err, &loss) {
 		// Ctrl-C (or SIGTERM) at a prompt or during a request.
 		fmt.Fprintln(streams.ErrOut, "btk: interrupted")
 		return exitInterrupted

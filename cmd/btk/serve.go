@@ -10,12 +10,15 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/events"
+	"github.com/btk-project/btk/internal/hangup"
 	"github.com/btk-project/btk/internal/server"
 	"github.com/btk-project/btk/internal/store"
 	"github.com/btk-project/btk/internal/web"
@@ -30,7 +33,9 @@ func newServeCmd() *cobra.Command {
 (BTK_BOOTSTRAP_EMAIL / BTK_BOOTSTRAP_PASSWORD, or admin@localhost with a generated
 password printed once to stderr), a workspace "Default" on plan SELF_HOSTED, and
 makes that account its OWNER. It stops on SIGINT or SIGTERM after draining
-requests and flushing last_used_at. SIGHUP re-reads the TLS certificate and key
+requests and flushing last_used_at, within about 30 s whatever the database
+does; it exits 1 if usage could not be stored, and a second signal stops at
+once (docs/operating.md#stopping). SIGHUP re-reads the TLS certificate and key
 and the access rules (--access-rules; a file that does not parse keeps the rules
 in use).
 
@@ -61,6 +66,10 @@ writes this file. GOGC and GOMEMLIMIT work as for any Go program.`,
   btk serve --db postgres://btk@db.internal/btk --redis redis://cache.internal:6379/0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Before anything slow: a SIGHUP while btk starts waits in
+			// hangup.C (caught since the process began; again here after
+			// a Release in tests) and reloads once it serves.
+			hangup.Catch()
 			cfg, err := loadServeConfig(cmd, os.Getenv)
 			if err != nil {
 				return err
@@ -113,7 +122,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
-	defer db.Close()
+	defer closeStore(db, log)
 	svcCfg := btk.Config{DefaultPerMinute: cfg.RatePerMinute, DefaultPerDay: cfg.RatePerDay, Observer: ops.observer(), SessionKeys: cfg.sessionKeys, UsageRetention: cfg.UsageRetention}
 	if cfg.Redis != "" {
 		closeShared, err := openShared(ctx, cfg, &svcCfg, log)
@@ -123,6 +132,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		defer closeShared()
 	}
 	svcCfg.WebhookAllowPrivate = cfg.WebhookAllowPrivate
+	svcCfg.Log = log
 	svc, err := btk.NewService(ctx, db, []byte(cfg.Secret), svcCfg)
 	if err != nil {
 		return err
@@ -166,7 +176,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if upstream != nil {
 		servers = append(servers, newProxyServer(ops.instrument("proxy", handler.Proxy(upstream)), log, ops.metrics))
 		listeners = append(listeners, pln)
-		log.Info("btk reverse proxy listening", "addr", pln.Addr().String(), "upstream", upstream.Redacted(), "tls", ops.cert != nil)
+		log.Info("btk reverse proxy listening", "addr", pln.Addr().String(), "upstream", btk.RedactURL(cfg.Upstream), "tls", ops.cert != nil)
 	}
 	if msrv := ops.metricsServer(db, log); msrv != nil {
 		servers = append(servers, msrv)
@@ -175,6 +185,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	log.Info("btk serve listening", "addr", ln.Addr().String(), "tls", ops.cert != nil, "db", displayDB(cfg.DB), "startup", time.Since(start).Round(time.Millisecond))
 
 	flushCtx, stopFlush := context.WithCancel(context.Background())
+	defer stopFlush()
 	var wg sync.WaitGroup
 	wg.Go(func() { flushLoop(flushCtx, svc, log, ops) })
 	wg.Go(func() { ops.reloadOnHangup(flushCtx, log) })
@@ -192,17 +203,120 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	case <-ctx.Done():
 		log.Info("shutting down: draining requests")
 	}
-	err = errors.Join(err, shutdownAll(servers, log))
+	stopCtx, abort := context.WithTimeout(context.Background(), stopTimeout)
+	defer abort()
+	defer abortOnSecondSignal(abort, log)()
+	// The loops end now: the final flush below writes what they would have.
 	stopFlush()
-	wg.Wait()
-	if ferr := svc.FlushUsage(context.Background()); ferr != nil {
-		log.Error("final last_used_at flush failed", "err", ferr)
+	err = errors.Join(err, shutdownAll(stopCtx, servers, log))
+	if waitAll(stopCtx, &wg) != nil {
+		log.Warn("background work still running at the stop deadline")
+	}
+	// Canary uses seen by the drained requests are written, or kept for the
+	// final flush (docs/leaks.md#canary-keys).
+	_ = svc.WaitCanaryRecords(stopCtx)
+	if ferr := finalFlush(stopCtx, svc, log); ferr != nil {
+		err = errors.Join(err, &stopLossError{ferr})
 	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	log.Info("stopped")
 	return err
+}
+
+// stopTimeout bounds a stop from its signal to the final flush's last
+// attempt: the drain (drainTimeout), then the flush retried until this
+// deadline (10 s or more of it after a full drain). With the store's close
+// (closeTimeout) a stop ends within about 30 s whatever the database does,
+// inside deploy/btk.service's TimeoutStopSec (docs/operating.md#stopping).
+const stopTimeout = 25 * time.Second
+
+// closeTimeout bounds the store's close at the end of a stop. A PostgreSQL
+// that does not answer holds pgxpool's close of its connections for 15 s
+// each; the process exits anyway, and the kernel closes the sockets (the
+// server then ends the backends and releases the instance lock).
+const closeTimeout = 3 * time.Second
+
+// closeStore closes db, waiting at most closeTimeout.
+func closeStore(db io.Closer, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { _ = db.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeTimeout):
+		log.Warn("the database connections did not close in time; exiting without waiting", "after", closeTimeout.String())
+	}
+}
+
+// stopLossError is a stop that could not store everything: btk serve exits
+// 1 even though a signal began the stop (docs/operating.md#stopping).
+type stopLossError struct{ error }
+
+func (e *stopLossError) Unwrap() error { return e.error }
+
+// finalFlushRetry is the pause between the final flush's attempts.
+const finalFlushRetry = 500 * time.Millisecond
+
+// finalFlush writes every pending use, retried until ctx ends. What it
+// could not write is logged at ERROR as counts (no key) and returned: btk
+// serve then exits 1, so that a supervisor or a script sees the loss
+// (docs/usage.md: every request answered before the stop is in the
+// database, or the exit status says otherwise).
+func finalFlush(ctx context.Context, svc *btk.Service, log *slog.Logger) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		if err = svc.FlushUsage(ctx); err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		log.Warn("final usage flush failed; retrying until the stop deadline", "attempt", attempt, "err", err)
+		t := time.NewTimer(finalFlushRetry)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	uses, keys := svc.UnflushedUsage()
+	canaryUses, canaryKeys := svc.UnrecordedCanaryUses()
+	log.Error("final usage flush failed: usage not stored", "uses", uses, "keys", keys,
+		"canary_uses", canaryUses, "canary_keys", canaryKeys, "err", err)
+	return fmt.Errorf("final usage flush failed: %d uses of %d keys and %d canary uses of %d keys not stored: %w",
+		uses, keys, canaryUses, canaryKeys, err)
+}
+
+// abortOnSecondSignal calls abort on a second SIGINT or SIGTERM, which ends
+// the stop at once: what is still in flight is cut, and the final flush
+// reports what it could not write (docs/operating.md#stopping). The returned
+// function stops listening.
+func abortOnSecondSignal(abort func(), log *slog.Logger) (stop func()) {
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-again:
+			log.Warn("second signal: stopping at once; requests in flight are cut and usage not yet written is lost")
+			abort()
+		case <-done:
+		}
+	}()
+	return func() { signal.Stop(again); close(done) }
+}
+
+// waitAll waits for wg until ctx ends.
+func waitAll(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // proxyUpstream checks --proxy-addr and --upstream: both or neither.
@@ -215,7 +329,8 @@ func proxyUpstream(cfg serveConfig) (*url.URL, error) {
 	}
 	u, err := url.Parse(cfg.Upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--upstream must be an http:// or https:// URL, not %q", cfg.Upstream)
+		// Quoted as logged: a password or token in it stays out of the error.
+		return nil, fmt.Errorf("--upstream must be an http:// or https:// URL, not %q", btk.RedactURL(cfg.Upstream))
 	}
 	return u, nil
 }
@@ -234,19 +349,22 @@ func newProxyServer(h http.Handler, log *slog.Logger, m *server.Metrics) *http.S
 // drainTimeout is how long a stop waits for the requests in flight.
 const drainTimeout = 15 * time.Second
 
-// shutdownAll drains every listener together, within drainTimeout; what is
-// still open then (a long download, a WebSocket) is closed, which is how a
-// stop ends, not a failure: the process exits 0 (docs/operating.md).
-func shutdownAll(servers []*http.Server, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+// shutdownAll drains every listener together, within drainTimeout (and
+// ctx: a second signal ends it at once); what is still open then (a long
+// download, a WebSocket) is closed, which is how a stop ends, not a
+// failure (docs/operating.md).
+func shutdownAll(ctx context.Context, servers []*http.Server, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
 	defer cancel()
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup
 	for i, s := range servers {
 		wg.Go(func() {
 			errs[i] = s.Shutdown(ctx)
-			if errors.Is(errs[i], context.DeadlineExceeded) {
-				log.Warn("drain deadline passed: closing the connections still open", "after", drainTimeout.String())
+			if errors.Is(errs[i], context.DeadlineExceeded) || errors.Is(errs[i], context.Canceled) {
+				if errors.Is(errs[i], context.DeadlineExceeded) {
+					log.Warn("drain deadline passed: closing the connections still open", "after", drainTimeout.String())
+				}
 				_ = s.Close()
 				errs[i] = nil
 			}

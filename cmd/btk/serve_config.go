@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"slices"
 	"sort"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/gateway"
+	"github.com/btk-project/btk/internal/redisstate"
 	"github.com/btk-project/btk/internal/store"
 )
 
@@ -356,8 +358,18 @@ func (c *serveConfig) Validate() error {
 	if c.Addr == "" {
 		return usageErrorf("--addr: an address to listen on is required")
 	}
+	for _, l := range []struct{ flag, addr string }{{"addr", c.Addr}, {"proxy-addr", c.ProxyAddr}, {"metrics-addr", c.MetricsAddr}} {
+		if err := checkListenAddr(l.addr); l.addr != "" && err != nil {
+			return usageErrorf("--%s %q: %v", l.flag, l.addr, err)
+		}
+	}
 	if err := store.CheckDB(c.DB); err != nil {
 		return usageErrorf("--db: %v", err)
+	}
+	if c.Redis != "" {
+		if err := redisstate.CheckURL(c.Redis, c.RedisPrefix); err != nil {
+			return usageErrorf("%v", err) // "--redis: …", never the password
+		}
 	}
 	if c.RatePerMinute < 1 || c.RatePerMinute > btk.MaxPerMinute {
 		return usageErrorf("--rate-per-minute: want 1 to %d, got %d", btk.MaxPerMinute, c.RatePerMinute)
@@ -413,6 +425,20 @@ func (c *serveConfig) Validate() error {
 	}
 	if c.GCPercent < -1 {
 		return usageErrorf("gc-percent (BTK_GC_PERCENT): want -1 (off), 0 (btk's default, 400, or GOGC) or a positive percentage, got %d", c.GCPercent)
+	}
+	return nil
+}
+
+// checkListenAddr checks what net.Listen would refuse only when serve
+// listens, after other work (":99999" exited 1, not 2): HOST:PORT, with a
+// port of 0 to 65535 or a service name.
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want HOST:PORT, such as 127.0.0.1:8080 or :8080")
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("want a port from 0 to 65535, not %q", port)
 	}
 	return nil
 }

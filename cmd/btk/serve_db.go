@@ -1,24 +1,15 @@
 package main
 
 import (
-	"net/url"
-
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/store/postgres"
 )
 
 // displayDB is the --db value as it may be logged: a PostgreSQL URL without
-// its password.
+// its password, sslpassword or any other secret parameter (btk.RedactURL).
 func displayDB(db string) string {
 	if !postgres.IsURL(db) {
 		return db
 	}
-	u, err := url.Parse(db)
-	if err != nil {
-		return "postgres://(unparsable URL)"
-	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
+	return btk.RedactURL(db)
 }

@@ -94,6 +94,7 @@ func procEnviron(home string) []string {
 		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"),
 		"TMPDIR=" + os.TempDir(),
 		"GOCOVERDIR=" + os.Getenv("GOCOVERDIR"),
+		"GODEBUG=" + os.Getenv("GODEBUG"), // inittrace: TestServeSurvivesSIGHUPAtStart
 	}
 }
 

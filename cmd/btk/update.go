@@ -30,7 +30,9 @@ the change. Only what a flag names changes. --scope replaces the key's scopes
 (repeat it for several), --no-scopes removes them all; --allow-cidr replaces
 the networks the key may be used from, --any-address allows any;
 --default-limits drops the key's own rate limits, so that the workspace's
-apply. A revoked key cannot be changed. See docs/access.md.`,
+apply. The flags are one change, made whole or not at all: a refused value
+(exit 1, or 6 for a name in use) changes nothing. A revoked key cannot be
+changed. See docs/access.md.`,
 		Example: `  btk update payments-backend --rate-per-minute 1200
   btk update reporting --scope orders:read --scope invoices:read
   btk update ci-deploy --allow-cidr 192.0.2.0/24 --allow-cidr 2001:db8::/48
@@ -72,7 +74,18 @@ func runUpdate(cmd *cobra.Command, opts *updateOptions) error {
 	if fl.Changed("name") {
 		in.Name = &opts.name
 	}
-	in.RateLimitPerMinute, in.RateLimitPerDay = opts.perMinute, opts.perDay
+	if opts.defaults {
+		// An explicit null clears each limit, in the same mutation as the
+		// rest: a refused value leaves the limits too (docs/access.md#editing-a-key).
+		var none *int
+		in.RateLimitPerMinute, in.RateLimitPerDay = &none, &none
+	}
+	if opts.perMinute != nil {
+		in.RateLimitPerMinute = &opts.perMinute
+	}
+	if opts.perDay != nil {
+		in.RateLimitPerDay = &opts.perDay
+	}
 	switch {
 	case fl.Changed("scope"):
 		in.Scopes = &opts.scopes
@@ -85,7 +98,7 @@ func runUpdate(cmd *cobra.Command, opts *updateOptions) error {
 	case opts.anyAddress:
 		in.AllowedCidrs = &[]string{}
 	}
-	if in == (client.UpdateApiKeyInput{}) && !opts.defaults {
+	if in == (client.UpdateApiKeyInput{}) {
 		return usageErrorf("nothing to change: give --name, --rate-per-minute, --rate-per-day, --default-limits, --scope, --no-scopes, --allow-cidr or --any-address")
 	}
 	ctx, p, c, err := opts.f.connect(cmd)
@@ -96,26 +109,13 @@ func runUpdate(cmd *cobra.Command, opts *updateOptions) error {
 	if err != nil {
 		return err
 	}
-	var updated *client.ApiKey
-	if opts.defaults {
-		// A mutation of its own (the input cannot send null): the rest,
-		// if any, follows as a second, separately audited change.
-		resp, err := client.ClearApiKeyLimits(ctx, c, k.Id)
-		if err != nil {
-			return err
+	resp, err := client.UpdateApiKey(ctx, c, k.Id, in)
+	if err != nil {
+		if in.Name != nil {
+			return nameTaken(ctx, c, opts.name, err)
 		}
-		updated = &resp.UpdateApiKey
+		return err
 	}
-	if in != (client.UpdateApiKeyInput{}) {
-		resp, err := client.UpdateApiKey(ctx, c, k.Id, in)
-		if err != nil {
-			if in.Name != nil {
-				return nameTaken(ctx, c, opts.name, err)
-			}
-			return err
-		}
-		updated = &resp.UpdateApiKey
-	}
-	p.Notice("Updated key %q", updated.Name)
-	return p.apiKey(ctx, c, *updated)
+	p.Notice("Updated key %q", resp.UpdateApiKey.Name)
+	return p.apiKey(ctx, c, resp.UpdateApiKey)
 }

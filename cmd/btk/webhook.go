@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
@@ -48,7 +49,8 @@ only the secret is printed, for piping into a secrets manager.`,
 			})
 		}),
 	}
-	cmd.Flags().StringArrayVar(&events, "event", nil, "send only this event `type` (repeatable; default every event)")
+	cmd.Flags().StringArrayVar(&events, "event", nil, "send only this event `type` (repeatable; default every event; an unknown type is refused: the types are in docs/webhooks.md#events)")
+	completeFlag(cmd, "event", fixedCompletion(btk.WebhookEventTypes()...))
 	return cmd
 }
 
@@ -185,11 +187,10 @@ whether the chain still extends it.`,
 				p.Fields(fields)
 			}
 			if !v.Intact {
-				row := "(rows missing at the end)"
-				if v.Problem.EventId != nil {
-					row = *v.Problem.EventId
+				if v.Problem.EventId == nil { // the head disagrees with the rows
+					return fmt.Errorf("the audit chain is broken at position %d: %s", v.Problem.Position, v.Problem.Reason)
 				}
-				return fmt.Errorf("the audit chain is broken at position %d, row %s: %s", v.Problem.Position, row, v.Problem.Reason)
+				return fmt.Errorf("the audit chain is broken at position %d, row %s: %s", v.Problem.Position, *v.Problem.EventId, v.Problem.Reason)
 			}
 			return nil
 		}),

@@ -153,17 +153,17 @@ func TestAuditVerifyNamesTamperedRow(t *testing.T) {
 		}
 	}
 	var (
-		evs       []string
-		ws, email string
+		evs, emails []string
+		ws          string
 	)
 	rows, err := raw.Query(`SELECT id, workspace_id, actor_email FROM audit_events WHERE workspace_id IS NOT NULL ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		var id string
+		var id, email string
 		rows.Scan(&id, &ws, &email)
-		evs = append(evs, id)
+		evs, emails = append(evs, id), append(emails, email)
 	}
 	rows.Close()
 	if len(evs) < 4 {
@@ -175,7 +175,7 @@ func TestAuditVerifyNamesTamperedRow(t *testing.T) {
 	if code, out := verify(); code != 1 || !strings.Contains(out, evs[1]) {
 		t.Errorf("edited row %s: exit %d\n%s", evs[1], code, out)
 	}
-	exec(`UPDATE audit_events SET actor_email = ? WHERE id = ?`, email, evs[1])
+	exec(`UPDATE audit_events SET actor_email = ? WHERE id = ?`, emails[1], evs[1])
 	if code, out := verify(); code != 0 {
 		t.Errorf("edit undone: exit %d\n%s", code, out)
 	}
@@ -186,6 +186,32 @@ func TestAuditVerifyNamesTamperedRow(t *testing.T) {
 		t.Errorf("inserted row: exit %d\n%s", code, out)
 	}
 	exec(`DELETE FROM audit_events WHERE id = 'forged-row'`)
+	// The head edited: no row is to blame, and none is named.
+	exec(`UPDATE audit_chain_heads SET count = count + 1 WHERE chain = ?`, ws)
+	if code, out := verify(); code != 1 || !strings.Contains(out, "broken at position") || strings.Contains(out, ", row ") {
+		t.Errorf("edited head: exit %d\n%s", code, out)
+	}
+	exec(`UPDATE audit_chain_heads SET count = count - 1 WHERE chain = ?`, ws)
+	// Two rows moved (their places in the table swapped): the first out of
+	// place is named, and the reason allows for a move.
+	swap := func() {
+		t.Helper()
+		var a, b int64
+		if err := raw.QueryRow(`SELECT (SELECT seq FROM audit_events WHERE id = ?), (SELECT seq FROM audit_events WHERE id = ?)`, evs[1], evs[2]).Scan(&a, &b); err != nil {
+			t.Fatal(err)
+		}
+		exec(`UPDATE audit_events SET seq = ? WHERE id = ?`, -a, evs[1])
+		exec(`UPDATE audit_events SET seq = ? WHERE id = ?`, a, evs[2])
+		exec(`UPDATE audit_events SET seq = ? WHERE id = ?`, b, evs[1])
+	}
+	swap()
+	if code, out := verify(); code != 1 || !strings.Contains(out, evs[2]) || !strings.Contains(out, "rows were moved") {
+		t.Errorf("swapped rows: exit %d\n%s", code, out)
+	}
+	swap()
+	if code, out := verify(); code != 0 {
+		t.Errorf("swap undone: exit %d\n%s", code, out)
+	}
 	// Deleted: the row after the gap is named.
 	exec(`DELETE FROM audit_events WHERE id = ?`, evs[1])
 	if code, out := verify(); code != 1 || !strings.Contains(out, evs[2]) || !strings.Contains(out, "missing") {
@@ -224,6 +250,11 @@ func TestWebhookCommands(t *testing.T) {
 	}
 	if code, _, errOut := btk("webhook", "add", "ftp://example.com"); code != 1 || !strings.Contains(errOut, "BAD_USER_INPUT") {
 		t.Errorf("add ftp: exit %d %s", code, errOut)
+	}
+	// A typo in an event type is refused (it made a webhook that never fired).
+	if code, _, errOut := btk("webhook", "add", rcv.URL, "--event", "nosuch.event"); code != 1 || !strings.Contains(errOut, "BAD_USER_INPUT") ||
+		!strings.Contains(errOut, "nosuch.event") || !strings.Contains(errOut, "api_key.revoked") {
+		t.Errorf("add --event nosuch.event: exit %d %s", code, errOut)
 	}
 	if code, out, _ := btk("webhook", "list", "-o", "json"); code != 0 || strings.Count(out, `"id"`) != 2 || strings.Contains(out, "whsec_") {
 		t.Errorf("list: exit %d %s", code, out)

@@ -12,42 +12,54 @@ import (
 	"github.com/btk-project/btk/internal/keyscan"
 )
 
-// maxKeyInput bounds what is read from standard input for a key.
-const maxKeyInput = 1 << 20
-
 // readKeyInput reads the one btk key that standard input holds: typed at a
 // prompt without echo on a terminal, or piped (a log line, a file: any text
 // that holds exactly one key). The key never comes from an argument, so it
 // stays out of shell history and process listings (docs/leaks.md).
+//
+// Piped input is read to its end in keyscan's bounded chunks, so that a key
+// anywhere in it is found and a second, different one anywhere refuses it
+// all; reading stops at that second key.
 func readKeyInput(s *iostreams) (string, error) {
-	var text string
+	in := &stoppableReader{r: s.In}
 	if s.canPrompt() {
-		var err error
-		if text, err = s.promptSecret("API key (not echoed): "); err != nil {
+		text, err := s.promptSecret("API key (not echoed): ")
+		if err != nil {
 			return "", err
 		}
-	} else {
-		b, err := io.ReadAll(io.LimitReader(s.In, maxKeyInput))
-		if err != nil {
-			return "", fmt.Errorf("reading standard input: %w", err)
-		}
-		text = string(b)
+		in.r = strings.NewReader(text)
 	}
-	seen := map[string]bool{}
-	var keys []string
-	_ = keyscan.Reader(strings.NewReader(text), "-", nil, false, func(m keyscan.Match) { // a strings.Reader does not fail
-		if !seen[m.Key] {
-			seen[m.Key] = true
-			keys = append(keys, m.Key)
+	var key string
+	err := keyscan.Reader(in, "-", nil, false, func(m keyscan.Match) {
+		switch {
+		case key == "":
+			key = m.Key
+		case m.Key != key:
+			in.stopped = true
 		}
 	})
-	switch len(keys) {
-	case 0:
+	switch {
+	case in.stopped:
+		return "", usageErrorf("standard input holds more than one key: give one, or use 'btk scan - --check'")
+	case err != nil:
+		return "", fmt.Errorf("reading standard input: %w", err)
+	case key == "":
 		return "", usageErrorf("no btk API key on standard input (btk_ followed by 8 hex digits, _ and 43 characters)")
-	case 1:
-		return keys[0], nil
 	}
-	return "", usageErrorf("standard input holds %d different keys: give one, or use 'btk scan - --check'", len(keys))
+	return key, nil
+}
+
+// stoppableReader reads r until stopped is set: then it ends at once.
+type stoppableReader struct {
+	r       io.Reader
+	stopped bool
+}
+
+func (s *stoppableReader) Read(p []byte) (int, error) {
+	if s.stopped {
+		return 0, io.EOF
+	}
+	return s.r.Read(p)
 }
 
 // keyOnInput reads the key on standard input (readKeyInput) and finds it by
@@ -79,7 +91,8 @@ func newWhoisCmd(f *factory) *cobra.Command {
 		Use:   "whois",
 		Short: "Tell whose API key the one on standard input is",
 		Long: `Read an API key from standard input (typed without echo on a terminal, or
-piped: any text holding one key, such as a log line), hash it here and ask the
+piped: any text holding one key, such as a log line, read to its end however
+long; a second, different key anywhere is refused), hash it here and ask the
 server by the hash: the plaintext never leaves this machine, and never appears
 in an argument, shell history or process listing.
 

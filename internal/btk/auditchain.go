@@ -130,9 +130,9 @@ func (v *chainVerifier) add(r *ChainRow) {
 		return
 	case r.Link.Seq > v.want:
 		if r.Link.Seq == v.want+1 {
-			fail(fmt.Sprintf("row %d of the chain is missing (deleted) before this row", v.want))
+			fail(fmt.Sprintf("row %d of the chain is missing before this row (deleted, or rows were moved)", v.want))
 		} else {
-			fail(fmt.Sprintf("rows %d to %d of the chain are missing (deleted) before this row", v.want, r.Link.Seq-1))
+			fail(fmt.Sprintf("rows %d to %d of the chain are missing before this row (deleted, or rows were moved)", v.want, r.Link.Seq-1))
 		}
 		return
 	case r.Link.Seq < v.want:

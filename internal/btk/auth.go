@@ -66,6 +66,11 @@ func (s *Service) CheckKey(ctx context.Context, plaintext string, req *KeyReques
 	if !WellFormedKey(plaintext) { // also refuses bpk_ keys
 		return none, ErrInvalidKey
 	}
+	if s.hold != nil {
+		if err := s.checkHold(); err != nil {
+			return none, err
+		}
+	}
 	var buf [KeyLen]byte // hashed from the stack: HashKey's conversion allocates
 	hash := sha256.Sum256(append(buf[:0], plaintext...))
 	prefix := plaintext[len(KeyPrefix):DisplayPrefixLen]
@@ -167,6 +172,25 @@ func (s *Service) CheckKey(ctx context.Context, plaintext string, req *KeyReques
 		rev, gen = v.Current, s.cache.generation()
 		k, w, fresh = nil, nil, false
 	}
+}
+
+// ErrHoldLost refuses key checks while the store has lost its hold on the
+// database (InstanceHold).
+var ErrHoldLost = fmt.Errorf("%w: this instance lost its lock on the database and has not taken it back", ErrUnavailable)
+
+// checkHold refuses while the store's hold on the database is lost, and
+// forgets what was cached when it was taken again since: another instance
+// may have revoked keys meanwhile.
+func (s *Service) checkHold() error {
+	taken, held := s.hold.InstanceHold()
+	if !held {
+		return ErrHoldLost
+	}
+	if seen := s.holdTaken.Load(); taken != seen {
+		s.cache.dropAll() // before the new count is stored: no request trusts the old records under it
+		s.holdTaken.CompareAndSwap(seen, taken)
+	}
+	return nil
 }
 
 // CountUse counts one use of k that an entry point refused after the key
@@ -469,6 +493,11 @@ func (s *Service) KeyStillValid(ctx context.Context, plaintext string, req *KeyR
 			return false
 		}
 		return req == nil || s.restrict(k, req) == nil
+	}
+	if s.hold != nil {
+		if err := s.checkHold(); err != nil {
+			return false, err
+		}
 	}
 	if !s.clustered {
 		if k, w, _, _ := s.cache.get(hash, plaintext[len(KeyPrefix):DisplayPrefixLen]); k != nil && w != nil {

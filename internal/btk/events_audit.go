@@ -24,7 +24,25 @@ const (
 	EventWorkspacePlanChanged   = "workspace.plan_changed"
 	EventWorkspaceLimitsChanged = "workspace.limits_changed"
 	EventAccountCreated         = "account.created"
+	// The first row of a workspace's chain: who provisioned it, with which
+	// name and plan (createWorkspace; "system" for the bootstrap's Default).
+	EventWorkspaceCreated = "workspace.created"
 )
+
+// EventActions is every audit_events action btk writes, for clients that
+// offer them (btk events --action): docs/webhooks.md#events.
+func EventActions() []string {
+	return []string{
+		AuditCreated.EventAction(), AuditRotated.EventAction(), AuditRevoked.EventAction(),
+		AuditRevokedAll.EventAction(), AuditUpdated.EventAction(),
+		EventKeyLeaked, EventCanaryUsed, EventKeyExpiring,
+		EventSessionLogin, EventSessionElevated, EventSessionImpersonated,
+		EventMembershipChanged, EventWorkspaceCreated, EventWorkspacePlanChanged,
+		EventWorkspaceLimitsChanged, EventWorkspaceKeyPolicyChanged,
+		EventWebhookCreated, EventWebhookDeleted,
+		EventAccountCreated, EventAccountPasswordChanged, EventAccountDisabled, EventAccountEnabled,
+	}
+}
 
 // Target types of audit_events.
 const (

@@ -123,6 +123,16 @@ func (c *keyCache) dropKey(hash []byte) {
 	c.gen++
 }
 
+// dropAll forgets everything cached.
+func (c *keyCache) dropAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.keys)
+	clear(c.workspaces)
+	clear(c.revs)
+	c.gen++
+}
+
 // dropWorkspace forgets a workspace and, with keys, every key of it.
 func (c *keyCache) dropWorkspace(id string, keys bool) {
 	c.mu.Lock()

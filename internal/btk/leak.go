@@ -431,6 +431,71 @@ type canaryTally struct {
 type canaryBook struct {
 	mu sync.Mutex
 	m  map[string]*canaryTally
+	// unrecorded holds, per key, the record that could not be written, for
+	// the next usage flush (at most maxCanaryTallies; the first kept stays).
+	unrecorded map[string]*canaryRecord
+	// running counts the records GoRecordCanaryUse started.
+	running inflight
+}
+
+// canaryRecord is one canary use to write as an audit event.
+type canaryRecord struct {
+	key  *APIKey
+	a    *Actor
+	path string
+	at   time.Time // when the use was seen
+}
+
+// keep holds rec for the next usage flush; the caller holds b.mu.
+func (b *canaryBook) keep(rec *canaryRecord) {
+	if b.unrecorded == nil {
+		b.unrecorded = map[string]*canaryRecord{}
+	}
+	if _, ok := b.unrecorded[rec.key.ID]; ok || len(b.unrecorded) >= maxCanaryTallies {
+		return
+	}
+	b.unrecorded[rec.key.ID] = rec
+}
+
+// inflight counts running goroutines that shutdown waits for; unlike a
+// sync.WaitGroup, add may run while wait does (a request drained late).
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while n is 0
+}
+
+func (f *inflight) add() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.n++
+}
+
+func (f *inflight) done() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n--; f.n == 0 {
+		close(f.idle)
+		f.idle = nil
+	}
+}
+
+func (f *inflight) wait(ctx context.Context) error {
+	f.mu.Lock()
+	idle := f.idle
+	f.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // tally is the tally of canary key id, made when missing; the caller holds
@@ -514,9 +579,11 @@ func (s *Service) canaryRefusal(k *APIKey, addr string, now time.Time) error {
 // RecordCanaryUse records the use of a canary key when err is a *CanaryUse
 // (anything else records nothing): at most once a minute per key across
 // instances (canary_marks), with the count of uses this instance saw since
-// it last recorded, the client's address, user agent and path. A failure to
-// record is not the caller's concern: the uses stay counted for the next
-// record.
+// it last recorded, the client's address, user agent and path. A record that
+// cannot be written (the database is unreachable) is logged at WARN and kept:
+// the next usage flush that reaches the database writes it, and the flush at
+// shutdown reports it if it never could (docs/leaks.md). It returns once the
+// record is written or kept.
 func (s *Service) RecordCanaryUse(ctx context.Context, err error, ip, userAgent, path string) {
 	var c *CanaryUse
 	if !errors.As(err, &c) || c.key.RevokedAt != nil {
@@ -532,21 +599,98 @@ func (s *Service) RecordCanaryUse(ctx context.Context, err error, ip, userAgent,
 		return
 	}
 	t.tried = now
-	n := t.count
 	s.canaries.mu.Unlock()
 
-	a := &Actor{Email: canaryActor, IP: clientString(ip), UserAgent: clientString(userAgent)}
-	won := false
+	rec := &canaryRecord{key: k, a: &Actor{Email: canaryActor, IP: clientString(ip), UserAgent: clientString(userAgent)}, path: clientString(path), at: now}
 	// The client hanging up does not stop the record; a database that does
 	// not answer does, in time.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), canaryRecordTimeout)
 	defer cancel()
-	err = s.store.Write(ctx, func(tx Tx) (err error) {
+	if err := s.writeCanary(ctx, rec); err != nil {
+		s.canaries.mu.Lock()
+		s.canaries.keep(rec)
+		s.canaries.mu.Unlock()
+		s.cfg.Log.Warn("a canary key's use could not be recorded yet; the next usage flush retries it",
+			"key", k.ID, "workspace", k.WorkspaceID, "err", err)
+	}
+}
+
+// GoRecordCanaryUse runs RecordCanaryUse apart from the request, so that
+// neither a slow database nor the once-a-minute write delays the answer;
+// WaitCanaryRecords waits for it.
+func (s *Service) GoRecordCanaryUse(ctx context.Context, err error, ip, userAgent, path string) {
+	if !IsCanaryUse(err) {
+		return
+	}
+	s.canaries.running.add()
+	go func() {
+		defer s.canaries.running.done()
+		s.RecordCanaryUse(ctx, err, ip, userAgent, path)
+	}()
+}
+
+// WaitCanaryRecords waits, until ctx ends, for the records GoRecordCanaryUse
+// started: at shutdown, before the final flush writes those that failed.
+func (s *Service) WaitCanaryRecords(ctx context.Context) error {
+	return s.canaries.running.wait(ctx)
+}
+
+// UnrecordedCanaryUses is how many canary key uses of how many keys are
+// kept because their record could not be written.
+func (s *Service) UnrecordedCanaryUses() (uses, keys int) {
+	s.canaries.mu.Lock()
+	defer s.canaries.mu.Unlock()
+	for id := range s.canaries.unrecorded {
+		keys++
+		if t := s.canaries.m[id]; t != nil {
+			uses += max(t.count, 1)
+		} else {
+			uses++
+		}
+	}
+	return uses, keys
+}
+
+// recordKeptCanaries writes the canary records that failed before (the
+// database is answering again: a usage flush just wrote). A record another
+// instance's mark pre-empted is done: the key's use is recorded, and this
+// instance's count goes with its next record.
+func (s *Service) recordKeptCanaries(ctx context.Context) error {
+	s.canaries.mu.Lock()
+	recs := make([]*canaryRecord, 0, len(s.canaries.unrecorded))
+	for _, r := range s.canaries.unrecorded {
+		recs = append(recs, r)
+	}
+	s.canaries.mu.Unlock()
+	for _, r := range recs {
+		if err := s.writeCanary(ctx, r); err != nil {
+			return fmt.Errorf("canary record: %w", err)
+		}
+		s.canaries.mu.Lock()
+		if s.canaries.unrecorded[r.key.ID] == r {
+			delete(s.canaries.unrecorded, r.key.ID)
+		}
+		s.canaries.mu.Unlock()
+	}
+	return nil
+}
+
+// writeCanary writes rec unless another record of the key was written
+// within canaryWindow, with the uses counted since the last record; those
+// it wrote leave the tally.
+func (s *Service) writeCanary(ctx context.Context, rec *canaryRecord) error {
+	k := rec.key
+	s.canaries.mu.Lock()
+	n := max(s.canaries.tally(k.ID).count, 1)
+	s.canaries.mu.Unlock()
+	now := s.now()
+	won := false
+	err := s.store.Write(ctx, func(tx Tx) (err error) {
 		if won, err = tx.ClaimCanaryMark(ctx, k.ID, now, now.Add(-canaryWindow)); err != nil || !won {
 			return err
 		}
-		return s.recordEvent(ctx, tx, a, k.WorkspaceID, EventCanaryUsed, "api_key", k.ID,
-			requestMeta(a, map[string]any{"name": k.Name, "path": clientString(path), "count": n}))
+		return s.recordEvent(ctx, tx, rec.a, k.WorkspaceID, EventCanaryUsed, "api_key", k.ID,
+			requestMeta(rec.a, map[string]any{"name": k.Name, "path": rec.path, "count": n, "seenAt": rec.at.UTC().Format(time.RFC3339Nano)}))
 	})
 	if err == nil && won {
 		s.canaries.mu.Lock()
@@ -555,6 +699,7 @@ func (s *Service) RecordCanaryUse(ctx context.Context, err error, ip, userAgent,
 		}
 		s.canaries.mu.Unlock()
 	}
+	return err
 }
 
 // canaryRecordTimeout bounds the write of a canary use.

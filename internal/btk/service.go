@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +49,9 @@ type Config struct {
 	// ScanWait is how long a usage or audit read waits for one of the
 	// MaxScans slots; 0 means DefaultScanWait.
 	ScanWait time.Duration
+	// Log receives what the service does on its own, off any request (a
+	// canary use it could not record); nil logs nothing.
+	Log *slog.Logger
 }
 
 // Server defaults (docs/design.md#rate-limits).
@@ -92,6 +96,11 @@ type Service struct {
 	counter *usageCounter
 	// rules are the access rules (docs/access.md); nil = none.
 	rules atomic.Pointer[access.Rules]
+	// hold is the store's hold on its database, nil when it cannot be
+	// lost (SQLite's file lock); holdTaken is the count of takings the
+	// cache was filled under (checkHold).
+	hold      InstanceHold
+	holdTaken atomic.Uint64
 }
 
 const secretSetting = "jwt_secret"
@@ -133,6 +142,9 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	if cfg.Observer == nil {
 		cfg.Observer = NopObserver{}
 	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
 	ring := Keyring{Legacy: secret}
 	if len(cfg.SessionKeys) > 0 {
 		// Before storedSecret makes one: only a secret that existed can
@@ -169,6 +181,11 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	}
 	if cfg.Throttle != nil { // the instances share the password budgets
 		svc.passwords.limiter = cfg.Throttle
+	}
+	if h, ok := store.(InstanceHold); ok {
+		taken, _ := h.InstanceHold()
+		svc.hold = h
+		svc.holdTaken.Store(taken)
 	}
 	return svc, nil
 }
@@ -304,7 +321,25 @@ func (s *Service) Bootstrap(ctx context.Context, email, password string) (Bootst
 			return err
 		}
 		res.Created, res.Workspace = true, ws
-		return tx.SetMembership(ctx, Membership{WorkspaceID: ws.ID, AccountID: acct.ID, Role: RoleOwner})
+		if err := tx.SetMembership(ctx, Membership{WorkspaceID: ws.ID, AccountID: acct.ID, Role: RoleOwner}); err != nil {
+			return err
+		}
+		// Recorded as the same changes made by a platform admin are, by
+		// "system": each chain starts with how it began (docs/design.md#bootstrap).
+		sys := &Actor{Email: SystemActorEmail}
+		for _, ev := range []struct {
+			workspace, action, targetType, target string
+			meta                                  map[string]any
+		}{
+			{"", EventAccountCreated, targetAccount, acct.ID, map[string]any{"email": acct.Email, "platformAdmin": true}},
+			{ws.ID, EventWorkspaceCreated, targetWorkspace, ws.ID, map[string]any{"name": ws.Name, "plan": string(ws.Plan)}},
+			{ws.ID, EventMembershipChanged, targetAccount, acct.ID, map[string]any{"accountId": acct.ID, "email": acct.Email, "role": string(RoleOwner), "previousRole": nil}},
+		} {
+			if err := s.recordEvent(ctx, tx, sys, ev.workspace, ev.action, ev.targetType, ev.target, ev.meta); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if !res.Created {
 		res.Password = ""

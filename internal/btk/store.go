@@ -37,6 +37,17 @@ type Store interface {
 	Close() error
 }
 
+// InstanceHold is a Store whose exclusive hold on its database can end while
+// the process runs: PostgreSQL ends the session that held a lone instance's
+// lock when it restarts, and another lone instance may then start, change
+// keys and stop, unknown to this one's cache. InstanceHold reports whether
+// the hold is in place and how many times it was taken: while it is lost
+// the service refuses key checks (UNAVAILABLE), and once it is taken again
+// it forgets what it cached (docs/clusters.md#postgresql).
+type InstanceHold interface {
+	InstanceHold() (taken uint64, held bool)
+}
+
 // read runs fn in a read transaction of st and returns what it read.
 func read[T any](ctx context.Context, st Store, fn func(Tx) (T, error)) (T, error) {
 	var v T
@@ -180,14 +191,22 @@ type Tx interface {
 	// ClaimWebhookDeliveries leases up to limit pending deliveries due at now
 	// whose lease (if any) has run out, to claim until now+lease, skipping
 	// rows other instances are claiming (FOR UPDATE SKIP LOCKED). claim is a
-	// token unique to this call. Oldest first, but within caps: a webhook or
-	// a workspace that already has that many deliveries leased (in flight)
-	// gets no more (docs/webhooks.md#delivery).
+	// token unique to this call. Within caps: a webhook or a workspace (or
+	// its failing webhooks together) that already has that many deliveries
+	// leased (in flight) gets no more. In turns (docs/webhooks.md#delivery):
+	// each webhook's oldest due delivery before any webhook's next one, the
+	// webhook whose latest attempt ended longest ago first, and across
+	// workspaces likewise the one with the fewest in flight first.
 	ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int, caps DeliveryCaps) ([]*WebhookDelivery, error)
 	// FinishWebhookDelivery stores an attempt's outcome (status, attempts,
 	// next attempt, last status and error, delivered at) and clears the
 	// lease, if the delivery is still held under claim.
 	FinishWebhookDelivery(ctx context.Context, d *WebhookDelivery, claim string) error
+	// RecordWebhookAttempt records that an attempt at one of the webhook's
+	// deliveries ended at at, and whether it succeeded (FailingSince is
+	// cleared, or set if it was not), unless a later attempt is recorded
+	// already (another instance's). A deleted webhook is no error.
+	RecordWebhookAttempt(ctx context.Context, webhookID string, at time.Time, ok bool) error
 	// OutboxStats counts pending deliveries and finds the oldest.
 	OutboxStats(ctx context.Context, now time.Time) (OutboxStats, error)
 	// ExpiringKeys returns up to limit non-revoked keys expiring after now

@@ -47,6 +47,28 @@ type pendingUsage struct {
 	due int64 // unix ns; 0: at the next flush
 }
 
+// UnflushedUsage is what the flushes have not written: how many uses (the
+// sum of the hourly counts) and how many keys (with counts or a
+// last_used_at to write). After a FlushUsage that failed, it is what the
+// process would lose by exiting.
+func (s *Service) UnflushedUsage() (uses int64, keys int) {
+	u := &s.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	seen := map[string]bool{}
+	for _, c := range u.retry {
+		uses += c.Accepted + c.RateLimited + c.Refused
+		seen[c.KeyID] = true
+	}
+	for _, c := range u.retryClients {
+		seen[c.KeyID] = true
+	}
+	for key := range u.pending {
+		seen[key] = true
+	}
+	return uses, len(seen)
+}
+
 // FlushDueUsage collects the usage of the last second from the limiter and
 // writes, in one batch, that of the keys not written for UsageWriteInterval.
 // The server calls it about once a second; what it keeps back is written by a
@@ -114,6 +136,11 @@ func (s *Service) flushUsage(ctx context.Context, all bool) error {
 			delete(u.pending, b.KeyID)
 			u.written[b.KeyID] = now
 		}
+	}
+	// The database answers: the canary uses it could not take before are
+	// written now (docs/leaks.md#canary-keys).
+	if err := s.recordKeptCanaries(ctx); err != nil {
+		return err
 	}
 	if !all && now-u.lastPrune >= int64(usagePruneInterval) {
 		u.lastPrune = now

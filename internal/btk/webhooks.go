@@ -11,10 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +59,12 @@ type Webhook struct {
 	Sealed      string
 	CreatedAt   time.Time
 	CreatedBy   string
+	// LastAttemptAt is when the webhook's latest delivery attempt ended
+	// (zero: none yet); FailingSince, when its attempts began to fail (nil:
+	// the latest one succeeded, or none was made). Claims use both
+	// (docs/webhooks.md#delivery).
+	LastAttemptAt time.Time
+	FailingSince  *time.Time
 }
 
 // Wants reports whether the webhook subscribes to the event type.
@@ -96,6 +102,8 @@ type WebhookDelivery struct {
 	Sealed string
 	// Claim is the token the delivery was claimed under (ClaimDeliveries).
 	Claim string
+	// AttemptedAt is when the attempt being recorded ended (SettleDelivery).
+	AttemptedAt time.Time
 }
 
 // OutboxStats are the outbox figures for metrics.
@@ -189,7 +197,21 @@ func WebhookBackoff(attempts int, jitter float64) time.Duration {
 	return d + time.Duration(float64(d)*0.2*jitter)
 }
 
-var eventNameRE = regexp.MustCompile(`^[a-z][a-z_]*\.[a-z][a-z_]*$`)
+// webhookEventTypes are the event types of a workspace, in the order of
+// docs/webhooks.md#events (a test checks that every event a workspace's
+// webhook receives is one). Account events belong to no workspace.
+var webhookEventTypes = []string{
+	eventActions[AuditCreated], eventActions[AuditRotated], eventActions[AuditRevoked],
+	eventActions[AuditRevokedAll], eventActions[AuditUpdated],
+	EventKeyLeaked, EventCanaryUsed, EventKeyExpiring,
+	EventSessionLogin, EventSessionElevated, EventSessionImpersonated,
+	EventMembershipChanged, EventWorkspacePlanChanged, EventWorkspaceLimitsChanged, EventWorkspaceKeyPolicyChanged,
+	EventWebhookCreated, EventWebhookDeleted,
+}
+
+// WebhookEventTypes returns the event types a webhook may subscribe to
+// (besides "*", every event).
+func WebhookEventTypes() []string { return slices.Clone(webhookEventTypes) }
 
 // CreateWebhookResult is the new webhook and its signing secret, shown once.
 type CreateWebhookResult struct {
@@ -322,8 +344,11 @@ func checkWebhookEvents(events []string) ([]string, error) {
 	var out []string
 	for _, e := range events {
 		e = strings.TrimSpace(e)
-		if e != "*" && !eventNameRE.MatchString(e) || len(e) > 64 {
-			return nil, badInput("event %q is not an event name such as api_key.created", e)
+		// An unknown type would make a webhook that never fires (a typo
+		// was accepted silently).
+		if e != "*" && !slices.Contains(webhookEventTypes, e) {
+			return nil, badInput("unknown event type %q: the event types are %s, or * for every event (docs/webhooks.md#events)",
+				truncate(e, 64), strings.Join(webhookEventTypes, ", "))
 		}
 		if !slices.Contains(out, e) {
 			out = append(out, e)
@@ -511,19 +536,31 @@ func SignWebhook(secret, id string, timestamp int64, body []byte) (string, error
 // DeliveryCaps bound the deliveries in flight (leased) that one claim
 // round may bring a webhook or a workspace to; 0 is no cap.
 type DeliveryCaps struct {
-	PerWebhook, PerWorkspace int
+	// PerWebhook bounds a webhook's; PerFailingWebhook, that of a webhook
+	// whose latest attempt failed (Webhook.FailingSince).
+	PerWebhook, PerFailingWebhook int
+	// PerWorkspace bounds a workspace's; FailingPerWorkspace, those of its
+	// failing webhooks together.
+	PerWorkspace, FailingPerWorkspace int
 }
 
 // MaxInFlightPerWebhook is how many deliveries of one webhook are in
-// flight at once: a hanging receiver holds at most that many workers.
+// flight at once: a hanging receiver holds at most that many workers, and
+// one that has failed (timed out) once holds 1.
 const MaxInFlightPerWebhook = 2
 
-// DefaultDeliveryCaps are the caps of a pool of workers: 2 per webhook and a
-// quarter of the workers (at least 2) per workspace, so that one owner's
-// hanging receivers and flood of events never hold every worker and other
-// workspaces' deliveries are claimed in the next round (docs/webhooks.md).
+// DefaultDeliveryCaps are the caps of a pool of workers
+// (docs/webhooks.md#delivery): 2 per webhook, 1 per failing webhook, and a
+// quarter of the workers but at least 3 per workspace, of which its failing
+// webhooks together hold at most all but one. So one owner's hanging
+// receivers and flood of events never hold every worker, and within the
+// workspace neither one webhook nor its failing ones hold its whole share:
+// a healthy webhook's deliveries and a failing one's due retries are still
+// claimed. (A workspace cap equal to the webhook cap let one hanging
+// receiver stall its workspace's other webhooks and retries for minutes.)
 func DefaultDeliveryCaps(workers int) DeliveryCaps {
-	return DeliveryCaps{PerWebhook: MaxInFlightPerWebhook, PerWorkspace: max(MaxInFlightPerWebhook, workers/4)}
+	ws := max(MaxInFlightPerWebhook+1, workers/4)
+	return DeliveryCaps{PerWebhook: MaxInFlightPerWebhook, PerFailingWebhook: 1, PerWorkspace: ws, FailingPerWorkspace: ws - 1}
 }
 
 // ClaimDeliveries takes up to limit due deliveries for this instance for
@@ -547,6 +584,7 @@ func (s *Service) ClaimDeliveries(ctx context.Context, claim string, lease time.
 func (s *Service) SettleDelivery(d *WebhookDelivery, statusCode int, errMsg string, jitter float64) {
 	now := s.now()
 	d.Attempts++
+	d.AttemptedAt = now
 	d.LastStatusCode, d.LastError = statusCode, truncate(errMsg, 256)
 	switch {
 	case statusCode >= 200 && statusCode < 300:
@@ -565,11 +603,32 @@ func (s *Service) SettleDelivery(d *WebhookDelivery, statusCode int, errMsg stri
 
 // RecordDeliveries stores settled deliveries in one transaction (each under
 // its own claim: one whose claim was lost, because another instance took it
-// after the lease ran out, is left as it is).
+// after the lease ran out, is left as it is), and each webhook's latest
+// attempt: whether it failed, and when (the claims' fairness,
+// docs/webhooks.md#delivery).
 func (s *Service) RecordDeliveries(ctx context.Context, ds []*WebhookDelivery) error {
+	latest := map[string]*WebhookDelivery{}
+	for _, d := range ds {
+		if l := latest[d.WebhookID]; l == nil || !d.AttemptedAt.Before(l.AttemptedAt) {
+			latest[d.WebhookID] = d
+		}
+	}
+	// The webhook rows after every delivery row and in id order, as every
+	// recorder takes them: two instances' batches never wait for each other
+	// in a cycle (PostgreSQL).
+	hooks := slices.Sorted(maps.Keys(latest))
 	return s.store.Write(ctx, func(tx Tx) error {
 		for _, d := range ds {
 			if err := tx.FinishWebhookDelivery(ctx, d, d.Claim); err != nil {
+				return err
+			}
+		}
+		for _, id := range hooks {
+			d := latest[id]
+			if d.AttemptedAt.IsZero() {
+				continue // not settled by SettleDelivery
+			}
+			if err := tx.RecordWebhookAttempt(ctx, id, d.AttemptedAt, d.Status == DeliveryDelivered); err != nil {
 				return err
 			}
 		}

@@ -78,10 +78,18 @@ func (s *Service) CreateWorkspace(ctx context.Context, a *Actor, name string, pl
 	}
 	var w *Workspace
 	err = s.store.Write(ctx, func(tx Tx) (err error) {
-		w, err = s.createWorkspace(ctx, tx, name, plan)
-		return err
+		if w, err = s.createWorkspace(ctx, tx, name, plan); err != nil {
+			return err
+		}
+		// The first row of the new workspace's chain: its owners and every
+		// platform admin read who provisioned it (docs/design.md#audit).
+		return s.recordEvent(ctx, tx, a, w.ID, EventWorkspaceCreated, targetWorkspace, w.ID,
+			requestMeta(a, map[string]any{"name": w.Name, "plan": string(w.Plan)}))
 	})
-	return w, err
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // SetWorkspacePlan changes a workspace's plan; platform admin. Keys already

@@ -651,11 +651,14 @@ func (v *AuditEntry) GetCreatedAt() time.Time { return v.CreatedAt }
 type AuditEvent struct {
 	// Event UUID.
 	Id string `json:"id"`
-	// Workspace the event belongs to; empty for a server-wide event (account.created, a login without a workspace).
+	// Workspace the event belongs to; empty for a server-wide event (an account change, a login without a workspace).
 	WorkspaceId string `json:"workspaceId"`
 	// What happened: api_key.created, api_key.rotated, api_key.revoked, api_key.revoked_all,
-	// session.login, session.elevated, session.impersonated, membership.changed,
-	// workspace.plan_changed, workspace.limits_changed or account.created.
+	// api_key.updated, api_key.leaked, api_key.canary_used, api_key.expiring, session.login,
+	// session.elevated, session.impersonated, membership.changed, workspace.created,
+	// workspace.plan_changed, workspace.limits_changed, workspace.key_policy_changed,
+	// webhook.created, webhook.deleted, account.created, account.password_changed,
+	// account.disabled or account.enabled.
 	Action string `json:"action"`
 	// Account that acted.
 	ActorId string `json:"actorId"`
@@ -665,7 +668,7 @@ type AuditEvent struct {
 	ImpersonatorId *string `json:"impersonatorId"`
 	// Email of that platform admin (now), if any.
 	ImpersonatorEmail *string `json:"impersonatorEmail"`
-	// Kind of object acted on: api_key, workspace, account or session.
+	// Kind of object acted on: api_key, workspace, account, session or webhook.
 	TargetType string `json:"targetType"`
 	// Id of the object acted on.
 	TargetId string `json:"targetId"`
@@ -767,15 +770,6 @@ type ChangePasswordResponse struct {
 
 // GetChangePassword returns ChangePasswordResponse.ChangePassword, and is useful for accessing the field via an interface.
 func (v *ChangePasswordResponse) GetChangePassword() bool { return v.ChangePassword }
-
-// ClearApiKeyLimitsResponse is returned by ClearApiKeyLimits on success.
-type ClearApiKeyLimitsResponse struct {
-	// Change a key's name, limits, scopes or networks; the next request with it, on any instance, sees the change. Owner tier; every plan; a revoked key is KEY_REVOKED.
-	UpdateApiKey ApiKey `json:"updateApiKey"`
-}
-
-// GetUpdateApiKey returns ClearApiKeyLimitsResponse.UpdateApiKey, and is useful for accessing the field via an interface.
-func (v *ClearApiKeyLimitsResponse) GetUpdateApiKey() ApiKey { return v.UpdateApiKey }
 
 // CreateAccountResponse is returned by CreateAccount on success.
 type CreateAccountResponse struct {
@@ -961,15 +955,37 @@ type ImpersonateResponse struct {
 // GetImpersonate returns ImpersonateResponse.Impersonate, and is useful for accessing the field via an interface.
 func (v *ImpersonateResponse) GetImpersonate() Session { return v.Impersonate }
 
-// KeyUsageApiKey includes the requested fields of the GraphQL type ApiKey.
-// The GraphQL type's documentation follows.
-//
-// A workspace API key record. The plaintext key is never part of it.
-type KeyUsageApiKey struct {
+// KeyUsageResponse is returned by KeyUsage on success.
+type KeyUsageResponse struct {
+	// One API key of the workspace, or null. Owner tier or ADMIN.
+	ApiKey *KeyUsageSeries `json:"apiKey"`
+}
+
+// GetApiKey returns KeyUsageResponse.ApiKey, and is useful for accessing the field via an interface.
+func (v *KeyUsageResponse) GetApiKey() *KeyUsageSeries { return v.ApiKey }
+
+// A key's series with what tells it apart from the other keys of its
+// rotation chain, and the links that walk the chain (btk usage
+// --rotation-chain, docs/usage.md#reading-it).
+type KeyUsageSeries struct {
 	// Key UUID.
 	Id string `json:"id"`
 	// Name, unique among the workspace's keys that are not revoked.
 	Name string `json:"name"`
+	// btk_ followed by the 8-character workspace prefix (12 characters).
+	DisplayPrefix string `json:"displayPrefix"`
+	// The last 4 characters of the key, to tell keys apart.
+	Hint string `json:"hint"`
+	// ACTIVE, REVOKED or EXPIRED.
+	Status ApiKeyStatus `json:"status"`
+	// When the key was created.
+	CreatedAt time.Time `json:"createdAt"`
+	// When the key was revoked; null while it is not.
+	RevokedAt *time.Time `json:"revokedAt"`
+	// The key this one replaced by rotation, if any.
+	RotatedFromId *string `json:"rotatedFromId"`
+	// The key that replaced this one by rotation, if any.
+	ReplacedById *string `json:"replacedById"`
 	// When the key last authenticated a request (updated asynchronously, about once a second).
 	LastUsedAt *time.Time `json:"lastUsedAt"`
 	// The client address of the latest accepted request (at most 256 bytes; written with the usage flush).
@@ -983,32 +999,44 @@ type KeyUsageApiKey struct {
 	Usage []UsagePoint `json:"usage"`
 }
 
-// GetId returns KeyUsageApiKey.Id, and is useful for accessing the field via an interface.
-func (v *KeyUsageApiKey) GetId() string { return v.Id }
+// GetId returns KeyUsageSeries.Id, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetId() string { return v.Id }
 
-// GetName returns KeyUsageApiKey.Name, and is useful for accessing the field via an interface.
-func (v *KeyUsageApiKey) GetName() string { return v.Name }
+// GetName returns KeyUsageSeries.Name, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetName() string { return v.Name }
 
-// GetLastUsedAt returns KeyUsageApiKey.LastUsedAt, and is useful for accessing the field via an interface.
-func (v *KeyUsageApiKey) GetLastUsedAt() *time.Time { return v.LastUsedAt }
+// GetDisplayPrefix returns KeyUsageSeries.DisplayPrefix, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetDisplayPrefix() string { return v.DisplayPrefix }
 
-// GetLastUsedIp returns KeyUsageApiKey.LastUsedIp, and is useful for accessing the field via an interface.
-func (v *KeyUsageApiKey) GetLastUsedIp() *string { return v.LastUsedIp }
+// GetHint returns KeyUsageSeries.Hint, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetHint() string { return v.Hint }
 
-// GetLastUsedUserAgent returns KeyUsageApiKey.LastUsedUserAgent, and is useful for accessing the field via an interface.
-func (v *KeyUsageApiKey) GetLastUsedUserAgent() *string { return v.LastUsedUserAgent }
+// GetStatus returns KeyUsageSeries.Status, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetStatus() ApiKeyStatus { return v.Status }
 
-// GetUsage returns KeyUsageApiKey.Usage, and is useful for accessing the field via an interface.
-func (v *KeyUsageApiKey) GetUsage() []UsagePoint { return v.Usage }
+// GetCreatedAt returns KeyUsageSeries.CreatedAt, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetCreatedAt() time.Time { return v.CreatedAt }
 
-// KeyUsageResponse is returned by KeyUsage on success.
-type KeyUsageResponse struct {
-	// One API key of the workspace, or null. Owner tier or ADMIN.
-	ApiKey *KeyUsageApiKey `json:"apiKey"`
-}
+// GetRevokedAt returns KeyUsageSeries.RevokedAt, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetRevokedAt() *time.Time { return v.RevokedAt }
 
-// GetApiKey returns KeyUsageResponse.ApiKey, and is useful for accessing the field via an interface.
-func (v *KeyUsageResponse) GetApiKey() *KeyUsageApiKey { return v.ApiKey }
+// GetRotatedFromId returns KeyUsageSeries.RotatedFromId, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetRotatedFromId() *string { return v.RotatedFromId }
+
+// GetReplacedById returns KeyUsageSeries.ReplacedById, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetReplacedById() *string { return v.ReplacedById }
+
+// GetLastUsedAt returns KeyUsageSeries.LastUsedAt, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetLastUsedAt() *time.Time { return v.LastUsedAt }
+
+// GetLastUsedIp returns KeyUsageSeries.LastUsedIp, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetLastUsedIp() *string { return v.LastUsedIp }
+
+// GetLastUsedUserAgent returns KeyUsageSeries.LastUsedUserAgent, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetLastUsedUserAgent() *string { return v.LastUsedUserAgent }
+
+// GetUsage returns KeyUsageSeries.Usage, and is useful for accessing the field via an interface.
+func (v *KeyUsageSeries) GetUsage() []UsagePoint { return v.Usage }
 
 // LoginResponse is returned by Login on success.
 type LoginResponse struct {
@@ -1372,9 +1400,9 @@ type UpdateApiKeyInput struct {
 	// A new name; 1-64 characters, unique among the workspace's keys that are not revoked.
 	Name *string `json:"name,omitempty"`
 	// Per-minute limit override, 1-1,000,000; null inherits the workspace default.
-	RateLimitPerMinute *int `json:"rateLimitPerMinute,omitempty"`
+	RateLimitPerMinute **int `json:"rateLimitPerMinute,omitempty"`
 	// Per-day limit override, 1-100,000,000; null inherits the workspace default.
-	RateLimitPerDay *int `json:"rateLimitPerDay,omitempty"`
+	RateLimitPerDay **int `json:"rateLimitPerDay,omitempty"`
 	// The key's scopes (at most 32); null or empty = no scopes: only the access rules' deny applies.
 	Scopes *[]string `json:"scopes,omitempty"`
 	// The key's networks (at most 32); null or empty = from anywhere.
@@ -1385,10 +1413,10 @@ type UpdateApiKeyInput struct {
 func (v *UpdateApiKeyInput) GetName() *string { return v.Name }
 
 // GetRateLimitPerMinute returns UpdateApiKeyInput.RateLimitPerMinute, and is useful for accessing the field via an interface.
-func (v *UpdateApiKeyInput) GetRateLimitPerMinute() *int { return v.RateLimitPerMinute }
+func (v *UpdateApiKeyInput) GetRateLimitPerMinute() **int { return v.RateLimitPerMinute }
 
 // GetRateLimitPerDay returns UpdateApiKeyInput.RateLimitPerDay, and is useful for accessing the field via an interface.
-func (v *UpdateApiKeyInput) GetRateLimitPerDay() *int { return v.RateLimitPerDay }
+func (v *UpdateApiKeyInput) GetRateLimitPerDay() **int { return v.RateLimitPerDay }
 
 // GetScopes returns UpdateApiKeyInput.Scopes, and is useful for accessing the field via an interface.
 func (v *UpdateApiKeyInput) GetScopes() *[]string { return v.Scopes }
@@ -1748,6 +1776,12 @@ type WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey struct {
 	Id string `json:"id"`
 	// Name, unique among the workspace's keys that are not revoked.
 	Name string `json:"name"`
+	// btk_ followed by the 8-character workspace prefix (12 characters).
+	DisplayPrefix string `json:"displayPrefix"`
+	// The last 4 characters of the key, to tell keys apart.
+	Hint string `json:"hint"`
+	// ACTIVE, REVOKED or EXPIRED.
+	Status ApiKeyStatus `json:"status"`
 }
 
 // GetId returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey.Id, and is useful for accessing the field via an interface.
@@ -1755,6 +1789,19 @@ func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey) GetId() string 
 
 // GetName returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey.Name, and is useful for accessing the field via an interface.
 func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey) GetName() string { return v.Name }
+
+// GetDisplayPrefix returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey.DisplayPrefix, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey) GetDisplayPrefix() string {
+	return v.DisplayPrefix
+}
+
+// GetHint returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey.Hint, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey) GetHint() string { return v.Hint }
+
+// GetStatus returns WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey.Status, and is useful for accessing the field via an interface.
+func (v *WorkspaceUsageWorkspaceUsageTopKeysKeyUsageTotalApiKey) GetStatus() ApiKeyStatus {
+	return v.Status
+}
 
 // WorkspacesResponse is returned by Workspaces on success.
 type WorkspacesResponse struct {
@@ -1884,14 +1931,6 @@ func (v *__ChangePasswordInput) GetCurrentPassword() string { return v.CurrentPa
 
 // GetNewPassword returns __ChangePasswordInput.NewPassword, and is useful for accessing the field via an interface.
 func (v *__ChangePasswordInput) GetNewPassword() string { return v.NewPassword }
-
-// __ClearApiKeyLimitsInput is used internally by genqlient
-type __ClearApiKeyLimitsInput struct {
-	Id string `json:"id"`
-}
-
-// GetId returns __ClearApiKeyLimitsInput.Id, and is useful for accessing the field via an interface.
-func (v *__ClearApiKeyLimitsInput) GetId() string { return v.Id }
 
 // __CreateAccountInput is used internally by genqlient
 type __CreateAccountInput struct {
@@ -2584,62 +2623,6 @@ func ChangePassword(
 	return data_, err_
 }
 
-// The mutation executed by ClearApiKeyLimits.
-const ClearApiKeyLimits_Operation = `
-mutation ClearApiKeyLimits ($id: ID!) {
-	updateApiKey(id: $id, input: {rateLimitPerMinute:null,rateLimitPerDay:null}) {
-		... ApiKey
-	}
-}
-fragment ApiKey on ApiKey {
-	id
-	name
-	displayPrefix
-	hint
-	status
-	rateLimitPerMinute
-	rateLimitPerDay
-	expiresAt
-	effectiveExpiresAt
-	scopes
-	allowedCidrs
-	createdAt
-	lastUsedAt
-	revokedAt
-	rotatedFromId
-	replacedById
-	canary
-}
-`
-
-// btk update --default-limits: the key's own limits cleared (null), so that
-// the workspace's apply; UpdateApiKey's input leaves a nil field out, and
-// cannot send null.
-func ClearApiKeyLimits(
-	ctx_ context.Context,
-	client_ graphql.Client,
-	id string,
-) (data_ *ClearApiKeyLimitsResponse, err_ error) {
-	req_ := &graphql.Request{
-		OpName: "ClearApiKeyLimits",
-		Query:  ClearApiKeyLimits_Operation,
-		Variables: &__ClearApiKeyLimitsInput{
-			Id: id,
-		},
-	}
-
-	data_ = &ClearApiKeyLimitsResponse{}
-	resp_ := &graphql.Response{Data: data_}
-
-	err_ = client_.MakeRequest(
-		ctx_,
-		req_,
-		resp_,
-	)
-
-	return data_, err_
-}
-
 // The mutation executed by CreateAccount.
 const CreateAccount_Operation = `
 mutation CreateAccount ($email: String!, $password: String!, $platformAdmin: Boolean!) {
@@ -3121,14 +3104,24 @@ func Impersonate(
 const KeyUsage_Operation = `
 query KeyUsage ($id: ID!, $since: Time, $until: Time, $granularity: UsageGranularity) {
 	apiKey(id: $id) {
-		id
-		name
-		lastUsedAt
-		lastUsedIp
-		lastUsedUserAgent
-		usage(since: $since, until: $until, granularity: $granularity) {
-			... UsagePoint
-		}
+		... KeyUsageSeries
+	}
+}
+fragment KeyUsageSeries on ApiKey {
+	id
+	name
+	displayPrefix
+	hint
+	status
+	createdAt
+	revokedAt
+	rotatedFromId
+	replacedById
+	lastUsedAt
+	lastUsedIp
+	lastUsedUserAgent
+	usage(since: $since, until: $until, granularity: $granularity) {
+		... UsagePoint
 	}
 }
 fragment UsagePoint on UsagePoint {
@@ -3835,7 +3828,10 @@ fragment ApiKey on ApiKey {
 `
 
 // Fields left nil are left out (unchanged); a pointer to an empty list
-// clears scopes or networks (docs/access.md).
+// clears scopes or networks (docs/access.md). A limit is a **int: a pointer
+// to a nil *int is sent as null and clears the key's own limit (btk update
+// --default-limits), so that one command is one mutation, applied whole or
+// not at all, with one audit pair (docs/access.md#editing-a-key).
 func UpdateApiKey(
 	ctx_ context.Context,
 	client_ graphql.Client,
@@ -4024,6 +4020,9 @@ query WorkspaceUsage ($since: Time, $until: Time, $granularity: UsageGranularity
 			apiKey {
 				id
 				name
+				displayPrefix
+				hint
+				status
 			}
 			accepted
 			rateLimited

@@ -223,7 +223,8 @@ func ResolveKeyBySecret(ctx context.Context, c graphql.Client, plaintext string)
 
 // ResolveKeyForAudit is ResolveKey that also finds a name whose keys are all
 // revoked: then the newest key of that name (its rotation chain is the
-// latest of the name).
+// latest of the name). btk revoke resolves by it too, so that a revoke
+// repeated after UNAVAILABLE finds the key it revoked.
 func ResolveKeyForAudit(ctx context.Context, c graphql.Client, ref string) (ApiKey, error) {
 	k, err := ResolveKey(ctx, c, ref)
 	var ce *Error

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -275,6 +276,9 @@ func TestEachEventArrivesOnceSigned(t *testing.T) {
 			t.Errorf("webhook-id %s is not the event's", r.id)
 		}
 		types = append(types, body.Type)
+		if !slices.Contains(btk.WebhookEventTypes(), body.Type) {
+			t.Errorf("event type %s is not one a webhook may subscribe to", body.Type)
+		}
 		for _, p := range plaintexts {
 			if strings.Contains(string(r.body), p) {
 				t.Errorf("a plaintext key was sent in %s", body.Type)

@@ -178,7 +178,7 @@ func (h *Gateway) check(w http.ResponseWriter, r *http.Request, at entry, a *btk
 			// database nor the once-a-minute write delays the answer and
 			// tells the caller it held a trap (docs/leaks.md).
 			ip, ua, path := h.ClientIP(r), r.UserAgent(), btk.RedactKeys(r.URL.Path)
-			go h.svc.RecordCanaryUse(context.WithoutCancel(r.Context()), err, ip, ua, path)
+			h.svc.GoRecordCanaryUse(context.WithoutCancel(r.Context()), err, ip, ua, path)
 		}
 		return Refused
 	}

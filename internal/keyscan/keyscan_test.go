@@ -2,11 +2,17 @@ package keyscan
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"unicode/utf16"
 
 	"github.com/btk-project/btk/internal/btk"
 )
@@ -166,21 +172,171 @@ func TestPathsSkipsGitAndBinaries(t *testing.T) {
 	write("img.bin", append([]byte{0, 1, 2}, k...))
 	write("b/deep/notes.md", []byte("nothing here btk_ but a prefix\n"))
 	os.Symlink(filepath.Join(dir, "a", "config.env"), filepath.Join(dir, "link.env"))
-	res := Paths([]string{dir}, nil, 3)
-	if len(res.Errors) != 0 {
-		t.Fatal(res.Errors)
+	matches, errs, st := walk([]string{dir}, nil, 3)
+	if len(errs) != 0 {
+		t.Fatal(errs)
 	}
-	if len(res.Matches) != 1 || res.Matches[0].Path != filepath.Join(dir, "a", "config.env") || res.Matches[0].Column != 5 {
-		t.Fatalf("matches %+v", res.Matches)
+	if len(matches) != 1 || matches[0].Path != filepath.Join(dir, "a", "config.env") || matches[0].Column != 5 {
+		t.Fatalf("matches %+v", matches)
 	}
-	if res.Files != 3 || res.Skipped != 1 {
-		t.Errorf("files %d, skipped %d; want 3 read, 1 binary", res.Files, res.Skipped)
+	if st.Files != 3 || st.Skipped != 1 {
+		t.Errorf("files %d, skipped %d; want 3 read, 1 binary", st.Files, st.Skipped)
 	}
 	// An excluded directory is not read at all.
 	write("a/testdata/fixture.txt", []byte(k))
-	if res := Paths([]string{dir}, []string{"testdata"}, 3); len(res.Matches) != 1 || res.Files != 3 {
-		t.Errorf("with testdata excluded: %d files read, matches %+v", res.Files, res.Matches)
+	if matches, _, st := walk([]string{dir}, []string{"testdata"}, 3); len(matches) != 1 || st.Files != 3 {
+		t.Errorf("with testdata excluded: %d files read, matches %+v", st.Files, matches)
 	}
+}
+
+// walk is Walk collecting what it reports.
+func walk(paths, exclude []string, workers int) ([]Match, []error, Stats) {
+	var matches []Match
+	var errs []error
+	st := Walk(paths, exclude, workers, func(m Match) { matches = append(matches, m) }, func(err error) { errs = append(errs, err) })
+	return matches, errs, st
+}
+
+// Walk reports keys and errors in the order of the walk whatever the number
+// of workers, also when files read ahead hold more keys than they may keep
+// (pendingMatches) and wait their turn.
+func TestWalkReportsInWalkOrder(t *testing.T) {
+	dir := t.TempDir()
+	k := newKey(t)
+	var want []string
+	for i := range 40 {
+		// Names whose walk order is not their order as strings ("a.x"
+		// sorts before "a/b" but is walked after the directory a).
+		rel := filepath.Join(string(rune('a'+i%5)), "f"+strings.Repeat("x", i)+".txt")
+		if i%3 == 0 {
+			rel = string(rune('a'+i%5)) + strings.Repeat("x", i) + ".txt"
+		}
+		keys := []int{1, 3, pendingMatches + 50, 0, 2 * pendingMatches}[i%5]
+		var b strings.Builder
+		for range keys {
+			b.WriteString(k + "\n")
+		}
+		p := filepath.Join(dir, rel)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := filepath.Join(dir, "missing")
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			for j := range strings.Count(mustRead(t, path), "\n") {
+				want = append(want, path+":"+strconv.Itoa(j+1))
+			}
+		}
+		return nil
+	})
+	want = append(want, "error "+missing)
+	for _, workers := range []int{1, 2, 8} {
+		var got []string
+		Walk([]string{dir, missing}, nil, workers, func(m Match) {
+			got = append(got, m.Path+":"+strconv.Itoa(m.Line))
+		}, func(err error) {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				got = append(got, "error "+pe.Path)
+			}
+		})
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("%d workers: %d reports; want %d in the walk's order", workers, len(got), len(want))
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Walk's memory does not grow with the number of keys found: the live heap
+// measured while 200,000 keys are reported stays within a few chunks of
+// what it is before (docs/leaks.md#how-fast-btk-scan-is). Holding the
+// matches, as Paths did, took 26 MB here.
+func TestWalkMemoryBounded(t *testing.T) {
+	dir := t.TempDir()
+	line := []byte(newKey(t) + "\n")
+	for i := range 8 {
+		if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(i)), bytes.Repeat(line, 25_000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := live()
+	var peak uint64
+	n := 0
+	Walk([]string{dir}, nil, 4, func(Match) {
+		if n++; n%10_000 == 0 {
+			peak = max(peak, live())
+		}
+	}, func(err error) { t.Error(err) })
+	if n != 200_000 {
+		t.Fatalf("%d keys found; want 200,000", n)
+	}
+	// 4 workers' chunks (1 MiB), 8 files read ahead holding 256 keys each
+	// (about 0.3 MB), and slack.
+	const bound = 4 << 20
+	if peak > before && peak-before > bound {
+		t.Errorf("the live heap grew by %d bytes while keys were reported; want at most %d", peak-before, bound)
+	}
+}
+
+// A file that starts with a UTF-16 byte order mark (PowerShell's Out-File)
+// is read as the text it encodes, with the lines and columns of that text;
+// without a mark it is binary.
+func TestReaderUTF16(t *testing.T) {
+	k := newKey(t)
+	text := "first\r\nsecond line\r\n\tKEY=" + k + " # é\r\n"
+	for name, enc := range map[string]func(string) []byte{
+		"LE": func(s string) []byte { return utf16Bytes(s, binary.LittleEndian, true) },
+		"BE": func(s string) []byte { return utf16Bytes(s, binary.BigEndian, true) },
+	} {
+		data := enc(text)
+		for _, size := range []int{4 * btk.KeyLen, chunkSize} {
+			var got []Match
+			err := Reader(iotest.HalfReader(bytes.NewReader(data)), "x", make([]byte, size), true, func(m Match) { got = append(got, m) })
+			if err != nil || len(got) != 1 || got[0] != (Match{"x", 3, 6, k, false}) {
+				t.Errorf("%s, chunk %d: %v %+v", name, size, err, got)
+			}
+		}
+		// An odd last byte is not an error; keys before it are found.
+		var got []Match
+		if err := Reader(bytes.NewReader(append(data, 'x')), "x", nil, true, func(m Match) { got = append(got, m) }); err != nil || len(got) != 1 {
+			t.Errorf("%s with an odd byte at the end: %v %+v", name, err, got)
+		}
+	}
+	noBOM := utf16Bytes(text, binary.LittleEndian, false)
+	if err := Reader(bytes.NewReader(noBOM), "x", nil, true, func(Match) {}); err != ErrBinary {
+		t.Errorf("UTF-16 without a byte order mark: %v; want ErrBinary", err)
+	}
+	// Decoded text holding NUL characters is binary too.
+	if err := Reader(bytes.NewReader(utf16Bytes("\x00\x00"+k, binary.LittleEndian, true)), "x", nil, true, func(Match) {}); err != ErrBinary {
+		t.Errorf("UTF-16 of NULs: %v; want ErrBinary", err)
+	}
+}
+
+func utf16Bytes(s string, order binary.AppendByteOrder, bom bool) []byte {
+	var out []byte
+	if bom {
+		out = order.AppendUint16(out, 0xFEFF)
+	}
+	for _, u := range utf16.Encode([]rune(s)) {
+		out = order.AppendUint16(out, u)
+	}
+	return out
 }
 
 func BenchmarkReader(b *testing.B) {

@@ -267,6 +267,37 @@ func TestChangeToldOnlyWhenTheSentinelsAgree(t *testing.T) {
 	}
 }
 
+// For a few seconds after a failover every sentinel names the new primary
+// with no run id yet. A change written on the old primary in that window
+// (an instance not yet moved) was counted as agreed, answered REVOKED, and
+// lost when the old primary was demoted, while two instances on the new
+// primary accepted the key for minutes. A sentinel with no run id agrees
+// only if it names the address the change was written to.
+func TestSentinelWithoutRunIDAgreesOnlyByAddress(t *testing.T) {
+	old := written{runID: "aaaa", addr: "127.0.0.1:28622"}
+	for _, tc := range []struct {
+		m    map[string]string
+		w    written
+		want string
+	}{
+		{map[string]string{"ip": "127.0.0.1", "port": "28622", "runid": "aaaa", "flags": "master"}, old, ""},
+		{map[string]string{"ip": "127.0.0.1", "port": "28621", "runid": "bbbb", "flags": "master"}, old, "another primary, 127.0.0.1:28621"},
+		// Just after +switch-master: the new primary, no run id yet.
+		{map[string]string{"ip": "127.0.0.1", "port": "28621", "runid": "", "flags": "master"}, old, "another primary, 127.0.0.1:28621"},
+		{map[string]string{"ip": "127.0.0.1", "port": "28621", "runid": "", "flags": "master"}, written{runID: "bbbb", addr: "127.0.0.1:28621"}, ""},
+		// The address unknown (CLIENT INFO refused): no run id is no agreement.
+		{map[string]string{"ip": "127.0.0.1", "port": "28621", "runid": "", "flags": "master"}, written{runID: "bbbb"}, "another primary, 127.0.0.1:28621"},
+		{map[string]string{"ip": "127.0.0.1", "port": "28622", "runid": "aaaa", "flags": "master,s_down"}, old, "the primary down"},
+	} {
+		if got := sentinelAnswer(tc.m, tc.w); got != tc.want {
+			t.Errorf("sentinelAnswer(%v, %+v) = %q, want %q", tc.m, tc.w, got, tc.want)
+		}
+	}
+	if got := clientInfoField("id=7 addr=127.0.0.1:50412 laddr=127.0.0.1:28622 fd=9 name=", "laddr"); got != "127.0.0.1:28622" {
+		t.Errorf("laddr of CLIENT INFO: %q", got)
+	}
+}
+
 // waitConnectedReplicas waits until the primary counts n replicas connected.
 func waitConnectedReplicas(t *testing.T, primary *redistest.Server, n int) {
 	t.Helper()

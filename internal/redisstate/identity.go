@@ -125,6 +125,16 @@ func (s *State) checkIdentity(ctx context.Context, c interface {
 	if err != nil {
 		return err
 	}
+	if s.kind == Standalone {
+		// A redis:// URL names one server: a Cluster node would answer
+		// MOVED for most workspaces, a Sentinel no script at all.
+		switch mode, _ := infoField(info, "redis_mode"); mode {
+		case "cluster":
+			return errors.New("redisstate: the server is a Redis Cluster node: give --redis redis+cluster://host:port[,host:port…]")
+		case "sentinel":
+			return errors.New("redisstate: the server is a Sentinel: give --redis redis+sentinel://host:port[,host:port…]/MASTER")
+		}
+	}
 	ident, primary, sentinel, err := serverIdentity(info)
 	if err != nil || sentinel {
 		return err

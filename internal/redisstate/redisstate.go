@@ -98,11 +98,13 @@ type State struct {
 // keys under prefix. It does not wait for Redis: use Ready.
 func Open(url, prefix string) (*State, error) { return openQueued(url, prefix, maxQueued) }
 
+var errBracedPrefix = errors.New("--redis-prefix: must not contain { or } (btk's keys use a hash tag of their own)")
+
 // openQueued is Open with at most queued checks waiting for each Redis
 // server (usePipeline): maxQueued, or a test's own bound.
 func openQueued(url, prefix string, queued int) (*State, error) {
 	if strings.ContainsAny(prefix, "{}") {
-		return nil, errors.New("--redis-prefix: must not contain { or } (btk's keys use a hash tag of their own)")
+		return nil, errBracedPrefix
 	}
 	s := &State{prefix: prefix, ids: newIdentities(), seed: random(), usage: make(map[string]ratelimit.State), stop: make(chan struct{})}
 	s.seedArg = s.seed
@@ -346,7 +348,7 @@ type deadline struct {
 
 func (b *bounded) Process(ctx context.Context, cmd redis.Cmder) error {
 	var dl context.Context
-	if b.bound > 0 { // redis://…?read_timeout=0 (or -1): no read timeout, no bound
+	if b.bound > 0 { // always, as URLs go: a read timeout of 0 or below is refused (checkQuery)
 		dl = b.deadlines.next(b.bound)
 	}
 	return b.processUntil(ctx, cmd, dl)
@@ -636,13 +638,22 @@ func (s *State) change(ctx context.Context, c *redis.Client, key string, asking 
 			return err
 		}
 	}
-	var runID string // the primary's, for the sentinels (sentinelsAgree)
+	var primary written // for the sentinels (sentinelsAgree)
 	if s.kind == Sentinel {
 		info, err := conn.Info(ctx, "server").Result()
 		if err != nil {
 			return err
 		}
-		runID, _ = infoField(info, "run_id")
+		primary.runID, _ = infoField(info, "run_id")
+		// The address this connection reached, as the primary sees it:
+		// what the sentinels name it by, unless a NAT is in between.
+		if me, err := conn.Do(ctx, "CLIENT", "INFO").Text(); err == nil {
+			// laddr=::1:6379 for IPv6: the port is after the last colon.
+			if la := clientInfoField(me, "laddr"); strings.LastIndexByte(la, ':') > 0 {
+				i := strings.LastIndexByte(la, ':')
+				primary.addr = net.JoinHostPort(la[:i], la[i+1:])
+			}
+		}
 	}
 	if err := conn.Set(ctx, key, random(), 0).Err(); err != nil {
 		return err
@@ -662,13 +673,46 @@ func (s *State) change(ctx context.Context, c *redis.Client, key string, asking 
 		}
 	}
 	if s.kind == Sentinel {
-		return s.sentinelsAgree(ctx, runID)
+		return s.sentinelsAgree(ctx, primary)
 	}
 	return nil
 }
 
+// written is the primary a change was written to: its run id and the
+// address the connection reached ("" when unknown).
+type written struct{ runID, addr string }
+
+// clientInfoField returns a field of a CLIENT INFO answer (name=value
+// pairs separated by spaces).
+func clientInfoField(info, name string) string {
+	for _, f := range strings.Fields(info) {
+		if k, v, ok := strings.Cut(f, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// sentinelAnswer is "" when a sentinel's SENTINEL MASTER answer m names the
+// primary w as the primary, not down; otherwise what it names instead. For
+// a few seconds after a failover a sentinel names the new primary with no
+// run id yet: it then agrees only if it names w's address, so that a change
+// written on the old primary in that window is not counted as safe (it was
+// answered REVOKED and lost when the old primary was demoted).
+func sentinelAnswer(m map[string]string, w written) string {
+	named := net.JoinHostPort(m["ip"], m["port"])
+	switch {
+	case m["runid"] != "" && m["runid"] != w.runID,
+		m["runid"] == "" && (w.addr == "" || named != w.addr):
+		return "another primary, " + named
+	case strings.Contains(m["flags"], "s_down") || strings.Contains(m["flags"], "o_down"):
+		return "the primary down"
+	}
+	return ""
+}
+
 // sentinelsAgree is nil when a majority of the URL's sentinels answer and
-// name the primary whose run id is runID as the primary, not down. A change is told
+// name the primary w as the primary, not down (sentinelAnswer). A change is told
 // only then: a partition that cut the primary (and an instance on its side)
 // off from the sentinels and its replica let the sentinels promote the
 // replica, while that instance's revokes were answered on the old primary
@@ -679,24 +723,17 @@ func (s *State) change(ctx context.Context, c *redis.Client, key string, asking 
 // cannot be reached (a sentinel there still names the old primary, but
 // alone), so the change is not told: the caller answers UNAVAILABLE and the
 // workspace is told again once the sentinels answer (docs/clusters.md#failover).
-func (s *State) sentinelsAgree(ctx context.Context, runID string) error {
+func (s *State) sentinelsAgree(ctx context.Context, w written) error {
 	addrs := s.sentinels
 	answers := make(chan string, len(addrs))
 	for _, sc := range addrs {
 		go func() {
 			m, err := sc.Master(ctx, s.failover.MasterName).Result()
-			switch {
-			case err != nil:
+			if err != nil {
 				answers <- "no answer (" + err.Error() + ")"
-			case m["runid"] != "" && m["runid"] != runID:
-				// (A sentinel that has not read the primary's INFO since
-				// a failover names no run id yet: not held against it.)
-				answers <- "another primary, " + net.JoinHostPort(m["ip"], m["port"])
-			case strings.Contains(m["flags"], "s_down") || strings.Contains(m["flags"], "o_down"):
-				answers <- "the primary down"
-			default:
-				answers <- ""
+				return
 			}
+			answers <- sentinelAnswer(m, w)
 		}()
 	}
 	agree, need := 0, len(addrs)/2+1
@@ -853,12 +890,15 @@ func Redact(raw string) string {
 		return "redis://(unparsable URL)"
 	}
 	// Query parameters may hold a password too (sentinel_password), with
-	// a path before them or not.
+	// a path before them or not: any that btk.SecretParam names hides them.
 	rest, query, hasQuery := strings.Cut(rest, "?")
 	if hasQuery {
 		query = "?" + query
-		if strings.Contains(query, "password") {
-			query = "?(parameters hidden)"
+		for _, p := range strings.Split(query[1:], "&") {
+			if k, _, _ := strings.Cut(p, "="); btk.SecretParam(k) || strings.Contains(k, "%") {
+				query = "?(parameters hidden)"
+				break
+			}
 		}
 	}
 	authority, path, hasPath := strings.Cut(rest, "/")

@@ -223,21 +223,6 @@ func TestStalledShardLeavesOthersServing(t *testing.T) {
 	}
 }
 
-// redis://…?read_timeout=0 (go-redis's "no read timeout") leaves a key
-// check's wait unbounded, as the connection's; it does not fail every
-// check at once.
-func TestNoReadTimeoutNoBound(t *testing.T) {
-	srv := redistest.Standalone(t)
-	for _, q := range []string{"?read_timeout=0", "?read_timeout=-1"} {
-		s := openAt(t, srv.URL()+q)
-		c := btk.KeyCheck{KeyID: "k", WorkspacePrefix: ws[:8], Limits: ratelimit.Limits{PerMinute: 1 << 30, PerDay: 1 << 30}, Now: time.Now()}
-		c.Seen = current(t, s, c)
-		if v, err := s.Allow(context.Background(), c); err != nil || !v.Allowed {
-			t.Fatalf("%s: %+v %v", q, v, err)
-		}
-	}
-}
-
 // TestRedirectedCheckToAStalledPrimary: a key check whose primary answers
 // MOVED to a primary that has stalled is sent again through go-redis's
 // cluster client, which tries it up to four times, each retried once after

@@ -80,6 +80,9 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 	}
 	switch strings.ToLower(scheme) {
 	case "redis", "rediss":
+		if err := checkQuery(raw); err != nil {
+			return nil, 0, nil, err
+		}
 		opt, err := redis.ParseURL(raw)
 		if err != nil {
 			// go-redis's own message may quote the URL: name the fault only.
@@ -142,6 +145,19 @@ func parse(raw string, onConnect func(context.Context, *redis.Conn) error) (redi
 		return redis.NewClusterClient(opt), Cluster, nil, nil
 	}
 	return nil, 0, nil, badURL("unknown scheme %q", scheme)
+}
+
+// CheckURL refuses a --redis URL that Open would refuse, without
+// connecting: btk serve checks its settings before it opens anything.
+func CheckURL(raw, prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return errBracedPrefix
+	}
+	rdb, _, _, err := parse(raw, nil)
+	if err != nil {
+		return err
+	}
+	return rdb.Close()
 }
 
 // readTimeout is the read timeout of rdb's connections.
@@ -241,6 +257,45 @@ func split(raw string) (settings, []string, string, error) {
 	applyDefaults(&st.dial, &st.read, &st.write)
 	return st, hosts, path, nil
 }
+
+// checkQuery refuses the values of a redis:// URL's parameters that
+// go-redis takes without a word and then panics on (pool_size=-5), or
+// that undo a bound btk relies on: a timeout of 0 or below waits for ever
+// on a stalled Redis (read_timeout=-5s), where btk must fail closed within
+// its read timeout (docs/clusters.md#when-redis-stalls). go-redis checks
+// the rest of the query itself.
+func checkQuery(raw string) error {
+	_, query, ok := strings.Cut(raw, "?")
+	if !ok {
+		return nil
+	}
+	query, _, _ = strings.Cut(query, "#")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return badURL("the query is not valid URL escaping")
+	}
+	for name, vals := range q {
+		v := vals[len(vals)-1]
+		switch {
+		case strings.HasSuffix(name, "_timeout"):
+			if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+				return badURL("%s=%q is not a duration such as 1s", name, v)
+			}
+		case name == "pool_size", name == "min_idle_conns", name == "max_idle_conns", name == "max_active_conns":
+			least := 0
+			if name == "pool_size" {
+				least = 1
+			}
+			if n, err := strconv.Atoi(v); err != nil || n < least || n > maxPoolSize {
+				return badURL("%s=%q is not a number of connections from %d to %d", name, v, least, maxPoolSize)
+			}
+		}
+	}
+	return nil
+}
+
+// maxPoolSize bounds the connections a redis:// URL may ask for.
+const maxPoolSize = 10_000
 
 // unescapedPassword reports whether raw's user part holds a "/", "?" or
 // "#" that is not percent-encoded: one of them comes before the last "@",

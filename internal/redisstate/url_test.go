@@ -55,6 +55,16 @@ func TestParseURL(t *testing.T) {
 		"redis+cluster://:sec?ret@10.0.0.1:7000":                 "not percent-encoded",
 		"redis+sentinel://:sec#ret@10.0.0.1:26379,b:1/m":         "not percent-encoded",
 		"redis+cluster://10.0.0.1:7000?sentinel_password=secret": "redis+sentinel:// only",
+		// go-redis took these and panicked (pool sizes), or waited for
+		// ever on a stalled Redis (a timeout of 0 or below).
+		"redis://:secret@127.0.0.1:6379/0?pool_size=-5":           "pool_size",
+		"redis://:secret@127.0.0.1:6379/0?pool_size=100000000000": "pool_size",
+		"redis://127.0.0.1:6379/0?pool_size=0":                    "pool_size",
+		"redis://127.0.0.1:6379/0?max_active_conns=-1":            "max_active_conns",
+		"redis://:secret@127.0.0.1:6379/0?read_timeout=-5s":       "read_timeout",
+		"redis://127.0.0.1:6379/0?dial_timeout=-1s":               "dial_timeout",
+		"redis://127.0.0.1:6379/0?write_timeout=0":                "write_timeout",
+		"redis://127.0.0.1:6379/0?pool_timeout=soon":              "pool_timeout",
 	}
 	for u, want := range bad {
 		_, err := Open(u, "btk:")
@@ -79,6 +89,8 @@ func TestRedact(t *testing.T) {
 		"redis+sentinel://a:1/m?sentinel_password=hunter2": "redis+sentinel://a:1/m?(parameters hidden)",
 		"redis+sentinel://a:1?sentinel_password=hunter2":   "redis+sentinel://a:1?(parameters hidden)",
 		"redis+sentinel://a:1/m?read_timeout=1s":           "redis+sentinel://a:1/m?read_timeout=1s",
+		"redis://h:1/0?read_timeout=1s&auth_token=hunter2": "redis://h:1/0?(parameters hidden)",
+		"redis://h:1/0?sentinel_pass%77ord=hunter2":        "redis://h:1/0?(parameters hidden)",
 		"redis://127.0.0.1:6379/0":                         "redis://127.0.0.1:6379/0",
 	} {
 		if got := Redact(in); got != want {
@@ -90,18 +102,40 @@ func TestRedact(t *testing.T) {
 // A rediss:// URL of a server without TLS: the handshake is never
 // answered, and the message says what that most often means, not only
 // "context deadline exceeded"; never the password.
+// readyAt opens a State on u and returns what its first Ready says.
+func readyAt(t *testing.T, u string) error {
+	t.Helper()
+	s, err := Open(u, "btktest:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return s.Ready(ctx)
+}
+
+// A redis:// URL names one server: pointed at a Redis Cluster node it was
+// accepted and /readyz said 200 while most workspaces answered 503 (MOVED),
+// and at a Sentinel it failed with "unknown command 'evalsha'". Both are
+// named, with the URL to give instead.
+func TestStandaloneURLAtClusterOrSentinelNamed(t *testing.T) {
+	node := redistest.Standalone(t, "cluster-enabled yes")
+	g := redistest.Sentinels(t)
+	for u, want := range map[string]string{
+		node.URL(): "a Redis Cluster node: give --redis redis+cluster://",
+		"redis://" + g.Sentinels[0].Addr() + "/0": "a Sentinel: give --redis redis+sentinel://",
+	} {
+		if err := readyAt(t, u); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", u, err, want)
+		}
+	}
+}
+
 func TestTLSToPlainServerNamed(t *testing.T) {
 	srv := redistest.Standalone(t)
 	for _, u := range []string{"rediss://:hunter2@" + srv.Addr() + "/0", "rediss+cluster://:hunter2@" + srv.Addr()} {
-		s, err := Open(u, "btktest:")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err = s.Ready(ctx)
-		cancel()
-		s.Close()
-		if err == nil || !strings.Contains(err.Error(), "does not speak TLS") || strings.Contains(err.Error(), "hunter2") {
+		if err := readyAt(t, u); err == nil || !strings.Contains(err.Error(), "does not speak TLS") || strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("%s: %v", Redact(u), err)
 		}
 	}

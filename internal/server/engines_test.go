@@ -58,6 +58,7 @@ var storeTests = []namedTest{
 	{"TestLastOwnerStays", TestLastOwnerStays},
 	{"TestUnstorableInputIsTheCallers", TestUnstorableInputIsTheCallers},
 	{"TestAuditEventsInTheChangesTransaction", TestAuditEventsInTheChangesTransaction},
+	{"TestBootstrapIsAudited", TestBootstrapIsAudited},
 	{"TestKeyHistoryAcrossRotations", TestKeyHistoryAcrossRotations},
 	{"TestWebhooksOverGraphQL", TestWebhooksOverGraphQL},
 	{"TestWebhookBoundsOverGraphQL", TestWebhookBoundsOverGraphQL},
@@ -66,6 +67,8 @@ var storeTests = []namedTest{
 	{"TestScansBounded", TestScansBounded},
 	{"TestKeyUsageSeriesTakeTheWorkspaceTurn", TestKeyUsageSeriesTakeTheWorkspaceTurn},
 	{"TestPostgresUnreachable", testPostgresUnreachable},
+	{"TestPostgresHung", testPostgresHung},
+	{"TestCanaryKeptWhileUnreachable", testCanaryKeptWhileUnreachable},
 }
 
 // sharedStateTests run once more on PostgreSQL and on PostgreSQL + Redis:

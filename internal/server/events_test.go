@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -45,17 +46,28 @@ func newEventsEnv(t *testing.T) (*env, *atomic.Bool) {
 	return e, fail
 }
 
-// events reads every audit_events row straight from the database, oldest first.
+// events reads every audit_events row straight from the database: the
+// server-wide chain, then each workspace's (oldest workspace first), each
+// chain oldest first.
 func events(t *testing.T, e *env) []*btk.AuditEvent {
 	t.Helper()
 	var all []*btk.AuditEvent
 	err := e.db.Read(context.Background(), func(tx btk.Tx) error {
-		for _, f := range []btk.AuditFilter{{NoWorkspace: true}, {WorkspaceID: e.adminWS}} {
+		filters := []btk.AuditFilter{{NoWorkspace: true}}
+		wss, err := tx.Workspaces(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, w := range wss {
+			filters = append(filters, btk.AuditFilter{WorkspaceID: w.ID})
+		}
+		for _, f := range filters {
 			f.First = 500
 			evs, _, err := tx.AuditEvents(context.Background(), f)
 			if err != nil {
 				return err
 			}
+			slices.Reverse(evs) // newest first as read
 			all = append(all, evs...)
 		}
 		return nil
@@ -92,6 +104,19 @@ func TestAuditEventsInTheChangesTransaction(t *testing.T) {
 	// not be visible), then succeeding (one row, attributed).
 	type check func(t *testing.T) bool // reports whether the change is visible
 	memberID := e.createAccount(admin, "member@example.com", "member-password", false)
+	leaverID := e.createAccount(admin, "leaver@example.com", "leaver-password", false)
+	disabled := func(t *testing.T) bool {
+		var acct *btk.Account
+		err := e.db.Read(context.Background(), func(tx btk.Tx) (err error) {
+			acct, err = tx.Account(context.Background(), leaverID)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return acct.DisabledAt != nil
+	}
+	const newWorkspace = "the workspace made" // workspace.created is the first row of its own chain
 	cases := []struct {
 		action    string
 		workspace string // "" for a server-wide event
@@ -154,6 +179,41 @@ func TestAuditEventsInTheChangesTransaction(t *testing.T) {
 			},
 		},
 		{
+			action: btk.EventWorkspaceCreated, workspace: newWorkspace,
+			run: func() response {
+				return e.do(admin, `mutation{createWorkspace(input:{name:"Acme",plan:CLOUD_PRO}){id}}`, nil)
+			},
+			changed: func(t *testing.T) bool {
+				var wss []*btk.Workspace
+				e.db.Read(context.Background(), func(tx btk.Tx) (err error) {
+					wss, err = tx.Workspaces(context.Background())
+					return err
+				})
+				return slices.ContainsFunc(wss, func(w *btk.Workspace) bool { return w.Name == "Acme" })
+			},
+		},
+		{
+			action: btk.EventWorkspaceKeyPolicyChanged, workspace: e.adminWS, target: e.adminWS,
+			run: func() response {
+				return e.do(admin, `mutation($w:ID!){setWorkspaceKeyPolicy(workspaceId:$w,maxLifetimeDays:90){id}}`, map[string]any{"w": e.adminWS})
+			},
+			changed: func(t *testing.T) bool { return e.workspace(t).KeyPolicy.MaxLifetimeDays != nil },
+		},
+		{
+			action: btk.EventAccountDisabled, target: leaverID,
+			run: func() response {
+				return e.do(admin, `mutation($a:ID!){disableAccount(id:$a){id}}`, map[string]any{"a": leaverID})
+			},
+			changed: disabled,
+		},
+		{
+			action: btk.EventAccountEnabled, target: leaverID,
+			run: func() response {
+				return e.do(admin, `mutation($a:ID!){enableAccount(id:$a){id}}`, map[string]any{"a": leaverID})
+			},
+			changed: func(t *testing.T) bool { return !disabled(t) },
+		},
+		{
 			action: btk.EventSessionImpersonated, workspace: e.adminWS, target: "",
 			run: func() response {
 				return e.do(admin, `mutation($w:ID!){impersonate(workspaceId:$w){accessToken}}`, map[string]any{"w": e.adminWS})
@@ -162,6 +222,10 @@ func TestAuditEventsInTheChangesTransaction(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.action, func(t *testing.T) {
+			seen := map[string]bool{}
+			for _, ev := range events(t, e) {
+				seen[ev.ID] = true
+			}
 			before := countAction(events(t, e), tc.action)
 			fail.Store(true)
 			r := tc.run()
@@ -190,9 +254,15 @@ func TestAuditEventsInTheChangesTransaction(t *testing.T) {
 			}
 			var ev *btk.AuditEvent
 			for _, x := range evs {
-				if x.Action == tc.action {
-					ev = x // the newest of them
+				if x.Action == tc.action && !seen[x.ID] {
+					ev = x // the one this change wrote
 				}
+			}
+			if tc.workspace == newWorkspace {
+				if ev.WorkspaceID == "" || ev.WorkspaceID == e.adminWS || ev.TargetID != ev.WorkspaceID {
+					t.Errorf("event %+v: want the new workspace's chain, and it as the target", ev)
+				}
+				tc.workspace = ev.WorkspaceID
 			}
 			if ev.WorkspaceID != tc.workspace || ev.ActorID != adminID || ev.ActorEmail != adminEmail {
 				t.Errorf("event %+v: want workspace %q, actor %s", ev, tc.workspace, adminID)
@@ -257,14 +327,60 @@ func TestAuditEventsInTheChangesTransaction(t *testing.T) {
 			}
 		}
 		e.must(admin, `{auditEvents(serverWide:true){nodes{action workspaceId}}}`, nil, &out)
-		if n := out.AuditEvents.Nodes; len(n) == 0 || n[0].Action != btk.EventAccountCreated || n[0].WorkspaceID != "" {
-			t.Fatalf("%+v", out)
+		n := out.AuditEvents.Nodes
+		if !slices.ContainsFunc(n, func(ev struct{ Action, WorkspaceID string }) bool { return ev.Action == btk.EventAccountCreated }) {
+			t.Fatalf("no account.created: %+v", out)
+		}
+		for _, ev := range n {
+			if ev.WorkspaceID != "" {
+				t.Fatalf("%+v", out)
+			}
 		}
 		member := cred{Bearer: e.login("member@example.com", "member-password", "")}
 		if r := e.do(member, `{auditEvents(serverWide:true){nodes{action}}}`, nil); r.Code() != "FORBIDDEN" {
 			t.Fatalf("a member reading server-wide events: %q", r.Code())
 		}
 	})
+}
+
+// docs/design.md#bootstrap: the first start's account, workspace and
+// membership are in the audit chains like a platform admin's, by "system":
+// the server-wide chain starts with account.created, Default's with
+// workspace.created and membership.changed, and both chains verify.
+func TestBootstrapIsAudited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	evs := events(t, e) // before the login's own event
+	admin := e.admin()
+	var me struct{ Me struct{ ID string } }
+	e.must(admin, `{me{id}}`, nil, &me)
+	var got []string
+	for _, ev := range evs {
+		if ev.ActorEmail != btk.SystemActorEmail || ev.ActorID != "" || ev.ImpersonatorID != "" {
+			t.Errorf("%s by %q (%q), want %q", ev.Action, ev.ActorEmail, ev.ActorID, btk.SystemActorEmail)
+		}
+		got = append(got, ev.WorkspaceID+" "+ev.Action+" "+ev.TargetID)
+	}
+	want := []string{
+		" " + btk.EventAccountCreated + " " + me.Me.ID,
+		e.adminWS + " " + btk.EventWorkspaceCreated + " " + e.adminWS,
+		e.adminWS + " " + btk.EventMembershipChanged + " " + me.Me.ID,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("bootstrap events:\n%q\nwant\n%q", got, want)
+	}
+	for _, args := range []string{`serverWide:true`, `workspaceId:"` + e.adminWS + `"`} {
+		var out struct {
+			VerifyAuditChain struct {
+				Intact bool
+				Count  int
+			}
+		}
+		e.must(admin, `{verifyAuditChain(`+args+`){intact count}}`, nil, &out)
+		if v := out.VerifyAuditChain; !v.Intact || v.Count == 0 {
+			t.Errorf("%s: %+v", args, v)
+		}
+	}
 }
 
 func (e *env) workspace(t *testing.T) *btk.Workspace {

@@ -8,6 +8,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -54,7 +55,13 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	h.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := store.Ping(r.Context()); err != nil {
+		// A database that stops answering is not ready: 503 within
+		// ReadyTimeout, before a load balancer's probe gives up on its own
+		// (docs/clusters.md#postgresql).
+		ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
+		err := store.Ping(ctx)
+		cancel()
+		if err != nil {
 			h.log.ErrorContext(r.Context(), "readiness check failed", "err", err)
 			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
 			return
@@ -68,6 +75,10 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 	})
 	return h
 }
+
+// ReadyTimeout bounds /readyz's database check: a PostgreSQL that does not
+// answer makes the instance not ready within it (docs/operating.md).
+const ReadyTimeout = 3 * time.Second
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serveLogged(h.mux, w, r) }
 

@@ -60,6 +60,12 @@ func TestWebhooksOverGraphQL(t *testing.T) {
 	if r := e.do(owner, create, map[string]any{"u": "ftp://x"}); r.Code() != "BAD_USER_INPUT" {
 		t.Errorf("ftp URL: %q", r.Code())
 	}
+	// A type that does not exist would make a webhook that never fires.
+	r := e.do(owner, create, map[string]any{"u": "https://hooks.example.com/typo", "e": []string{"api_key.revoked", "nosuch.event"}})
+	if r.Code() != "BAD_USER_INPUT" || !strings.Contains(r.Errors[0].Message, `"nosuch.event"`) ||
+		!strings.Contains(r.Errors[0].Message, "api_key.leaked") {
+		t.Errorf("an unknown event type: %q %+v", r.Code(), r.Errors)
+	}
 
 	var list struct {
 		Webhooks []struct{ ID string }
@@ -149,9 +155,9 @@ func TestWebhooksOverGraphQL(t *testing.T) {
 
 // A workspace's webhooks are bounded over GraphQL
 // (docs/security.md#what-a-client-can-make-the-server-hold): at most 10,
-// each URL at most 2,048 bytes and at most 32 event names of 64 bytes; past
-// any of them createWebhook is BAD_USER_INPUT and stores nothing, and
-// deleting one makes room.
+// each URL at most 2,048 bytes and at most 32 event names, each a known
+// type; past any of them createWebhook is BAD_USER_INPUT and stores
+// nothing, and deleting one makes room.
 func TestWebhookBoundsOverGraphQL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *btk.Config) { c.WebhookAllowPrivate = true })
@@ -173,7 +179,7 @@ func TestWebhookBoundsOverGraphQL(t *testing.T) {
 	}
 	var ids []string
 	for i := range btk.MaxWebhooksPerWorkspace {
-		vars := map[string]any{"u": base + strings.Repeat("x", btk.MaxWebhookURLLen-len(base)), "e": events[:btk.MaxWebhookEvents]}
+		vars := map[string]any{"u": base + strings.Repeat("x", btk.MaxWebhookURLLen-len(base)), "e": btk.WebhookEventTypes()}
 		if i > 0 {
 			vars = map[string]any{"u": base + strconv.Itoa(i)}
 		}

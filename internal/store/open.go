@@ -44,7 +44,7 @@ func CheckDB(db string) error {
 		return errors.New("a SQLite file path or a postgres:// URL is required")
 	}
 	if postgres.IsURL(db) {
-		return nil
+		return postgres.CheckURL(db)
 	}
 	if i := strings.Index(db, "://"); i > 0 && !strings.ContainsAny(db[:i], `/\`) {
 		return fmt.Errorf("unsupported database %q: btk supports a SQLite file path (./btk.db) or a postgres:// (postgresql://) URL", db[:i]+"://…")

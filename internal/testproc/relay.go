@@ -1,7 +1,6 @@
 package testproc
 
 import (
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -9,9 +8,11 @@ import (
 
 // Relay forwards the TCP connections made to Addr, a port of 127.0.0.1, to
 // a target, as a load balancer or a virtual address in front of a server
-// does. The test can switch the target, or cut the network (the listener
-// closes and every relayed connection drops) and restore it on the same
-// port. Cut runs when the test ends.
+// does. The test can switch the target; cut the network (the listener
+// closes and every relayed connection drops: the client sees its
+// connections refused and reset) and restore it on the same port; or hang it
+// (a black hole: connections stay open, new ones are accepted, and nothing
+// is forwarded either way) and heal it. Cut runs when the test ends.
 type Relay struct {
 	Addr string
 
@@ -20,6 +21,7 @@ type Relay struct {
 	target string
 	ln     net.Listener
 	conns  []net.Conn
+	hung   bool
 }
 
 // NewRelay starts a relay to target.
@@ -47,7 +49,14 @@ func (r *Relay) listen(addr string) {
 				return
 			}
 			r.mu.Lock()
-			target := r.target
+			target, hung := r.target, r.hung
+			if hung {
+				// Held open and never answered, as behind a black hole.
+				r.conns = append(r.conns, c)
+				r.mu.Unlock()
+				go r.pipe(nil, c)
+				continue
+			}
 			r.mu.Unlock()
 			up, err := net.DialTimeout("tcp", target, 5*time.Second)
 			if err != nil {
@@ -57,10 +66,54 @@ func (r *Relay) listen(addr string) {
 			r.mu.Lock()
 			r.conns = append(r.conns, c, up)
 			r.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); _ = up.Close() }() // a relay ends when either side does
-			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+			go r.pipe(up, c) // a relay ends when either side does
+			go r.pipe(c, up)
 		}
 	}()
+}
+
+// pipe copies src to dst (nil: nowhere) until src ends, then closes dst.
+// While the relay hangs, what src sends is read and dropped.
+func (r *Relay) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && dst != nil && !r.isHung() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if dst != nil {
+		_ = dst.Close()
+	}
+}
+
+func (r *Relay) isHung() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hung
+}
+
+// Hang stops forwarding without closing anything: the relayed connections
+// stay open and carry nothing more, and new connections are accepted and
+// never answered — a network that drops packets, not one that refuses them.
+func (r *Relay) Hang() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hung = true
+}
+
+// Heal ends Hang: the connections held meanwhile drop (what was sent on them
+// was lost) and new ones are forwarded again.
+func (r *Relay) Heal() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hung = false
+	r.dropLocked()
 }
 
 // Switch sends new connections to target and drops the relayed ones.

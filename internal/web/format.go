@@ -144,6 +144,7 @@ var actionWords = map[string]string{
 	btk.EventSessionElevated:        "Confirmed password",
 	btk.EventSessionImpersonated:    "Opened as platform admin",
 	btk.EventMembershipChanged:      "Changed membership",
+	btk.EventWorkspaceCreated:       "Created workspace",
 	btk.EventWorkspacePlanChanged:   "Changed plan",
 	btk.EventWorkspaceLimitsChanged: "Changed default limits",
 	btk.EventAccountCreated:         "Created account",
@@ -186,6 +187,8 @@ func newAuditRow(ev *btk.AuditEvent, now time.Time) auditRow {
 		default:
 			row.Detail = prev + " → " + role
 		}
+	case btk.EventWorkspaceCreated:
+		row.Detail = "“" + str("name") + "” on " + planName(btk.Plan(str("plan")))
 	case btk.EventWorkspacePlanChanged:
 		row.Detail = planName(btk.Plan(str("previousPlan"))) + " → " + planName(btk.Plan(str("plan")))
 	case btk.EventWorkspaceLimitsChanged:

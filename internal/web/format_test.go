@@ -49,6 +49,10 @@ func TestFormat(t *testing.T) {
 	if plan.Action != "Changed plan" || plan.Detail != "Cloud Pro → Cloud Starter" {
 		t.Errorf("plan row: %+v", plan)
 	}
+	made := newAuditRow(&btk.AuditEvent{Action: btk.EventWorkspaceCreated, TargetType: "workspace", Metadata: `{"name":"Acme","plan":"CLOUD_PRO"}`}, now)
+	if made.Action != "Created workspace" || made.Target != "Workspace" || made.Detail != "“Acme” on Cloud Pro" {
+		t.Errorf("workspace.created row: %+v", made)
+	}
 	limits := newAuditRow(&btk.AuditEvent{Action: btk.EventWorkspaceLimitsChanged, TargetType: "workspace", Metadata: `{"perMinute":60,"perDay":null,"previousPerMinute":null,"previousPerDay":null}`}, now)
 	if limits.Detail != "default/min · default/day → 60/min · default/day" {
 		t.Errorf("limits row: %+v", limits)

@@ -1952,12 +1952,15 @@ type ApiKeyAuditConnection {
 type AuditEvent {
   "Event UUID."
   id: ID!
-  "Workspace the event belongs to; empty for a server-wide event (account.created, a login without a workspace)."
+  "Workspace the event belongs to; empty for a server-wide event (an account change, a login without a workspace)."
   workspaceId: ID!
   """
   What happened: api_key.created, api_key.rotated, api_key.revoked, api_key.revoked_all,
-  session.login, session.elevated, session.impersonated, membership.changed,
-  workspace.plan_changed, workspace.limits_changed or account.created.
+  api_key.updated, api_key.leaked, api_key.canary_used, api_key.expiring, session.login,
+  session.elevated, session.impersonated, membership.changed, workspace.created,
+  workspace.plan_changed, workspace.limits_changed, workspace.key_policy_changed,
+  webhook.created, webhook.deleted, account.created, account.password_changed,
+  account.disabled or account.enabled.
   """
   action: String!
   "Account that acted."
@@ -1968,7 +1971,7 @@ type AuditEvent {
   impersonatorId: ID
   "Email of that platform admin (now), if any."
   impersonatorEmail: String
-  "Kind of object acted on: api_key, workspace, account or session."
+  "Kind of object acted on: api_key, workspace, account, session or webhook."
   targetType: String!
   "Id of the object acted on."
   targetId: ID!
@@ -2246,7 +2249,7 @@ type Webhook {
 input CreateWebhookInput {
   "An http(s) URL; loopback, private and link-local receivers are refused unless the server allows them."
   url: String!
-  "Event types to send (such as api_key.revoked); omitted, empty or [\"*\"] for every event. At most 32."
+  "Event types to send (such as api_key.revoked; the types are in docs/webhooks.md#events, and an unknown one is BAD_USER_INPUT); omitted, empty or [\"*\"] for every event. At most 32."
   events: [String!]
 }
 

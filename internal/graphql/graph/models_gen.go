@@ -138,11 +138,14 @@ type AuditChainProblem struct {
 type AuditEvent struct {
 	// Event UUID.
 	ID string `json:"id"`
-	// Workspace the event belongs to; empty for a server-wide event (account.created, a login without a workspace).
+	// Workspace the event belongs to; empty for a server-wide event (an account change, a login without a workspace).
 	WorkspaceID string `json:"workspaceId"`
 	// What happened: api_key.created, api_key.rotated, api_key.revoked, api_key.revoked_all,
-	// session.login, session.elevated, session.impersonated, membership.changed,
-	// workspace.plan_changed, workspace.limits_changed or account.created.
+	// api_key.updated, api_key.leaked, api_key.canary_used, api_key.expiring, session.login,
+	// session.elevated, session.impersonated, membership.changed, workspace.created,
+	// workspace.plan_changed, workspace.limits_changed, workspace.key_policy_changed,
+	// webhook.created, webhook.deleted, account.created, account.password_changed,
+	// account.disabled or account.enabled.
 	Action string `json:"action"`
 	// Account that acted.
 	ActorID string `json:"actorId"`
@@ -152,7 +155,7 @@ type AuditEvent struct {
 	ImpersonatorID *string `json:"impersonatorId,omitempty"`
 	// Email of that platform admin (now), if any.
 	ImpersonatorEmail *string `json:"impersonatorEmail,omitempty"`
-	// Kind of object acted on: api_key, workspace, account or session.
+	// Kind of object acted on: api_key, workspace, account, session or webhook.
 	TargetType string `json:"targetType"`
 	// Id of the object acted on.
 	TargetID string `json:"targetId"`
@@ -234,7 +237,7 @@ type CreateAPIKeyPayload struct {
 type CreateWebhookInput struct {
 	// An http(s) URL; loopback, private and link-local receivers are refused unless the server allows them.
 	URL string `json:"url"`
-	// Event types to send (such as api_key.revoked); omitted, empty or ["*"] for every event. At most 32.
+	// Event types to send (such as api_key.revoked; the types are in docs/webhooks.md#events, and an unknown one is BAD_USER_INPUT); omitted, empty or ["*"] for every event. At most 32.
 	Events []string `json:"events,omitempty"`
 }
 

@@ -203,17 +203,22 @@ func chainExisting(ctx context.Context, pgTx pgx.Tx) error {
 
 // Webhooks.
 
-const selectWebhook = `SELECT id, workspace_id, url, events, secret, created_at, created_by FROM webhooks`
+const selectWebhook = `SELECT id, workspace_id, url, events, secret, created_at, created_by, last_attempt_at, failing_since FROM webhooks`
 
 func scanWebhook(row sqlshared.Row) (*btk.Webhook, error) {
 	var (
-		w       btk.Webhook
-		events  string
-		created int64
+		w                    btk.Webhook
+		events               string
+		created, lastAttempt int64
+		failing              *int64
 	)
-	if err := row.Scan(&w.ID, &w.WorkspaceID, &w.URL, &events, &w.Sealed, &created, &w.CreatedBy); err != nil {
+	if err := row.Scan(&w.ID, &w.WorkspaceID, &w.URL, &events, &w.Sealed, &created, &w.CreatedBy, &lastAttempt, &failing); err != nil {
 		return nil, err
 	}
+	if lastAttempt != 0 {
+		w.LastAttemptAt = sqlshared.FromNano(lastAttempt)
+	}
+	w.FailingSince = fromOptNano(failing)
 	if err := json.Unmarshal([]byte(events), &w.Events); err != nil {
 		return nil, err
 	}
@@ -284,9 +289,10 @@ func (t *tx) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease ti
 	// The candidates are chosen within the caps (window functions cannot be
 	// locked), then locked, skipping the rows another instance is claiming.
 	if _, err := t.exec(ctx, "claim deliveries", false, `UPDATE webhook_deliveries SET lease_until = $1, claim = $2
-		WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE seq IN (`+sqlshared.ClaimDue("$3", "$4", "$5", "$6")+`)
+		WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE seq IN (`+sqlshared.ClaimDue("$3", "$4", "$5", "$6", "$7", "$8")+`)
 			AND status = 'PENDING' AND (lease_until IS NULL OR lease_until <= $3) FOR UPDATE SKIP LOCKED)`,
-		until, claim, n, capOf(caps.PerWebhook), capOf(caps.PerWorkspace), limit); err != nil {
+		until, claim, n, capOf(caps.PerWebhook), capOf(caps.PerFailingWebhook), capOf(caps.PerWorkspace),
+		capOf(caps.FailingPerWorkspace), limit); err != nil {
 		return nil, err
 	}
 	return all(ctx, t, "claim deliveries", sqlshared.WithoutSeq(scanDelivery),
@@ -298,6 +304,17 @@ func (t *tx) FinishWebhookDelivery(ctx context.Context, d *btk.WebhookDelivery, 
 		next_attempt_at = $3, last_status_code = $4, last_error = $5, delivered_at = $6, lease_until = NULL, claim = NULL
 		WHERE id = $7 AND claim = $8`,
 		string(d.Status), d.Attempts, d.NextAttemptAt, d.LastStatusCode, d.LastError, d.DeliveredAt, d.ID, claim)
+	return err
+}
+
+func (t *tx) RecordWebhookAttempt(ctx context.Context, webhookID string, at time.Time, ok bool) error {
+	n, err := sqlshared.UnixNano(at)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(ctx, "record webhook attempt", false, `UPDATE webhooks SET last_attempt_at = $1,
+		failing_since = CASE WHEN $2 THEN NULL ELSE coalesce(failing_since, $1) END
+		WHERE id = $3 AND last_attempt_at <= $1`, n, ok, webhookID)
 	return err
 }
 

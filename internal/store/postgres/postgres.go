@@ -29,10 +29,12 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	neturl "net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,11 +77,48 @@ type DB struct {
 	instance   *pgx.Conn
 	closed     bool
 	connConfig *pgx.ConnConfig
+	// held says the instance lock is in place; taken counts the times it
+	// was taken. A lone instance that lost it (its session ended) may have
+	// been replaced by another meanwhile: it refuses changes while it is
+	// lost, and the service drops what it cached when taken moves
+	// (InstanceHold; docs/clusters.md#postgresql).
+	held      atomic.Bool
+	taken     atomic.Uint64
+	locking   bool // holds an instance lock (not Maintenance); set by Open
+	stopWatch chan struct{}
+	watched   sync.WaitGroup
 }
+
+// lockCheckInterval is how often the instance lock's connection is checked
+// alive: a lost lock is noticed within it, and taken back as soon as it is
+// free again.
+const lockCheckInterval = 100 * time.Millisecond
 
 // IsURL reports whether db names a PostgreSQL database rather than a file.
 func IsURL(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
+}
+
+// CheckURL says whether raw parses as the URL Open takes (connect_timeout a
+// number, sslmode known, the sslcert and sslkey files readable), and if not
+// why, in words that never quote it: pgx's error quotes the URL with only
+// its password hidden (an sslpassword shows), and a URL that does not
+// parse has no part that can safely be called the password.
+func CheckURL(raw string) error {
+	if _, err := neturl.Parse(raw); err != nil {
+		return errors.New("the PostgreSQL URL is not a valid URL (percent-encode any / ? # @ : or % in the password)")
+	}
+	_, err := pgxpool.ParseConfig(raw)
+	if err == nil {
+		return nil
+	}
+	if pce, ok := errors.AsType[*pgconn.ParseConfigError](err); ok {
+		c := *pce
+		c.ConnString = "" // its reason alone: "invalid connect_timeout (strconv...)"
+		return fmt.Errorf("the PostgreSQL URL is not valid: %s", strings.TrimPrefix(c.Error(), "cannot parse ``: "))
+	}
+	// pgxpool's own settings (pool_max_conns=x): its errors name the setting.
+	return fmt.Errorf("the PostgreSQL URL is not valid: %w", err)
 }
 
 // Open connects to the database at url (postgres://…), takes the instance
@@ -88,8 +127,7 @@ func IsURL(db string) bool {
 func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		// The parse error quotes the URL, password included: say less.
-		return nil, errors.New("store: the PostgreSQL URL is not valid")
+		return nil, fmt.Errorf("store: %w", CheckURL(url))
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
@@ -121,6 +159,9 @@ func Open(ctx context.Context, url string, opts Options) (*DB, error) {
 			pool.Close()
 			return nil, err
 		}
+		db.locking, db.stopWatch = true, make(chan struct{})
+		db.watched.Add(1)
+		go db.watchInstanceLock(db.stopWatch) // #nosec G118 -- the watch lives as long as the DB (until Close), not as Open's context
 	}
 	if err := db.migrate(ctx); err != nil {
 		_ = db.Close()
@@ -167,8 +208,76 @@ func (db *DB) lockInstance(ctx context.Context) error {
 		return ErrInUse
 	}
 	db.instance = conn
+	db.taken.Add(1)
+	db.held.Store(true)
 	return nil
 }
+
+// watchInstanceLock checks the instance lock every lockCheckInterval until
+// Close, so that a lost lock stops a lone instance's key checks and changes
+// without waiting for /readyz to be asked.
+func (db *DB) watchInstanceLock(stop <-chan struct{}) {
+	defer db.watched.Done()
+	t := time.NewTicker(lockCheckInterval)
+	defer t.Stop()
+	var retry time.Time // after a failed taking: not before then
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			if now.Before(retry) {
+				continue
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if db.checkInstanceLock(ctx) != nil {
+			// Each taking dials a connection (a backend forked): while
+			// another instance holds the lock or PostgreSQL is down, once
+			// a second is enough.
+			retry = time.Now().Add(lockRetakeInterval)
+		}
+		cancel()
+	}
+}
+
+// lockRetakeInterval spaces the attempts to take a lost lock back.
+const lockRetakeInterval = time.Second
+
+// checkInstanceLock finds the instance lock's connection alive, or closes
+// it (the lock went with its session) and takes the lock again; it fails
+// while another instance holds the lock or PostgreSQL cannot be reached.
+func (db *DB) checkInstanceLock(ctx context.Context) error {
+	db.instanceMu.Lock()
+	defer db.instanceMu.Unlock()
+	if db.closed {
+		return errors.New("store: closed")
+	}
+	if db.instance != nil {
+		if !db.instance.IsClosed() && db.instance.Ping(ctx) == nil {
+			return nil
+		}
+		db.held.Store(false)
+		_ = db.instance.Close(context.Background()) // found dead: replaced below
+		db.instance = nil
+	}
+	return db.lockInstance(ctx)
+}
+
+// InstanceHold reports whether this lone instance holds its exclusive lock
+// on the database, and how many times it took it (btk.InstanceHold).
+// Instances that share their state in Redis are told of every change there:
+// for them the lock only keeps a lone instance out, and their hold is
+// always reported held.
+func (db *DB) InstanceHold() (taken uint64, held bool) {
+	if db.shared || !db.locking {
+		return 1, true
+	}
+	return db.taken.Load(), db.held.Load()
+}
+
+// errLockLost refuses the changes of a lone instance that lost its lock.
+var errLockLost = fmt.Errorf("store: %w: this instance lost its lock on the PostgreSQL database (its session ended) and has not taken it back", btk.ErrUnavailable)
 
 // migrate applies the embedded migrations not yet recorded in
 // schema_migrations, each in its own transaction, under a session advisory
@@ -250,10 +359,17 @@ func (db *DB) Read(ctx context.Context, fn func(btk.Tx) error) error {
 // Write runs fn in a READ COMMITTED transaction; see the package comment for
 // the locks that keep the rules.
 func (db *DB) Write(ctx context.Context, fn func(btk.Tx) error) error {
+	if _, held := db.InstanceHold(); !held {
+		// Another lone instance may hold the database now: a change made
+		// here would never reach what it cached.
+		return errLockLost
+	}
 	return db.run(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, true, fn)
 }
 
 func (db *DB) run(ctx context.Context, opts pgx.TxOptions, write bool, fn func(btk.Tx) error) error {
+	ctx, cancel := context.WithTimeout(ctx, TxTimeout)
+	defer cancel()
 	var fnErr error
 	err := pgx.BeginTxFunc(ctx, db.pool, opts, func(t pgx.Tx) error {
 		fnErr = fn(&tx{tx: t, db: db, write: write})
@@ -288,6 +404,8 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, counts []bt
 		}
 		ids[i], ats[i], days[i] = u.KeyID, at, u.DayState
 	}
+	ctx, cancel := context.WithTimeout(ctx, TxTimeout)
+	defer cancel()
 	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(t pgx.Tx) error {
 		if err := addUsage(ctx, t, counts, clients); err != nil {
 			return err
@@ -321,23 +439,22 @@ func (db *DB) Ping(ctx context.Context) error {
 	if err := db.pool.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
 		return mapErr("ping", err)
 	}
-	db.instanceMu.Lock()
-	defer db.instanceMu.Unlock()
-	if db.closed {
-		return errors.New("store: ping: closed")
+	if !db.locking {
+		return nil
 	}
-	if db.instance != nil {
-		if !db.instance.IsClosed() && db.instance.Ping(ctx) == nil {
-			return nil
-		}
-		_ = db.instance.Close(context.Background()) // found dead: replaced below
-		db.instance = nil
-	}
-	return db.lockInstance(ctx)
+	return db.checkInstanceLock(ctx)
 }
 
 // Close closes the pool and releases the instance lock.
 func (db *DB) Close() error {
+	db.instanceMu.Lock()
+	stop := db.stopWatch
+	db.stopWatch = nil
+	db.instanceMu.Unlock()
+	if stop != nil {
+		close(stop)
+		db.watched.Wait()
+	}
 	db.pool.Close()
 	db.instanceMu.Lock()
 	defer db.instanceMu.Unlock()

@@ -11,6 +11,15 @@ import (
 	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
+// TxTimeout bounds each transaction (Read, Write, RecordUsage), the wait for
+// a pooled connection included, unless the caller's deadline is earlier: a
+// PostgreSQL that stops answering on a connection already open (a black-hole
+// network) otherwise holds the request until the client gives up, and every
+// request after it queues for the pool (docs/clusters.md#postgresql). Long
+// enough for the largest legitimate read (a year of a workspace's usage,
+// about 2 s; docs/usage.md).
+const TxTimeout = 10 * time.Second
+
 // tx implements btk.Tx on one pgx transaction.
 type tx struct {
 	tx    pgx.Tx

@@ -67,6 +67,8 @@ func (db *DB) prune(ctx context.Context, op, query string, before time.Time) (in
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, TxTimeout) // as every transaction (tx.go)
+	defer cancel()
 	tag, err := db.pool.Exec(ctx, query, b)
 	if err != nil {
 		return 0, mapErr(op, err)

@@ -171,16 +171,24 @@ func chainExisting(ctx context.Context, sqlTx *sql.Tx) error {
 
 // Webhooks.
 
-const selectWebhook = `SELECT id, workspace_id, url, events, secret, created_at, created_by FROM webhooks`
+const selectWebhook = `SELECT id, workspace_id, url, events, secret, created_at, created_by, last_attempt_at, failing_since FROM webhooks`
 
 func scanWebhook(row sqlshared.Row) (*btk.Webhook, error) {
 	var (
-		w       btk.Webhook
-		events  string
-		created int64
+		w                    btk.Webhook
+		events               string
+		created, lastAttempt int64
+		failing              sql.NullInt64
 	)
-	if err := row.Scan(&w.ID, &w.WorkspaceID, &w.URL, &events, &w.Sealed, &created, &w.CreatedBy); err != nil {
+	if err := row.Scan(&w.ID, &w.WorkspaceID, &w.URL, &events, &w.Sealed, &created, &w.CreatedBy, &lastAttempt, &failing); err != nil {
 		return nil, err
+	}
+	if lastAttempt != 0 {
+		w.LastAttemptAt = sqlshared.FromNano(lastAttempt)
+	}
+	if failing.Valid {
+		at := sqlshared.FromNano(failing.Int64)
+		w.FailingSince = &at
 	}
 	if err := json.Unmarshal([]byte(events), &w.Events); err != nil {
 		return nil, err
@@ -253,8 +261,9 @@ func (t *tx) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease ti
 	}
 	until := n + int64(lease)
 	if _, err := t.exec(ctx, "claim deliveries", false, `UPDATE webhook_deliveries SET lease_until = ?, claim = ?
-		WHERE seq IN (`+sqlshared.ClaimDue("?3", "?4", "?5", "?6")+`)`,
-		until, claim, n, capOf(caps.PerWebhook), capOf(caps.PerWorkspace), limit); err != nil {
+		WHERE seq IN (`+sqlshared.ClaimDue("?3", "?4", "?5", "?6", "?7", "?8")+`)`,
+		until, claim, n, capOf(caps.PerWebhook), capOf(caps.PerFailingWebhook), capOf(caps.PerWorkspace),
+		capOf(caps.FailingPerWorkspace), limit); err != nil {
 		return nil, err
 	}
 	return all(ctx, t, "claim deliveries", sqlshared.WithoutSeq(scanDelivery),
@@ -266,6 +275,17 @@ func (t *tx) FinishWebhookDelivery(ctx context.Context, d *btk.WebhookDelivery, 
 		next_attempt_at = ?, last_status_code = ?, last_error = ?, delivered_at = ?, lease_until = NULL, claim = NULL
 		WHERE id = ? AND claim = ?`,
 		string(d.Status), d.Attempts, d.NextAttemptAt, d.LastStatusCode, d.LastError, d.DeliveredAt, d.ID, claim)
+	return err
+}
+
+func (t *tx) RecordWebhookAttempt(ctx context.Context, webhookID string, at time.Time, ok bool) error {
+	n, err := sqlshared.UnixNano(at)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(ctx, "record webhook attempt", false, `UPDATE webhooks SET last_attempt_at = ?1,
+		failing_since = CASE WHEN ?2 THEN NULL ELSE coalesce(failing_since, ?1) END
+		WHERE id = ?3 AND last_attempt_at <= ?1`, n, ok, webhookID)
 	return err
 }
 

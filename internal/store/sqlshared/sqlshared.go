@@ -165,26 +165,47 @@ func jsonList(l []string) (string, error) {
 
 // ClaimDue is the query (both engines) of the webhook deliveries a claim
 // round may take (docs/webhooks.md#delivery): the pending ones due at now
-// whose lease (if any) has run out, oldest first, but none of a webhook
-// that would then have more than perHook leased, nor of a workspace that
-// would have more than perWorkspace. The arguments are the engine's
-// placeholders (now is an int64 of unix nanoseconds).
-func ClaimDue(now, perHook, perWorkspace, limit string) string {
+// whose lease (if any) has run out, within the caps (btk.DeliveryCaps, in
+// the query's order: perHook, perFailingHook, perWorkspace,
+// failingPerWorkspace) counted with the deliveries already leased, in
+// turns. A webhook is failing while its failing_since is set.
+//
+// The turns: within a webhook, oldest due first; within a workspace, each
+// webhook's next delivery before any webhook's one after it, and among
+// those the webhook whose latest attempt ended longest ago first, so a
+// failing webhook's backlog never holds a healthy webhook's deliveries or
+// another's due retry back; across workspaces, the one with the fewest in
+// flight first. The failing webhooks' cap is applied before the
+// workspace's, so that their candidates beyond it take no place under the
+// workspace's cap. The arguments are the engine's placeholders (now is an
+// int64 of unix nanoseconds); the caps in a CASE are cast, as PostgreSQL
+// would type them text there.
+func ClaimDue(now, perHook, perFailingHook, perWorkspace, failingPerWorkspace, limit string) string {
 	return `WITH leased AS (
-			SELECT webhook_id, workspace_id FROM webhook_deliveries
-			WHERE status = 'PENDING' AND lease_until > ` + now + `),
+			SELECT d.webhook_id, d.workspace_id, CASE WHEN w.failing_since IS NULL THEN 0 ELSE 1 END AS failing
+			FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+			WHERE d.status = 'PENDING' AND d.lease_until > ` + now + `),
 		hook_leased AS (SELECT webhook_id, count(*) AS n FROM leased GROUP BY webhook_id),
-		ws_leased AS (SELECT workspace_id, count(*) AS n FROM leased GROUP BY workspace_id),
+		ws_leased AS (SELECT workspace_id, count(*) AS n, sum(failing) AS failing_n FROM leased GROUP BY workspace_id),
 		due AS (
-			SELECT d.seq, d.workspace_id, d.next_attempt_at,
+			SELECT d.seq, d.workspace_id, d.next_attempt_at, w.last_attempt_at,
+				CASE WHEN w.failing_since IS NULL THEN 0 ELSE 1 END AS failing,
 				row_number() OVER (PARTITION BY d.webhook_id ORDER BY d.next_attempt_at, d.seq) + coalesce(h.n, 0) AS hook_n
-			FROM webhook_deliveries d LEFT JOIN hook_leased h ON h.webhook_id = d.webhook_id
+			FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+				LEFT JOIN hook_leased h ON h.webhook_id = d.webhook_id
 			WHERE d.status = 'PENDING' AND d.next_attempt_at <= ` + now + `
 				AND (d.lease_until IS NULL OR d.lease_until <= ` + now + `)),
+		capped AS (
+			SELECT u.seq, u.workspace_id, u.next_attempt_at, u.last_attempt_at, u.failing, u.hook_n,
+				row_number() OVER (PARTITION BY u.workspace_id, u.failing
+					ORDER BY u.hook_n, u.last_attempt_at, u.next_attempt_at, u.seq) AS class_n
+			FROM due u
+			WHERE u.hook_n <= CASE WHEN u.failing = 1 THEN CAST(` + perFailingHook + ` AS BIGINT) ELSE CAST(` + perHook + ` AS BIGINT) END),
 		fair AS (
-			SELECT u.seq, u.next_attempt_at,
-				row_number() OVER (PARTITION BY u.workspace_id ORDER BY u.next_attempt_at, u.seq) + coalesce(w.n, 0) AS ws_n
-			FROM due u LEFT JOIN ws_leased w ON w.workspace_id = u.workspace_id
-			WHERE u.hook_n <= ` + perHook + `)
-		SELECT seq FROM fair WHERE ws_n <= ` + perWorkspace + ` ORDER BY next_attempt_at, seq LIMIT ` + limit
+			SELECT c.seq, c.next_attempt_at,
+				row_number() OVER (PARTITION BY c.workspace_id
+					ORDER BY c.hook_n, c.last_attempt_at, c.next_attempt_at, c.seq) + coalesce(w.n, 0) AS ws_n
+			FROM capped c LEFT JOIN ws_leased w ON w.workspace_id = c.workspace_id
+			WHERE c.failing = 0 OR c.class_n + coalesce(w.failing_n, 0) <= ` + failingPerWorkspace + `)
+		SELECT seq FROM fair WHERE ws_n <= ` + perWorkspace + ` ORDER BY ws_n, next_attempt_at, seq LIMIT ` + limit
 }

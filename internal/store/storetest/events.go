@@ -489,18 +489,13 @@ func testWebhookClaimsFair(t *testing.T, db btk.Store) {
 	for i := range 20 {
 		addEvent(t, db, busy.ID, "api_key.created", t0.Add(time.Duration(i)*time.Millisecond))
 	}
-	caps := btk.DeliveryCaps{PerWebhook: 2, PerWorkspace: 2}
+	caps := btk.DefaultDeliveryCaps(8)
 	claim := func(name string, at time.Time) []*btk.WebhookDelivery {
-		var ds []*btk.WebhookDelivery
-		write(t, db, func(tx btk.Tx) (err error) {
-			ds, err = tx.ClaimWebhookDeliveries(ctx, at, time.Hour, name, 8, caps)
-			return err
-		})
-		return ds
+		return claimCaps(t, db, at, name, 8, caps)
 	}
 	first := claim("r1", t0.Add(time.Second))
-	if len(first) != 2 {
-		t.Fatalf("first round claimed %d of 200 deliveries of one workspace, want 2 (its cap)", len(first))
+	if len(first) != caps.PerWorkspace {
+		t.Fatalf("first round claimed %d of 200 deliveries of one workspace, want %d (its cap)", len(first), caps.PerWorkspace)
 	}
 	// More events of the busy workspace, then one of the quiet one, newest.
 	for i := range 20 {
@@ -527,16 +522,136 @@ func testWebhookClaimsFair(t *testing.T, db btk.Store) {
 	}
 }
 
+// Fair claims within a workspace (docs/webhooks.md#delivery): one
+// webhook, or its failing webhooks together, never hold the workspace's
+// whole share. A healthy webhook's deliveries are claimed while failing
+// ones hold theirs and have an older backlog; a failing webhook holds 1;
+// among failing webhooks the one whose latest attempt ended longest ago
+// goes first, so a due retry is not held back by hanging receivers'
+// backlogs. An attack had one hanging receiver hold both of its
+// workspace's slots and another webhook's events come minutes late.
+func testWebhookClaimsFairInWorkspace(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	caps := btk.DefaultDeliveryCaps(8)
+	if caps.PerWorkspace <= caps.PerWebhook || caps.FailingPerWorkspace >= caps.PerWorkspace || caps.PerFailingWebhook >= caps.PerWebhook {
+		t.Fatalf("caps %+v: a webhook, or the failing ones together, would hold the workspace's share", caps)
+	}
+	hang1, hang2, flaky, healthy := newWebhook(t, db, ws), newWebhook(t, db, ws), newWebhook(t, db, ws), newWebhook(t, db, ws)
+	names := map[string]string{hang1.ID: "hang1", hang2.ID: "hang2", flaky.ID: "flaky", healthy.ID: "healthy"}
+	attempt := func(w *btk.Webhook, at time.Time, ok bool) {
+		t.Helper()
+		write(t, db, func(tx btk.Tx) error { return tx.RecordWebhookAttempt(ctx, w.ID, at, ok) })
+	}
+	// The steady state of the attack: two receivers that hang (their
+	// attempts time out), one that answers 500 and one that answers at once.
+	attempt(flaky, t0.Add(100*time.Millisecond), false)
+	attempt(hang1, t0.Add(500*time.Millisecond), false)
+	attempt(hang2, t0.Add(500*time.Millisecond), false)
+	attempt(healthy, t0.Add(600*time.Millisecond), true)
+	for i := range 6 {
+		addEvent(t, db, ws.ID, "api_key.created", t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	at := t0.Add(time.Second)
+	settle := func(d *btk.WebhookDelivery, claim string, end time.Time, ok bool) {
+		t.Helper()
+		d.Attempts++
+		if ok {
+			d.Status, d.DeliveredAt = btk.DeliveryDelivered, &end
+		} else {
+			d.Status, d.NextAttemptAt = btk.DeliveryPending, end.Add(btk.WebhookBackoff(d.Attempts, 0))
+		}
+		write(t, db, func(tx btk.Tx) error {
+			if err := tx.FinishWebhookDelivery(ctx, d, claim); err != nil {
+				return err
+			}
+			return tx.RecordWebhookAttempt(ctx, d.WebhookID, end, ok)
+		})
+	}
+	round := func(name string, now time.Time, want map[string]int) map[string]*btk.WebhookDelivery {
+		t.Helper()
+		ds := claimCaps(t, db, now, name, 8, caps)
+		got, one := map[string]int{}, map[string]*btk.WebhookDelivery{}
+		for _, d := range ds {
+			got[names[d.WebhookID]]++
+			one[names[d.WebhookID]] = d
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("round %s claimed %v, want %v", name, got, want)
+		}
+		return one
+	}
+	// Each failing webhook gets 1, and they together 2 of the workspace's
+	// 3: flaky (its latest attempt the longest ago) and hang1; the healthy
+	// webhook gets the third.
+	r1 := round("r1", at, map[string]int{"flaky": 1, "hang1": 1, "healthy": 1})
+	settle(r1["healthy"], "r1", at.Add(time.Millisecond), true)
+	settle(r1["flaky"], "r1", at.Add(2*time.Millisecond), false)
+	// hang1 still hangs: hang2 takes the failing webhooks' second place
+	// (its latest attempt is older than flaky's), the healthy webhook the
+	// rest.
+	r2 := round("r2", at.Add(3*time.Millisecond), map[string]int{"hang2": 1, "healthy": 1})
+	settle(r2["healthy"], "r2", at.Add(4*time.Millisecond), true)
+	// Both hang: the failing webhooks' share is held, flaky's retry (due)
+	// waits, and the healthy webhook is still served.
+	retryDue := at.Add(2*time.Millisecond + btk.WebhookBackoff(1, 0))
+	round("r3", retryDue, map[string]int{"healthy": 1})
+	// hang1's attempt times out: flaky, whose attempt ended longer ago,
+	// takes the freed place before hang1 (and before hang2's backlog).
+	settle(r1["hang1"], "r1", retryDue.Add(time.Millisecond), false)
+	round("r4", retryDue.Add(2*time.Millisecond), map[string]int{"flaky": 1})
+
+	// An attempt recorded late (another instance's, older) changes nothing.
+	attempt(hang1, retryDue, true)
+	attempt(healthy, t0, false)
+	read(t, db, func(tx btk.Tx) error {
+		for _, w := range []*btk.Webhook{hang1, healthy} {
+			got, err := tx.Webhook(ctx, w.ID)
+			if err != nil {
+				return err
+			}
+			failing := got.FailingSince != nil
+			if failing != (w == hang1) {
+				t.Errorf("%s: failing since %v after an older attempt was recorded late", names[w.ID], got.FailingSince)
+			}
+		}
+		got, err := tx.Webhook(ctx, hang1.ID)
+		if err != nil {
+			return err
+		}
+		if !got.LastAttemptAt.Equal(retryDue.Add(time.Millisecond)) || !got.FailingSince.Equal(t0.Add(500*time.Millisecond)) {
+			t.Errorf("hang1: last attempt %v, failing since %v", got.LastAttemptAt, got.FailingSince)
+		}
+		return nil
+	})
+	attempt(hang1, retryDue.Add(time.Second), true)
+	read(t, db, func(tx btk.Tx) error {
+		got, err := tx.Webhook(ctx, hang1.ID)
+		if err == nil && got.FailingSince != nil {
+			t.Errorf("hang1 answered: still failing since %v", got.FailingSince)
+		}
+		return err
+	})
+	// A deleted webhook's attempt is no error.
+	write(t, db, func(tx btk.Tx) error { return tx.DeleteWebhook(ctx, flaky.ID) })
+	attempt(flaky, retryDue.Add(time.Hour), true)
+}
+
+// claimCaps claims up to limit due deliveries at at, within caps, leased
+// for a minute to claimer.
+func claimCaps(t *testing.T, db btk.Store, at time.Time, claimer string, limit int, caps btk.DeliveryCaps) []*btk.WebhookDelivery {
+	t.Helper()
+	var ds []*btk.WebhookDelivery
+	write(t, db, func(tx btk.Tx) (err error) {
+		ds, err = tx.ClaimWebhookDeliveries(ctx, at, time.Minute, claimer, limit, caps)
+		return err
+	})
+	return ds
+}
+
 // claim claims up to 10 due deliveries at at, leased for a minute to
 // claimer.
 func claim(t *testing.T, db btk.Store, at time.Time, claimer string) []*btk.WebhookDelivery {
 	t.Helper()
-	var ds []*btk.WebhookDelivery
-	write(t, db, func(tx btk.Tx) (err error) {
-		ds, err = tx.ClaimWebhookDeliveries(ctx, at, time.Minute, claimer, 10, btk.DeliveryCaps{})
-		return err
-	})
-	return ds
+	return claimCaps(t, db, at, claimer, 10, btk.DeliveryCaps{})
 }
 
 // An event alone (a session's elevation, a canary key's use) racing a

@@ -85,6 +85,7 @@ var workspaceTests = []struct {
 	{"AuditEventRacesWorkspaceLock", testAuditEventRacesWorkspaceLock},
 	{"WebhookOutbox", testWebhookOutbox},
 	{"WebhookClaimsConcurrent", testWebhookClaimsConcurrent},
+	{"WebhookClaimsFairInWorkspace", testWebhookClaimsFairInWorkspace},
 	{"ExpiryNotices", testExpiryNotices},
 	{"APIKeyNetworksAndUpdate", testAPIKeyNetworksAndUpdate},
 	{"WorkspaceKeyPolicy", testWorkspaceKeyPolicy},
