@@ -66,15 +66,17 @@ func (s *Service) CheckKey(ctx context.Context, plaintext string, req *KeyReques
 	if !WellFormedKey(plaintext) { // also refuses bpk_ keys
 		return none, ErrInvalidKey
 	}
+	var holdErr error
 	if s.hold != nil {
-		if err := s.checkHold(); err != nil {
-			return none, err
-		}
+		holdErr = s.checkHold()
 	}
 	var buf [KeyLen]byte // hashed from the stack: HashKey's conversion allocates
 	hash := sha256.Sum256(append(buf[:0], plaintext...))
 	prefix := plaintext[len(KeyPrefix):DisplayPrefixLen]
 	k, w, rev, gen := s.cache.get(hash, prefix)
+	if holdErr != nil && !refusedWithoutHold(k, w, s.now()) {
+		return none, holdErr
+	}
 	s.cfg.Observer.KeyCacheLookup(k != nil && w != nil)
 	fresh := false // k and w were read from the database for this request
 	for attempt := 0; ; attempt++ {
@@ -177,6 +179,14 @@ func (s *Service) CheckKey(ctx context.Context, plaintext string, req *KeyReques
 // ErrHoldLost refuses key checks while the store has lost its hold on the
 // database (InstanceHold).
 var ErrHoldLost = fmt.Errorf("%w: this instance lost its lock on the database and has not taken it back", ErrUnavailable)
+
+// refusedWithoutHold reports whether a cached record refuses the key
+// whatever another instance did while the hold was lost: a canary, or a key
+// revoked or expired, which nothing brings back. A lost hold only stops
+// keys from being accepted (docs/clusters.md#postgresql).
+func refusedWithoutHold(k *APIKey, w *Workspace, now time.Time) bool {
+	return k != nil && w != nil && (k.Canary || k.Status(now) != KeyActive)
+}
 
 // checkHold refuses while the store's hold on the database is lost, and
 // forgets what was cached when it was taken again since: another instance

@@ -56,6 +56,21 @@ func testCanaryKeptWhileUnreachable(t *testing.T) {
 	}
 
 	relay.Cut()
+	// The lone instance notices within 0.1 s that its lock's connection is
+	// gone; from then on it accepts no key, but a canary it knows is still
+	// refused as unknown (docs/clusters.md#postgresql).
+	hold, ok := e.db.(btk.InstanceHold)
+	if !ok {
+		t.Fatal("the PostgreSQL store reports no instance hold")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, held := hold.InstanceHold(); !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the instance did not notice its lock was lost")
+		}
+	}
 	e.clock.Advance(2 * time.Minute) // past the once-a-minute mark
 	if s, _, _ := e.raw(http.MethodGet, "/v1/authorize", "", nil, map[string]string{"X-Api-Key": trap.Plaintext}); s != http.StatusUnauthorized {
 		t.Fatalf("canary with PostgreSQL unreachable: HTTP %d, want 401", s)
