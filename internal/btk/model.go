@@ -301,6 +301,16 @@ type UsageCount struct {
 // Total is the number of uses the count holds.
 func (c UsageCount) Total() int64 { return c.Accepted + c.RateLimited + c.Refused }
 
+// UsageFlush is the hourly counts one flush adds, under the flush's ID. A
+// store adds them only when the ID is new to it, so a flush written again
+// after a commit whose answer was lost adds nothing twice (docs/usage.md).
+// An empty ID adds them whatever was written before.
+type UsageFlush struct {
+	ID     string
+	At     time.Time // when the flush was made: its ID is kept for UsageFlushRetention
+	Counts []UsageCount
+}
+
 // KeyClient is who last presented a key and was accepted: the client address
 // and user agent (each at most MaxClientString bytes) and when.
 type KeyClient struct {

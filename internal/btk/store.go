@@ -2,6 +2,7 @@ package btk
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -16,15 +17,20 @@ type Store interface {
 	Write(ctx context.Context, fn func(Tx) error) error
 	// RecordUsage stores last_used_at and the per-day rate limiter state of
 	// keys in one batch (the hot path never writes per request).
-	// The same batch adds the per-hour usage counts (each row's counts to
-	// what is stored: instances add what they counted, docs/usage.md) and
-	// stores the latest client of each key (only a later one replaces it).
-	// Rows are written in a fixed order (key, hour) so that instances
-	// flushing at once do not deadlock.
-	RecordUsage(ctx context.Context, usage []KeyUsage, counts []UsageCount, clients []KeyClient) error
+	// The same batch adds the per-hour usage counts of each flush whose ID
+	// it has not stored before (each row's counts to what is stored:
+	// instances add what they counted, docs/usage.md), records those IDs,
+	// and stores the latest client of each key (only a later one replaces
+	// it). Rows are written in a fixed order (key, hour) so that instances
+	// flushing at once do not deadlock. An error that wraps
+	// ErrCommitUnknown means the transaction may have committed.
+	RecordUsage(ctx context.Context, usage []KeyUsage, flushes []UsageFlush, clients []KeyClient) error
 	// PruneUsage deletes the usage rows of the hours that start before
 	// before, and returns how many it deleted.
 	PruneUsage(ctx context.Context, before time.Time) (int64, error)
+	// PruneUsageFlushes forgets the flush IDs recorded before before, and
+	// returns how many it forgot.
+	PruneUsageFlushes(ctx context.Context, before time.Time) (int64, error)
 	// PruneDeliveries deletes the finished webhook deliveries (DELIVERED or
 	// FAILED) created before before, and returns how many it deleted;
 	// pending ones stay whatever their age.
@@ -36,6 +42,11 @@ type Store interface {
 	Ping(ctx context.Context) error
 	Close() error
 }
+
+// ErrCommitUnknown is wrapped by a store's error when the connection failed
+// after COMMIT was sent and before its answer came back: the transaction
+// may have committed or not.
+var ErrCommitUnknown = errors.New("the database's answer to the commit was lost: it may have committed")
 
 // InstanceHold is a Store whose exclusive hold on its database can end while
 // the process runs: PostgreSQL ends the session that held a lone instance's

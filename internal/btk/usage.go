@@ -2,6 +2,8 @@ package btk
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,10 +29,15 @@ type usageBook struct {
 	// for keys written within the last UsageWriteInterval.
 	written   map[string]int64
 	lastSweep int64
-	// retry holds the counts and clients of a failed write, merged (one
-	// row per key and hour), for the next flush.
+	// retry holds the counts of failed writes that did not commit, merged
+	// (one row per key and hour), and the clients of failed writes, for
+	// the next flush.
 	retry        []UsageCount
 	retryClients []KeyClient
+	// unsure holds the flushes sent in transactions whose commit was not
+	// answered, each under its ID: every later flush sends them again, and
+	// the store adds each one's counts once (docs/usage.md).
+	unsure []UsageFlush
 	// lastPrune is when retention last deleted old rows (unix ns).
 	lastPrune int64
 }
@@ -41,6 +48,16 @@ const DefaultUsageRetention = 90 * 24 * time.Hour
 // usagePruneInterval is how often retention runs (on each instance; the
 // delete is idempotent, so running it on several at once is harmless).
 const usagePruneInterval = time.Hour
+
+// UsageFlushRetention is how long a store remembers a flush's ID. A flush
+// whose commit was not answered and that cannot be written again for longer
+// than this may have its counts added twice.
+const UsageFlushRetention = 24 * time.Hour
+
+// maxUnsureFlushes bounds how many flushes whose commit was not answered
+// are kept apart under their IDs; beyond it the oldest are merged into the
+// next flush, which may count them twice but loses nothing.
+const maxUnsureFlushes = 64
 
 type pendingUsage struct {
 	st  ratelimit.State
@@ -56,9 +73,15 @@ func (s *Service) UnflushedUsage() (uses int64, keys int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	seen := map[string]bool{}
-	for _, c := range u.retry {
-		uses += c.Accepted + c.RateLimited + c.Refused
-		seen[c.KeyID] = true
+	count := func(counts []UsageCount) {
+		for _, c := range counts {
+			uses += c.Total()
+			seen[c.KeyID] = true
+		}
+	}
+	count(u.retry)
+	for _, f := range u.unsure {
+		count(f.Counts)
 	}
 	for _, c := range u.retryClients {
 		seen[c.KeyID] = true
@@ -122,16 +145,29 @@ func (s *Service) flushUsage(ctx context.Context, all bool) error {
 	counts = mergeCounts(append(counts, u.retry...))
 	clients = mergeClients(append(clients, u.retryClients...))
 	u.retry, u.retryClients = nil, nil
-	if len(batch) > 0 || len(counts) > 0 || len(clients) > 0 {
+	flushes := slices.Clip(u.unsure)
+	if len(counts) > 0 {
+		flushes = append(flushes, UsageFlush{ID: rand.Text(), At: nowT, Counts: counts})
+	}
+	if len(batch) > 0 || len(flushes) > 0 || len(clients) > 0 {
 		// One order for every instance's batch (the stores also lock rows
 		// in this order): concurrent flushes wait rather than deadlock.
 		slices.SortFunc(batch, func(a, b KeyUsage) int { return strings.Compare(a.KeyID, b.KeyID) })
-		if err := s.store.RecordUsage(ctx, batch, counts, clients); err != nil {
-			// Still pending: the next flush tries again (the counts of a
-			// failed transaction were not added anywhere).
-			u.retry, u.retryClients = counts, clients
+		if err := s.store.RecordUsage(ctx, batch, flushes, clients); err != nil {
+			// Still pending: the next flush tries again. A transaction
+			// that failed before its commit added nothing, and its counts
+			// are merged into the next flush; one whose commit was not
+			// answered may have, and its flushes are sent again under
+			// their IDs, which the store adds once.
+			u.retryClients = clients
+			if errors.Is(err, ErrCommitUnknown) {
+				u.unsure = s.keepUnsure(flushes)
+			} else {
+				u.retry = counts
+			}
 			return err
 		}
+		u.unsure = nil
 		for _, b := range batch {
 			delete(u.pending, b.KeyID)
 			u.written[b.KeyID] = now
@@ -146,6 +182,9 @@ func (s *Service) flushUsage(ctx context.Context, all bool) error {
 		u.lastPrune = now
 		if _, err := s.store.PruneUsage(ctx, nowT.Add(-s.cfg.UsageRetention)); err != nil {
 			return fmt.Errorf("usage retention: %w", err)
+		}
+		if _, err := s.store.PruneUsageFlushes(ctx, nowT.Add(-UsageFlushRetention)); err != nil {
+			return fmt.Errorf("usage flush ids: %w", err)
 		}
 		// The webhook delivery log has the same retention (docs/webhooks.md).
 		if _, err := s.store.PruneDeliveries(ctx, nowT.Add(-s.cfg.UsageRetention)); err != nil {
@@ -169,4 +208,19 @@ func (s *Service) flushUsage(ctx context.Context, all bool) error {
 		u.lastSweep = now
 	}
 	return nil
+}
+
+// keepUnsure keeps flushes whose commit was not answered, at most
+// maxUnsureFlushes of them: beyond that the oldest are merged into the
+// counts of the next flush (new ID), and a warning says they may be counted
+// twice.
+func (s *Service) keepUnsure(flushes []UsageFlush) []UsageFlush {
+	extra := len(flushes) - maxUnsureFlushes
+	if extra <= 0 {
+		return flushes
+	}
+	s.usage.retry = FlushCounts(flushes[:extra])
+	s.cfg.Log.Warn("the database did not answer the commit of too many usage flushes; the oldest are written again and may be counted twice",
+		"flushes", extra)
+	return slices.Clone(flushes[extra:])
 }

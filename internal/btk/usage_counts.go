@@ -202,6 +202,21 @@ func mergeCounts(counts []UsageCount) []UsageCount {
 	return out
 }
 
+// FlushCounts is the counts of flushes merged into one row per key and
+// hour, sorted by key and hour: the order every store writes them in. The
+// flushes' slices are not changed.
+func FlushCounts(flushes []UsageFlush) []UsageCount {
+	var n int
+	for _, f := range flushes {
+		n += len(f.Counts)
+	}
+	all := make([]UsageCount, 0, n)
+	for _, f := range flushes {
+		all = append(all, f.Counts...)
+	}
+	return mergeCounts(all)
+}
+
 // mergeClients keeps the latest client of each key, sorted by key.
 func mergeClients(clients []KeyClient) []KeyClient {
 	slices.SortFunc(clients, func(a, b KeyClient) int {

@@ -2,6 +2,7 @@ package btk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -188,5 +189,92 @@ func TestUsageCounterHoldsOnlyCutClientStrings(t *testing.T) {
 	_, clients := c.take(now.UnixNano(), UsageWriteInterval, true)
 	if len(clients) != keys || len(clients[0].UserAgent) != MaxClientString {
 		t.Fatalf("%d clients, user agent of %d bytes", len(clients), len(clients[0].UserAgent))
+	}
+}
+
+// A flush whose commit was not answered is sent again under its id with
+// every later flush until one is answered: its uses count once whether that
+// commit happened or not, a failure before the commit merges into the next
+// flush, at most maxUnsureFlushes are kept apart, and UnflushedUsage counts
+// them all (docs/usage.md).
+func TestUsageFlushCommitUnknown(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	s, st := usageService(t, &now)
+	ctx := context.Background()
+	a := &APIKey{ID: "a", WorkspaceID: "w"}
+	use := func(n int) {
+		for range n {
+			s.counter.add(a, UseAccepted, now, Client{})
+		}
+	}
+	accepted := func() int64 {
+		acc, _, _ := sumCounts(st.counts, "a")
+		return acc
+	}
+
+	use(3)
+	st.lose = true // committed, answer lost
+	if err := s.FlushUsage(ctx); !errors.Is(err, ErrCommitUnknown) {
+		t.Fatalf("flush: %v, want the commit unknown", err)
+	}
+	if uses, _ := s.UnflushedUsage(); uses != 3 {
+		t.Fatalf("unflushed %d uses after a lost answer, want 3", uses)
+	}
+	st.lose = false
+	use(2)
+	if err := s.FlushUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := accepted(); n != 5 {
+		t.Fatalf("accepted %d, want 5 (the flush whose answer was lost counted once)", n)
+	}
+
+	use(1)
+	st.loseUnwritten = true // not committed, answer lost
+	if err := s.FlushUsage(ctx); !errors.Is(err, ErrCommitUnknown) {
+		t.Fatal(err)
+	}
+	st.loseUnwritten = false
+	if err := s.FlushUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := accepted(); n != 6 {
+		t.Fatalf("accepted %d, want 6", n)
+	}
+
+	// A failure before the commit keeps nothing apart.
+	use(1)
+	st.fail = true
+	if err := s.FlushUsage(ctx); err == nil {
+		t.Fatal("the store's error was hidden")
+	}
+	if len(s.usage.unsure) != 0 {
+		t.Fatalf("%d flushes kept apart after a failure before the commit", len(s.usage.unsure))
+	}
+	st.fail = false
+
+	// Lost answers in a row: at most maxUnsureFlushes kept apart, nothing lost.
+	st.loseUnwritten = true
+	for range maxUnsureFlushes + 10 {
+		use(1)
+		if err := s.FlushUsage(ctx); err == nil {
+			t.Fatal("the store's error was hidden")
+		}
+	}
+	if n := len(s.usage.unsure); n != maxUnsureFlushes {
+		t.Fatalf("%d flushes kept apart, want %d", n, maxUnsureFlushes)
+	}
+	if uses, _ := s.UnflushedUsage(); uses != 1+maxUnsureFlushes+10 {
+		t.Fatalf("unflushed %d uses, want %d", uses, 1+maxUnsureFlushes+10)
+	}
+	st.loseUnwritten = false
+	if err := s.FlushUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := accepted(); n != 6+1+maxUnsureFlushes+10 {
+		t.Fatalf("accepted %d, want %d", n, 6+1+maxUnsureFlushes+10)
+	}
+	if uses, keys := s.UnflushedUsage(); uses != 0 || keys != 0 {
+		t.Fatalf("unflushed %d uses of %d keys after a flush", uses, keys)
 	}
 }

@@ -11,16 +11,20 @@ import (
 	"github.com/btk-project/btk/internal/ratelimit"
 )
 
-// usageStore records RecordUsage batches and fails while fail is set; the
-// other methods are not used by FlushUsage.
+// usageStore records RecordUsage batches and fails while fail is set; while
+// lose is set it writes and then reports the commit's answer lost, while
+// loseUnwritten it reports the same without writing. As a real store it
+// adds a flush's counts once per id. The other methods are not used by
+// FlushUsage.
 type usageStore struct {
 	Store
-	fail    bool
-	batches [][]KeyUsage
-	counts  []UsageCount
-	clients []KeyClient
-	pruned  []time.Time
-	prunedD []time.Time
+	fail, lose, loseUnwritten bool
+	batches                   [][]KeyUsage
+	counts                    []UsageCount
+	clients                   []KeyClient
+	flushIDs                  map[string]bool
+	pruned                    []time.Time
+	prunedD                   []time.Time
 }
 
 func (s *usageStore) PruneDeliveries(_ context.Context, before time.Time) (int64, error) {
@@ -30,15 +34,31 @@ func (s *usageStore) PruneDeliveries(_ context.Context, before time.Time) (int64
 
 func (s *usageStore) PruneSessions(context.Context, time.Time) (int64, error) { return 0, nil }
 
-func (s *usageStore) RecordUsage(_ context.Context, u []KeyUsage, c []UsageCount, cl []KeyClient) error {
-	if s.fail {
+func (s *usageStore) PruneUsageFlushes(context.Context, time.Time) (int64, error) { return 0, nil }
+
+func (s *usageStore) RecordUsage(_ context.Context, u []KeyUsage, fs []UsageFlush, cl []KeyClient) error {
+	switch {
+	case s.fail:
 		return errors.New("disk full")
+	case s.loseUnwritten:
+		return fmt.Errorf("connection reset (%w)", ErrCommitUnknown)
 	}
 	if len(u) > 0 {
 		s.batches = append(s.batches, append([]KeyUsage(nil), u...))
 	}
-	s.counts = append(s.counts, c...)
+	if s.flushIDs == nil {
+		s.flushIDs = map[string]bool{}
+	}
+	for _, f := range fs {
+		if f.ID == "" || !s.flushIDs[f.ID] {
+			s.flushIDs[f.ID] = true
+			s.counts = append(s.counts, f.Counts...)
+		}
+	}
 	s.clients = append(s.clients, cl...)
+	if s.lose {
+		return fmt.Errorf("connection reset (%w)", ErrCommitUnknown)
+	}
 	return nil
 }
 

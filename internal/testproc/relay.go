@@ -1,6 +1,7 @@
 package testproc
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"time"
@@ -12,7 +13,8 @@ import (
 // closes and every relayed connection drops: the client sees its
 // connections refused and reset) and restore it on the same port; or hang it
 // (a black hole: connections stay open, new ones are accepted, and nothing
-// is forwarded either way) and heal it. Cut runs when the test ends.
+// is forwarded either way) and heal it; or lose the answer to one message
+// (LoseAnswer). Cut runs when the test ends.
 type Relay struct {
 	Addr string
 
@@ -22,6 +24,9 @@ type Relay struct {
 	ln     net.Listener
 	conns  []net.Conn
 	hung   bool
+	// loseAfter, when set, is what a client sends that ends its connection
+	// before the server's answer is relayed (once).
+	loseAfter []byte
 }
 
 // NewRelay starts a relay to target.
@@ -54,7 +59,7 @@ func (r *Relay) listen(addr string) {
 				// Held open and never answered, as behind a black hole.
 				r.conns = append(r.conns, c)
 				r.mu.Unlock()
-				go r.pipe(nil, c)
+				go r.pipe(nil, c, true)
 				continue
 			}
 			r.mu.Unlock()
@@ -66,21 +71,30 @@ func (r *Relay) listen(addr string) {
 			r.mu.Lock()
 			r.conns = append(r.conns, c, up)
 			r.mu.Unlock()
-			go r.pipe(up, c) // a relay ends when either side does
-			go r.pipe(c, up)
+			go r.pipe(up, c, true) // a relay ends when either side does
+			go r.pipe(c, up, false)
 		}
 	}()
 }
 
 // pipe copies src to dst (nil: nowhere) until src ends, then closes dst.
-// While the relay hangs, what src sends is read and dropped.
-func (r *Relay) pipe(dst, src net.Conn) {
+// While the relay hangs, what src sends is read and dropped. fromClient is
+// set on the client's half, which LoseAnswer watches.
+func (r *Relay) pipe(dst, src net.Conn, fromClient bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 && dst != nil && !r.isHung() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
+			}
+			if fromClient && r.takeLoseAfter(buf[:n]) {
+				// The message reached the server; its answer never reaches
+				// the client. The server's side closes a moment later, once
+				// it has surely read what was sent.
+				_ = src.Close()
+				time.AfterFunc(500*time.Millisecond, func() { _ = dst.Close() })
+				return
 			}
 		}
 		if err != nil {
@@ -90,6 +104,26 @@ func (r *Relay) pipe(dst, src net.Conn) {
 	if dst != nil {
 		_ = dst.Close()
 	}
+}
+
+// LoseAnswer arms the relay once: the first time a client sends something
+// that contains marker (in one read), it is forwarded and that client's
+// connection is closed before the server's answer comes back — a COMMIT
+// that reached the database whose answer the network lost.
+func (r *Relay) LoseAnswer(marker []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.loseAfter = marker
+}
+
+func (r *Relay) takeLoseAfter(sent []byte) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loseAfter == nil || !bytes.Contains(sent, r.loseAfter) {
+		return false
+	}
+	r.loseAfter = nil
+	return true
 }
 
 func (r *Relay) isHung() bool {

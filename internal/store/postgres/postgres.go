@@ -387,11 +387,12 @@ func (db *DB) run(ctx context.Context, opts pgx.TxOptions, write bool, fn func(b
 // RecordUsage writes a batch of usage in one transaction. last_used_at and
 // the day state (a theoretical arrival time) only move forward: batches may
 // be flushed out of order, and by several instances. The hourly counts are
-// added to what is stored (each instance adds what it counted), in the
-// order given (by key and hour), so concurrent flushes take row locks in the
-// same order and cannot deadlock on them.
-func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, counts []btk.UsageCount, clients []btk.KeyClient) error {
-	if len(usage) == 0 && len(counts) == 0 && len(clients) == 0 {
+// added to what is stored (each instance adds what it counted) for each
+// flush whose id is new, by key and hour, so concurrent flushes take row
+// locks in the same order and cannot deadlock on them. A commit whose
+// answer was lost is reported as btk.ErrCommitUnknown.
+func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, flushes []btk.UsageFlush, clients []btk.KeyClient) error {
+	if len(usage) == 0 && len(flushes) == 0 && len(clients) == 0 {
 		return nil
 	}
 	ids := make([]string, len(usage))
@@ -406,28 +407,50 @@ func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, counts []bt
 	}
 	ctx, cancel := context.WithTimeout(ctx, TxTimeout)
 	defer cancel()
-	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(t pgx.Tx) error {
-		if err := addUsage(ctx, t, counts, clients); err != nil {
-			return err
+	t, err := db.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return mapErr("record usage", err)
+	}
+	if err := recordUsage(ctx, t, ids, ats, days, flushes, clients); err != nil {
+		_ = t.Rollback(ctx) // the error returned is the statement's
+		return mapErr("record usage", err)
+	}
+	if err := t.Commit(ctx); err != nil {
+		var answered *pgconn.PgError
+		if errors.As(err, &answered) { // the server refused the commit: nothing was written
+			return mapErr("record usage", err)
 		}
-		if len(usage) == 0 {
-			return nil
-		}
-		// The rows are locked first, in id order (the locking CTE is
-		// materialised, and LockRows sits above the sort): instances flushing
-		// overlapping batches at once wait for each other instead of taking the
-		// rows in the join's order and deadlocking (docs/security.md#what-a-client-can-make-the-server-hold).
-		_, err := t.Exec(ctx, `WITH locked AS MATERIALIZED (
-				SELECT id FROM api_keys WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
-			)
-			UPDATE api_keys k SET
-			last_used_at = CASE WHEN k.last_used_at IS NULL OR k.last_used_at < u.at THEN u.at ELSE k.last_used_at END,
-			day_state = GREATEST(k.day_state, u.day)
-			FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, day), locked l
-			WHERE k.id = u.id AND l.id = u.id`, ids, ats, days)
+		return fmt.Errorf("%w (%w)", mapErr("record usage", err), btk.ErrCommitUnknown)
+	}
+	return nil
+}
+
+// recordUsage is RecordUsage's transaction: the new flushes' counts, the
+// clients, then last_used_at and the day state.
+func recordUsage(ctx context.Context, t pgx.Tx, ids []string, ats, days []int64, flushes []btk.UsageFlush, clients []btk.KeyClient) error {
+	counts, err := newFlushCounts(ctx, t, flushes)
+	if err != nil {
 		return err
-	})
-	return mapErr("record usage", err)
+	}
+	if err := addUsage(ctx, t, counts, clients); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	// The rows are locked first, in id order (the locking CTE is
+	// materialised, and LockRows sits above the sort): instances flushing
+	// overlapping batches at once wait for each other instead of taking the
+	// rows in the join's order and deadlocking (docs/security.md#what-a-client-can-make-the-server-hold).
+	_, err = t.Exec(ctx, `WITH locked AS MATERIALIZED (
+			SELECT id FROM api_keys WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
+		)
+		UPDATE api_keys k SET
+		last_used_at = CASE WHEN k.last_used_at IS NULL OR k.last_used_at < u.at THEN u.at ELSE k.last_used_at END,
+		day_state = GREATEST(k.day_state, u.day)
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, day), locked l
+		WHERE k.id = u.id AND l.id = u.id`, ids, ats, days)
+	return err
 }
 
 // Ping runs a query on a pooled connection. It also checks the instance

@@ -10,6 +10,48 @@ import (
 	"github.com/btk-project/btk/internal/store/sqlshared"
 )
 
+// newFlushCounts records the ids of flushes and returns the counts of those
+// it had not recorded before, merged by key and hour (a flush without an id
+// always counts). Inserting an id that another transaction holds
+// uncommitted waits for it: a flush sent again while its first commit is
+// still in flight is counted once whichever way that commit ends.
+func newFlushCounts(ctx context.Context, t pgx.Tx, flushes []btk.UsageFlush) ([]btk.UsageCount, error) {
+	ids, ats := make([]string, 0, len(flushes)), make([]int64, 0, len(flushes))
+	for _, f := range flushes {
+		if f.ID == "" {
+			continue
+		}
+		at, err := sqlshared.UnixNano(f.At)
+		if err != nil {
+			return nil, err
+		}
+		ids, ats = append(ids, f.ID), append(ats, at)
+	}
+	recorded := map[string]bool{}
+	if len(ids) > 0 {
+		rows, err := t.Query(ctx, `INSERT INTO usage_flushes (id, at) SELECT * FROM unnest($1::text[], $2::bigint[])
+			ON CONFLICT (id) DO NOTHING RETURNING id`, ids, ats)
+		if err != nil {
+			return nil, err
+		}
+		added, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range added {
+			recorded[id] = true
+		}
+	}
+	fresh := flushes[:0:0]
+	for _, f := range flushes {
+		if f.ID == "" || recorded[f.ID] {
+			fresh = append(fresh, f)
+			delete(recorded, f.ID) // an id twice in the batch counts once
+		}
+	}
+	return btk.FlushCounts(fresh), nil
+}
+
 // addUsage adds counts to the hourly rows (INSERT … ON CONFLICT DO UPDATE
 // SET accepted = accepted + excluded.accepted) and stores the latest
 // clients, in the caller's transaction, rows taken in the order given.
@@ -80,6 +122,11 @@ func (db *DB) prune(ctx context.Context, op, query string, before time.Time) (in
 // doing it at once delete each row once.
 func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
 	return db.prune(ctx, "prune usage", `DELETE FROM api_key_usage WHERE hour < $1`, before)
+}
+
+// PruneUsageFlushes forgets the flush ids recorded before before.
+func (db *DB) PruneUsageFlushes(ctx context.Context, before time.Time) (int64, error) {
+	return db.prune(ctx, "prune usage flushes", `DELETE FROM usage_flushes WHERE at < $1`, before)
 }
 
 // PruneDeliveries deletes the finished webhook deliveries created before

@@ -311,33 +311,52 @@ func updateUsageBatch(rows int) string {
 
 // RecordUsage writes a batch of usage in one transaction (one fsync), in
 // statements of up to usageBatchRows keys; a batch of one uses the prepared
-// single-key statement.
-func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, counts []btk.UsageCount, clients []btk.KeyClient) error {
-	if len(usage) == 0 && len(counts) == 0 && len(clients) == 0 {
+// single-key statement. The counts of a flush are added only when its id is
+// new. A failed commit is reported as btk.ErrCommitUnknown: after an I/O
+// error SQLite cannot say whether the commit reached the file.
+func (db *DB) RecordUsage(ctx context.Context, usage []btk.KeyUsage, flushes []btk.UsageFlush, clients []btk.KeyClient) error {
+	if len(usage) == 0 && len(flushes) == 0 && len(clients) == 0 {
 		return nil
 	}
-	err := inTx(ctx, db.w, func(t *sql.Tx) error {
-		if err := addUsage(ctx, t, counts, clients); err != nil {
+	t, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return mapErr("record usage", err)
+	}
+	defer t.Rollback() // after a commit it does nothing
+	if err := db.recordUsage(ctx, t, usage, flushes, clients); err != nil {
+		return mapErr("record usage", err)
+	}
+	if err := t.Commit(); err != nil {
+		return fmt.Errorf("%w (%w)", mapErr("record usage", err), btk.ErrCommitUnknown)
+	}
+	return nil
+}
+
+// recordUsage is RecordUsage's transaction.
+func (db *DB) recordUsage(ctx context.Context, t *sql.Tx, usage []btk.KeyUsage, flushes []btk.UsageFlush, clients []btk.KeyClient) error {
+	counts, err := newFlushCounts(ctx, t, flushes)
+	if err != nil {
+		return err
+	}
+	if err := addUsage(ctx, t, counts, clients); err != nil {
+		return err
+	}
+	if len(usage) == 0 {
+		return nil
+	}
+	if len(usage) == 1 {
+		u := usage[0]
+		at, err := sqlshared.UnixNano(u.LastUsedAt)
+		if err != nil {
 			return err
 		}
-		if len(usage) == 0 {
-			return nil
-		}
-		if len(usage) == 1 {
-			u := usage[0]
-			at, err := sqlshared.UnixNano(u.LastUsedAt)
-			if err != nil {
-				return err
-			}
-			_, err = t.StmtContext(ctx, db.usage).ExecContext(ctx, at, u.DayState, u.KeyID)
-			return err
-		}
-		return execChunks(ctx, t, usage, usageBatchRows, updateUsageBatch, func(args []any, u btk.KeyUsage) ([]any, error) {
-			at, err := sqlshared.UnixNano(u.LastUsedAt)
-			return append(args, u.KeyID, at, u.DayState), err
-		})
+		_, err = t.StmtContext(ctx, db.usage).ExecContext(ctx, at, u.DayState, u.KeyID)
+		return err
+	}
+	return execChunks(ctx, t, usage, usageBatchRows, updateUsageBatch, func(args []any, u btk.KeyUsage) ([]any, error) {
+		at, err := sqlshared.UnixNano(u.LastUsedAt)
+		return append(args, u.KeyID, at, u.DayState), err
 	})
-	return mapErr("record usage", err)
 }
 
 // Ping runs a query on a reader connection.

@@ -15,6 +15,30 @@ import (
 // parameters each).
 const usageRowsPerStatement = 200
 
+// newFlushCounts records the ids of flushes and returns the counts of those
+// it had not recorded before, merged by key and hour (a flush without an id
+// always counts).
+func newFlushCounts(ctx context.Context, t *sql.Tx, flushes []btk.UsageFlush) ([]btk.UsageCount, error) {
+	fresh := flushes[:0:0]
+	for _, f := range flushes {
+		if f.ID != "" {
+			at, err := sqlshared.UnixNano(f.At)
+			if err != nil {
+				return nil, err
+			}
+			res, err := t.ExecContext(ctx, `INSERT INTO usage_flushes (id, at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING`, f.ID, at)
+			if err != nil {
+				return nil, err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				continue // written before: its counts are in the table
+			}
+		}
+		fresh = append(fresh, f)
+	}
+	return btk.FlushCounts(fresh), nil
+}
+
 // addUsage adds counts to the hourly rows and stores the latest clients, in
 // the caller's transaction, in the order given (the service sorts by key and
 // hour). SQLite has one writer, so the order only matters to PostgreSQL.
@@ -91,6 +115,11 @@ func (db *DB) prune(ctx context.Context, op, query string, before time.Time) (in
 // PruneUsage deletes the hours that start before before.
 func (db *DB) PruneUsage(ctx context.Context, before time.Time) (int64, error) {
 	return db.prune(ctx, "prune usage", `DELETE FROM api_key_usage WHERE hour < ?`, before)
+}
+
+// PruneUsageFlushes forgets the flush ids recorded before before.
+func (db *DB) PruneUsageFlushes(ctx context.Context, before time.Time) (int64, error) {
+	return db.prune(ctx, "prune usage flushes", `DELETE FROM usage_flushes WHERE at < ?`, before)
 }
 
 // PruneDeliveries deletes the finished webhook deliveries created before

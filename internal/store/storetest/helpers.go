@@ -159,7 +159,7 @@ func SeedUsage(t testing.TB, db btk.Store) *UsageRows {
 			btk.UsageCount{KeyID: u.o.ID, WorkspaceID: u.other.ID, Start: hourOf(h), Accepted: 100})
 	}
 	slices.SortFunc(counts, func(x, y btk.UsageCount) int { return strings.Compare(x.KeyID, y.KeyID) })
-	if err := db.RecordUsage(context.Background(), nil, counts, nil); err != nil {
+	if err := db.RecordUsage(context.Background(), nil, counted(counts), nil); err != nil {
 		t.Fatal(err)
 	}
 	u.rows = len(counts)
@@ -208,3 +208,9 @@ func (u *UsageRows) Check(t testing.TB, db btk.Store) {
 
 // Rows is how many rows SeedUsage wrote.
 func (u *UsageRows) Rows() int { return u.rows }
+
+// counted is counts as one flush without an id: added whatever was written
+// before, as a test that writes each flush once needs.
+func counted(counts []btk.UsageCount) []btk.UsageFlush {
+	return []btk.UsageFlush{{Counts: counts}}
+}

@@ -63,6 +63,7 @@ var workspaceTests = []struct {
 	{"UsageReadBack", testUsageReadBack},
 	{"KeyClientLatestWins", testKeyClientLatestWins},
 	{"PruneUsage", testPruneUsage},
+	{"UsageFlushCountedOnce", testUsageFlushCountedOnce},
 	{"PruneDeliveries", testPruneDeliveries},
 	{"AuditRoundTrip", testAuditRoundTrip},
 	{"AuditFilters", testAuditFilters},

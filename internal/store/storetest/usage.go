@@ -113,7 +113,7 @@ func testUsageCountsAdd(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	k := createKey(t, db, key(ws, "k"))
 	c := btk.UsageCount{KeyID: k.ID, WorkspaceID: ws.ID, Start: hourOf(0), Accepted: 3, RateLimited: 2, Refused: 1}
 	for range 2 {
-		if err := db.RecordUsage(ctx, []btk.KeyUsage{{KeyID: k.ID, LastUsedAt: t0, DayState: 1}}, []btk.UsageCount{c}, nil); err != nil {
+		if err := db.RecordUsage(ctx, []btk.KeyUsage{{KeyID: k.ID, LastUsedAt: t0, DayState: 1}}, counted([]btk.UsageCount{c}), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -121,7 +121,7 @@ func testUsageCountsAdd(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	for i := 1; i <= 450; i++ {
 		many = append(many, btk.UsageCount{KeyID: k.ID, WorkspaceID: ws.ID, Start: hourOf(i), Accepted: 1})
 	}
-	if err := db.RecordUsage(ctx, nil, many, nil); err != nil {
+	if err := db.RecordUsage(ctx, nil, counted(many), nil); err != nil {
 		t.Fatal(err)
 	}
 	got := series(t, db, btk.UsageFilter{WorkspaceID: ws.ID, KeyID: k.ID, Since: hourOf(0), Until: hourOf(451)})
@@ -161,9 +161,9 @@ func testUsageCountsConcurrent(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	for range writers {
 		wg.Go(func() {
 			for range rounds {
-				err := db.RecordUsage(ctx, nil, batch, nil)
+				err := db.RecordUsage(ctx, nil, counted(batch), nil)
 				for errors.Is(err, btk.ErrUnavailable) { // SQLite's writer busy: retry
-					err = db.RecordUsage(ctx, nil, batch, nil)
+					err = db.RecordUsage(ctx, nil, counted(batch), nil)
 				}
 				errs <- err
 			}
@@ -203,7 +203,7 @@ func testUsageSeriesAndTopKeys(t *testing.T, db btk.Store, ws *btk.Workspace) {
 		{KeyID: c.ID, WorkspaceID: ws.ID, Start: hourOf(1), RateLimited: 2},
 		{KeyID: o.ID, WorkspaceID: other.ID, Start: hourOf(0), Accepted: 1000},
 	}
-	if err := db.RecordUsage(ctx, nil, rows, nil); err != nil {
+	if err := db.RecordUsage(ctx, nil, counted(rows), nil); err != nil {
 		t.Fatal(err)
 	}
 	f := btk.UsageFilter{WorkspaceID: ws.ID, Since: hourOf(0), Until: hourOf(5)}
@@ -272,7 +272,7 @@ func testPruneUsage(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	for h := range 5 {
 		rows = append(rows, btk.UsageCount{KeyID: k.ID, WorkspaceID: ws.ID, Start: hourOf(h), Accepted: 1})
 	}
-	if err := db.RecordUsage(ctx, nil, rows, nil); err != nil {
+	if err := db.RecordUsage(ctx, nil, counted(rows), nil); err != nil {
 		t.Fatal(err)
 	}
 	n, err := db.PruneUsage(ctx, hourOf(3))
@@ -285,5 +285,66 @@ func testPruneUsage(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	got := series(t, db, btk.UsageFilter{WorkspaceID: ws.ID, Since: hourOf(0), Until: hourOf(10)})
 	if len(got) != 2 || !got[0].Start.Equal(hourOf(3)) {
 		t.Fatalf("left %+v", got)
+	}
+}
+
+// A flush written again (its first commit's answer was lost) adds nothing a
+// second time, also when it comes back with a new flush; concurrent writes
+// of one flush add it once; once its id is forgotten by retention it would
+// count again (docs/usage.md).
+func testUsageFlushCountedOnce(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	k := createKey(t, db, key(ws, "k"))
+	at := hourOf(1)
+	one := func(id string, n int64) btk.UsageFlush {
+		return btk.UsageFlush{ID: id, At: at, Counts: []btk.UsageCount{{KeyID: k.ID, WorkspaceID: ws.ID, Start: hourOf(1), Accepted: n}}}
+	}
+	accepted := func() int64 {
+		t.Helper()
+		var n int64
+		for _, p := range series(t, db, btk.UsageFilter{WorkspaceID: ws.ID, Since: hourOf(0), Until: hourOf(10)}) {
+			n += p.Accepted
+		}
+		return n
+	}
+	for i, fs := range [][]btk.UsageFlush{
+		{one("a", 3)},
+		{one("a", 3)},                // written again alone
+		{one("a", 3), one("b", 5)},   // again, with the next flush
+		{one("b", 5), one("", 1)},    // an id-less flush always adds
+		{one("c", 10), one("c", 10)}, // one flush twice in a batch
+	} {
+		if err := db.RecordUsage(ctx, nil, fs, nil); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	if n := accepted(); n != 3+5+1+10 {
+		t.Fatalf("accepted %d, want 19", n)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() { errs <- db.RecordUsage(ctx, nil, []btk.UsageFlush{one("d", 7)}, nil) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := accepted(); n != 26 {
+		t.Fatalf("accepted %d after one flush written by 8 at once, want 26", n)
+	}
+	if n, err := db.PruneUsageFlushes(ctx, at); err != nil || n != 0 {
+		t.Fatalf("pruned %d ids recorded at the cut, %v; want none", n, err)
+	}
+	if n, err := db.PruneUsageFlushes(ctx, at.Add(time.Nanosecond)); err != nil || n != 4 {
+		t.Fatalf("pruned %d ids, %v; want 4", n, err)
+	}
+	if err := db.RecordUsage(ctx, nil, []btk.UsageFlush{one("a", 3)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := accepted(); n != 29 {
+		t.Fatalf("accepted %d after a forgotten id came back, want 29", n)
 	}
 }

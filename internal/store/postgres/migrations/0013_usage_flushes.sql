@@ -1,0 +1,10 @@
+-- 0013, as the SQLite store's: the ids of the usage flushes written in the
+-- last day (docs/usage.md#how-it-is-counted-and-why-it-is-exact). A flush's counts are
+-- added only when its id is new here; an instance inserting an id that
+-- another transaction holds uncommitted waits for it, so a flush written
+-- again after a commit whose answer was lost is not counted twice.
+CREATE TABLE usage_flushes (
+	id TEXT PRIMARY KEY,
+	at BIGINT NOT NULL
+);
+CREATE INDEX usage_flushes_at ON usage_flushes (at);
