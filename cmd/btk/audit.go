@@ -27,7 +27,7 @@ platform admin may read any workspace with --workspace (a name or an id).
 --key takes a key id or a key's name: the key of that name that is not
 revoked, or, when every key of that name is revoked, the newest of them. It
 shows the key's whole history across rotations: the entries of every key it replaced and of the keys that
-replaced it. Each row shows the key's name at the time, so after
+replaced it, and the revoke-all that revoked one of them. Each row shows the key's name at the time, so after
 'rotate --name' older rows keep the old name; the KEY ID column tells the keys
 of a chain apart.
 

@@ -337,11 +337,14 @@ func (s *Service) RevokeAllKeys(ctx context.Context, a *Actor) (int, error) {
 	var n int
 	var marks untold
 	err := s.store.Write(ctx, func(tx Tx) error {
+		// The entry's time is the keys' revoked_at: a key's audit log finds
+		// the revoke-all that revoked it by it (docs/design.md#audit).
+		now := s.now()
 		var err error
-		if n, err = tx.RevokeAllAPIKeys(ctx, a.WorkspaceID, s.now(), a.AccountID); err != nil {
+		if n, err = tx.RevokeAllAPIKeys(ctx, a.WorkspaceID, now, a.AccountID); err != nil {
 			return err
 		}
-		if err := s.audit(ctx, tx, a, AuditEntry{Action: AuditRevokedAll, RevokedCount: &n},
+		if err := s.audit(ctx, tx, a, AuditEntry{Action: AuditRevokedAll, RevokedCount: &n, CreatedAt: now},
 			map[string]any{"revokedCount": n}); err != nil {
 			return err
 		}
@@ -412,7 +415,10 @@ func (s *Service) audit(ctx context.Context, tx Tx, a *Actor, e AuditEntry, meta
 // auditAs is audit with the audit_events action named (api_key.leaked pairs
 // with a REVOKED entry).
 func (s *Service) auditAs(ctx context.Context, tx Tx, a *Actor, e AuditEntry, eventAction string, metadata map[string]any) error {
-	now := s.now()
+	now := e.CreatedAt // set by a change that stored the same time
+	if now.IsZero() {
+		now = s.now()
+	}
 	e.ID, e.WorkspaceID, e.CreatedAt = uuid.NewString(), a.WorkspaceID, now
 	e.ActorID, e.ActorEmail, e.IP, e.UserAgent = a.AccountID, a.Email, ClientString(a.IP), ClientString(a.UserAgent)
 	if a.Impersonating {

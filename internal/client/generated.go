@@ -241,7 +241,7 @@ func (v *ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection) GetPageInfo() PageIn
 // ApiKeyAuditLogResponse is returned by ApiKeyAuditLog on success.
 type ApiKeyAuditLogResponse struct {
 	// The key audit log, newest first. Owner tier for its own workspace; a platform admin for any workspaceId.
-	// apiKeyId follows the key's rotation chain both ways: the entries of every key it replaced or was replaced by.
+	// apiKeyId follows the key's rotation chain both ways: the entries of every key it replaced or was replaced by, and the REVOKED_ALL that revoked one of them.
 	// actorEmail matches case-insensitively.
 	ApiKeyAuditLog ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection `json:"apiKeyAuditLog"`
 }

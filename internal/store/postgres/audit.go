@@ -56,7 +56,8 @@ func (t *tx) AddAudit(ctx context.Context, e *btk.AuditEntry, ev *btk.AuditEvent
 
 // auditQuery is the shared selection of both audit lists. keyFilters adds
 // APIKeyID and Action, which only the key audit table has; a key id matches
-// the entries about the key and the rotation that created it.
+// the entries about the key, the rotation that created it and the
+// revoke-all that revoked it.
 func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, args, error) {
 	var b strings.Builder
 	var a args
@@ -67,13 +68,18 @@ func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, args, 
 		b.WriteString(` WHERE workspace_id = ` + a.add(f.WorkspaceID))
 	}
 	switch {
-	case keyFilters && len(f.APIKeyIDs) > 0:
-		// A rotation chain: the entries about any of its keys.
-		ids := a.add(f.APIKeyIDs)
-		b.WriteString(` AND (api_key_id = ANY(` + ids + `::text[]) OR new_api_key_id = ANY(` + ids + `::text[]))`)
-	case keyFilters && f.APIKeyID != "":
-		id := a.add(f.APIKeyID)
-		b.WriteString(` AND (api_key_id = ` + id + ` OR new_api_key_id = ` + id + `)`)
+	case keyFilters && (len(f.APIKeyIDs) > 0 || f.APIKeyID != ""):
+		// The entries about the key (or any key of a rotation chain), and
+		// the revoke-all that revoked one: its time is the key's
+		// revoked_at.
+		ids := f.APIKeyIDs
+		if len(ids) == 0 {
+			ids = []string{f.APIKeyID}
+		}
+		in := a.add(ids)
+		b.WriteString(` AND (api_key_id = ANY(` + in + `::text[]) OR new_api_key_id = ANY(` + in + `::text[])
+			OR (action = 'REVOKED_ALL' AND created_at IN (
+				SELECT revoked_at FROM api_keys WHERE workspace_id = ` + a.add(f.WorkspaceID) + ` AND id = ANY(` + in + `::text[]))))`)
 	}
 	if f.ActorEmail != "" {
 		// Case-insensitive, as SQLite's NOCASE.

@@ -60,7 +60,8 @@ func (t *tx) AddAudit(ctx context.Context, e *btk.AuditEntry, ev *btk.AuditEvent
 
 // auditQuery is the shared selection of both audit lists. keyFilters adds
 // APIKeyID and Action, which only the key audit table has; a key id matches
-// the entries about the key and the rotation that created it.
+// the entries about the key, the rotation that created it and the
+// revoke-all that revoked it.
 func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, []any, error) {
 	var b strings.Builder
 	b.WriteString(base)
@@ -72,18 +73,26 @@ func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, []any,
 		args = append(args, f.WorkspaceID)
 	}
 	switch {
-	case keyFilters && len(f.APIKeyIDs) > 0:
-		// A rotation chain: the entries about any of its keys.
-		in := strings.Repeat("?, ", len(f.APIKeyIDs)-1) + "?"
-		b.WriteString(` AND (api_key_id IN (` + in + `) OR new_api_key_id IN (` + in + `))`)
-		for range 2 {
-			for _, id := range f.APIKeyIDs {
+	case keyFilters && (len(f.APIKeyIDs) > 0 || f.APIKeyID != ""):
+		// The entries about the key (or any key of a rotation chain), and
+		// the revoke-all that revoked one: its time is the key's
+		// revoked_at.
+		ids := f.APIKeyIDs
+		if len(ids) == 0 {
+			ids = []string{f.APIKeyID}
+		}
+		in := strings.Repeat("?, ", len(ids)-1) + "?"
+		b.WriteString(` AND (api_key_id IN (` + in + `) OR new_api_key_id IN (` + in + `)
+			OR (action = 'REVOKED_ALL' AND created_at IN (
+				SELECT revoked_at FROM api_keys WHERE workspace_id = ? AND id IN (` + in + `))))`)
+		for i := range 3 {
+			if i == 2 {
+				args = append(args, f.WorkspaceID)
+			}
+			for _, id := range ids {
 				args = append(args, id)
 			}
 		}
-	case keyFilters && f.APIKeyID != "":
-		b.WriteString(` AND (api_key_id = ? OR new_api_key_id = ?)`)
-		args = append(args, f.APIKeyID, f.APIKeyID)
 	}
 	if f.ActorEmail != "" {
 		b.WriteString(` AND actor_email = ? COLLATE NOCASE`)

@@ -192,3 +192,65 @@ func testAuditPaging(t *testing.T, db btk.Store, ws *btk.Workspace) {
 		t.Errorf("pages %v, ids %v; want [3 3 1], %v", sizes, got, want)
 	}
 }
+
+// A key's audit log holds the revoke-all that revoked it (the entry whose
+// time is the key's revoked_at, as the service writes them), not one that
+// came after the key was revoked, nor another workspace's at the same time.
+func testAuditKeyRevokedAll(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	other := newWorkspace(t, db)
+	a, b := createKey(t, db, key(ws, "a")), createKey(t, db, key(ws, "b"))
+	o := createKey(t, db, key(other, "o"))
+	t1, t2 := t0.Add(time.Minute), t0.Add(2*time.Minute)
+	write(t, db, func(tx btk.Tx) error {
+		entry := func(w *btk.Workspace, action btk.AuditAction, keyID string, at time.Time) error {
+			return tx.AddAudit(ctx, &btk.AuditEntry{WorkspaceID: w.ID, Action: action, APIKeyID: keyID, CreatedAt: at},
+				&btk.AuditEvent{WorkspaceID: w.ID, Action: action.EventAction(), TargetType: "api_key", CreatedAt: at})
+		}
+		for _, k := range []*btk.APIKey{a, b} {
+			if err := entry(ws, btk.AuditCreated, k.ID, t0); err != nil {
+				return err
+			}
+		}
+		if err := tx.RevokeAPIKey(ctx, b.ID, t1, "", ""); err != nil {
+			return err
+		}
+		if err := entry(ws, btk.AuditRevoked, b.ID, t1); err != nil {
+			return err
+		}
+		for _, w := range []*btk.Workspace{ws, other} {
+			if _, err := tx.RevokeAllAPIKeys(ctx, w.ID, t2, ""); err != nil {
+				return err
+			}
+			if err := entry(w, btk.AuditRevokedAll, "", t2); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, tt := range []struct {
+		f    btk.AuditFilter
+		want []string
+	}{
+		{btk.AuditFilter{APIKeyID: a.ID}, []string{"REVOKED_ALL", "CREATED"}},
+		{btk.AuditFilter{APIKeyIDs: []string{a.ID}}, []string{"REVOKED_ALL", "CREATED"}},
+		{btk.AuditFilter{APIKeyID: b.ID}, []string{"REVOKED", "CREATED"}},
+		{btk.AuditFilter{APIKeyID: a.ID, Action: btk.AuditCreated}, []string{"CREATED"}},
+		{btk.AuditFilter{APIKeyID: o.ID}, nil}, // another workspace's key
+	} {
+		tt.f.WorkspaceID = ws.ID
+		read(t, db, func(tx btk.Tx) error {
+			es, _, err := tx.AuditEntries(ctx, tt.f)
+			if err != nil {
+				return err
+			}
+			var got []string
+			for _, e := range es {
+				got = append(got, string(e.Action))
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("%+v: %v, want %v", tt.f, got, tt.want)
+			}
+			return nil
+		})
+	}
+}

@@ -67,6 +67,7 @@ var workspaceTests = []struct {
 	{"PruneDeliveries", testPruneDeliveries},
 	{"AuditRoundTrip", testAuditRoundTrip},
 	{"AuditFilters", testAuditFilters},
+	{"AuditKeyRevokedAll", testAuditKeyRevokedAll},
 	{"AuditPaging", testAuditPaging},
 	{"EventAuditFilters", testEventAuditFilters},
 	{"AccountsAndWorkspaceMembers", testAccountsAndWorkspaceMembers},
