@@ -238,19 +238,17 @@ func testAuditKeyRevokedAll(t *testing.T, db btk.Store, ws *btk.Workspace) {
 		{btk.AuditFilter{APIKeyID: o.ID}, nil}, // another workspace's key
 	} {
 		tt.f.WorkspaceID = ws.ID
-		read(t, db, func(tx btk.Tx) error {
-			es, _, err := tx.AuditEntries(ctx, tt.f)
-			if err != nil {
-				return err
-			}
-			var got []string
-			for _, e := range es {
-				got = append(got, string(e.Action))
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("%+v: %v, want %v", tt.f, got, tt.want)
-			}
-			return nil
+		var es []*btk.AuditEntry
+		read(t, db, func(tx btk.Tx) (err error) {
+			es, _, err = tx.AuditEntries(ctx, tt.f)
+			return err
 		})
+		var got []string
+		for _, e := range es {
+			got = append(got, string(e.Action))
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%+v: %v, want %v", tt.f, got, tt.want)
+		}
 	}
 }
