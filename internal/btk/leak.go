@@ -292,11 +292,11 @@ var leakAttempts = ratelimit.Limits{PerMinute: 30, PerDay: 1000}
 // AllowLeakAttempt counts one leak report that is not validly signed from
 // the address and reports whether it is within the address's budget.
 func (s *Service) AllowLeakAttempt(ctx context.Context, ip string) (bool, error) {
-	ok, err := s.passwords.limiter.Allow(ctx, "leaks:"+addressKey(ip), leakAttempts, s.now())
+	d, err := s.passwords.limiter.Allow(ctx, "leaks:"+addressKey(ip), leakAttempts, s.now())
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return ok, nil
+	return d.Allowed, nil
 }
 
 // ForgetLeakAttempts clears the address's count of leak reports that were

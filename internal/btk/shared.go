@@ -72,8 +72,9 @@ type KeyGate interface {
 
 // Throttle counts password attempts (login, elevate) under a key.
 type Throttle interface {
-	// Allow counts one attempt under key and reports whether it is within lim.
-	Allow(ctx context.Context, key string, lim ratelimit.Limits, now time.Time) (bool, error)
+	// Allow counts one attempt under key and decides whether it is within
+	// lim (and, when not, when one would be).
+	Allow(ctx context.Context, key string, lim ratelimit.Limits, now time.Time) (ratelimit.Decision, error)
 	// Forget drops the count under key (e.g. after a success).
 	Forget(ctx context.Context, key string) error
 	// Sweep forgets counts that have fully replenished.
@@ -126,8 +127,8 @@ func (t localThrottle) limiter(key string) *ratelimit.Limiter {
 	return t.open
 }
 
-func (t localThrottle) Allow(_ context.Context, key string, lim ratelimit.Limits, now time.Time) (bool, error) {
-	return t.limiter(key).Allow(key, lim, now, 0).Allowed, nil
+func (t localThrottle) Allow(_ context.Context, key string, lim ratelimit.Limits, now time.Time) (ratelimit.Decision, error) {
+	return t.limiter(key).Allow(key, lim, now, 0), nil
 }
 
 func (t localThrottle) Forget(_ context.Context, key string) error {

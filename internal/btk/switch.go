@@ -35,11 +35,11 @@ func (s *Service) SwitchWorkspace(ctx context.Context, a *Actor, workspaceID str
 	case workspaceID == a.WorkspaceID:
 		return nil, Errorf(CodeBadUserInput, "the session is in that workspace already")
 	}
-	ok, err := s.passwords.limiter.Allow(ctx, throttleKey(protectedSwitchKind, a.AccountID), switchBudget, s.now())
+	d, err := s.passwords.limiter.Allow(ctx, throttleKey(protectedSwitchKind, a.AccountID), switchBudget, s.now())
 	if err != nil {
-		return nil, refusal(err)
+		return nil, refusal(d, err)
 	}
-	if !ok {
+	if !d.Allowed {
 		return nil, ErrTooManySwitches
 	}
 	var info *SessionInfo

@@ -106,38 +106,38 @@ func (g *passwordGate) check(ctx context.Context, now time.Time, account, ip, ha
 // to the account-wide budget an attacker may have drained.
 func (g *passwordGate) checkAttempt(ctx context.Context, now time.Time, at attempt, hash, password string) (bool, error) {
 	account, ip := strings.ToLower(at.account), addressKey(at.ip)
-	ok, err := g.spend(ctx, throttleKey("ip:", ip), addressAttempts, now)
-	if err != nil || !ok {
-		return false, refusal(err)
+	d, err := g.spend(ctx, throttleKey("ip:", ip), addressAttempts, now)
+	if err != nil || !d.Allowed {
+		return false, refusal(d, err)
 	}
 	var pair, mark string
 	if at.device != "" {
 		// Like a pair's, a device token's budget counts the attempts since
 		// its last success.
 		pair = throttleKey(protectedDeviceKind, at.account, at.device)
-		ok, err = g.spend(ctx, pair, deviceAttempts, now)
+		d, err = g.spend(ctx, pair, deviceAttempts, now)
 	} else {
 		pair = throttleKey("pair:", account, ip)
-		if ok, err = g.spend(ctx, pair, pairAttempts, now); err == nil && ok {
+		if d, err = g.spend(ctx, pair, pairAttempts, now); err == nil && d.Allowed {
 			// The first attempt of a clean pair spends its mark; while the
 			// mark is spent (a failure, or an attempt under way, since the
 			// last success), the account's budget applies too. While the
 			// in-memory throttle evicts (a flood of addresses), a missing
 			// mark may be an evicted one: the account's budget applies.
 			mark = throttleKey("failed:", account, ip)
-			var clean bool
+			var clean ratelimit.Decision
 			clean, err = g.spend(ctx, mark, failedMark, now)
-			if err == nil && (!clean || g.evicting(now)) {
+			if err == nil && (!clean.Allowed || g.evicting(now)) {
 				kind := "account:"
 				if at.known {
 					kind = protectedAccountKind
 				}
-				ok, err = g.spend(ctx, throttleKey(kind, account), accountAttempts, now)
+				d, err = g.spend(ctx, throttleKey(kind, account), accountAttempts, now)
 			}
 		}
 	}
-	if err != nil || !ok {
-		return false, refusal(err)
+	if err != nil || !d.Allowed {
+		return false, refusal(d, err)
 	}
 	select {
 	case g.slots <- struct{}{}:
@@ -145,7 +145,7 @@ func (g *passwordGate) checkAttempt(ctx context.Context, now time.Time, at attem
 		return false, ctx.Err()
 	}
 	defer func() { <-g.slots }()
-	ok = CheckPassword(hash, password)
+	ok := CheckPassword(hash, password)
 	if ok {
 		// A success clears the pair's (or device token's) record: its
 		// budget counts the attempts since the last success (a guesser
@@ -171,17 +171,17 @@ func (g *passwordGate) evicting(now time.Time) bool {
 }
 
 // spend counts one attempt under key.
-func (g *passwordGate) spend(ctx context.Context, key string, lim ratelimit.Limits, now time.Time) (bool, error) {
+func (g *passwordGate) spend(ctx context.Context, key string, lim ratelimit.Limits, now time.Time) (ratelimit.Decision, error) {
 	return g.limiter.Allow(ctx, key, lim, now)
 }
 
-// refusal is the answer to an attempt refused by a budget, or by a shared
-// throttle that does not answer (fail closed).
-func refusal(err error) error {
+// refusal is the answer to an attempt refused by a budget (d), or by a
+// shared throttle that does not answer (fail closed).
+func refusal(d ratelimit.Decision, err error) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return ErrTooManyAttempts
+	return errTooManyAttempts(d.RetryAfter)
 }
 
 // addressKey is the throttled unit of a client address: the address itself,
@@ -200,8 +200,16 @@ func (g *passwordGate) sweep(now time.Time) {
 	g.limiter.Sweep(now)
 }
 
-// ErrTooManyAttempts refuses password checks over the attempt limits.
-var ErrTooManyAttempts = &Error{Code: CodeRateLimited, Message: "too many password attempts; try again later"}
+// errTooManyAttempts refuses a password check over the attempt limits,
+// saying when the budget that refused it takes one again (rounded up to the
+// second): a script knows how long to wait, a guesser learns nothing it
+// could not count (docs/security.md#password-throttles).
+func errTooManyAttempts(retry time.Duration) *Error {
+	if retry <= 0 {
+		return &Error{Code: CodeRateLimited, Message: "too many password attempts; try again later"}
+	}
+	return Errorf(CodeRateLimited, "too many password attempts; try again in %s", (retry + time.Second - 1).Truncate(time.Second))
+}
 
 type clientIPKey struct{}
 

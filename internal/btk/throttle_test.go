@@ -2,10 +2,19 @@ package btk
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
+
+// tooManyAttempts reports whether err refuses a password check for its
+// attempt budget.
+func tooManyAttempts(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodeRateLimited && strings.HasPrefix(e.Message, "too many password attempts")
+}
 
 func TestAddressKey(t *testing.T) {
 	for in, want := range map[string]string{
@@ -40,14 +49,14 @@ func TestPasswordGate(t *testing.T) {
 		// account: 50 a minute, then refused.
 		refused := 0
 		for i := range 60 {
-			if _, err := g.check(ctx, now, "owner@example.com", fmt.Sprintf("10.0.0.%d", i), "bad", "guess"); err == ErrTooManyAttempts {
+			if _, err := g.check(ctx, now, "owner@example.com", fmt.Sprintf("10.0.0.%d", i), "bad", "guess"); tooManyAttempts(err) {
 				refused++
 			}
 		}
 		if refused != 60-accountAttempts.PerMinute {
 			t.Fatalf("%d of 60 second attempts refused", refused)
 		}
-		if _, err := g.check(ctx, now, "owner@example.com", "10.0.0.100", good, "right-password"); err != ErrTooManyAttempts {
+		if _, err := g.check(ctx, now, "owner@example.com", "10.0.0.100", good, "right-password"); !tooManyAttempts(err) {
 			t.Fatalf("failed address, spent account budget: %v", err)
 		}
 	})
@@ -58,8 +67,14 @@ func TestPasswordGate(t *testing.T) {
 				t.Fatalf("attempt %d: %v", i, err)
 			}
 		}
-		if _, err := g.check(ctx, now, "a@example.com", "192.0.2.1", good, "right-password"); err != ErrTooManyAttempts {
+		_, err := g.check(ctx, now, "a@example.com", "192.0.2.1", good, "right-password")
+		if !tooManyAttempts(err) {
 			t.Fatalf("over the pair budget: %v", err)
+		}
+		// 5 a minute: the next attempt is accepted 12 s on (one emission
+		// interval), and the refusal says so.
+		if !strings.HasSuffix(err.Error(), "; try again in 12s") {
+			t.Fatalf("refusal %q does not say when to try again", err)
 		}
 		// Another address in the same IPv6 /64 is the same client; another
 		// account from the same address is not refused.
@@ -69,7 +84,7 @@ func TestPasswordGate(t *testing.T) {
 		for range pairAttempts.PerMinute {
 			g.check(ctx, now, "a@example.com", "2001:db8::1", "bad", "guess")
 		}
-		if _, err := g.check(ctx, now, "a@example.com", "2001:db8::ffff", good, "right-password"); err != ErrTooManyAttempts {
+		if _, err := g.check(ctx, now, "a@example.com", "2001:db8::ffff", good, "right-password"); !tooManyAttempts(err) {
 			t.Fatalf("same /64: %v", err)
 		}
 	})
@@ -89,7 +104,7 @@ func TestPasswordGate(t *testing.T) {
 		for i := range addressAttempts.PerMinute {
 			g.check(ctx, now, fmt.Sprintf("u%d@example.com", i), "192.0.2.5", "bad", "guess")
 		}
-		if _, err := g.check(ctx, now, "new@example.com", "192.0.2.5", good, "right-password"); err != ErrTooManyAttempts {
+		if _, err := g.check(ctx, now, "new@example.com", "192.0.2.5", good, "right-password"); !tooManyAttempts(err) {
 			t.Fatalf("over the address budget: %v", err)
 		}
 	})

@@ -237,11 +237,15 @@ func TestThrottleShared(t *testing.T) {
 		if i%2 == 1 {
 			th = b
 		}
-		ok, err := th.Allow(context.Background(), "account:someone@example.com", lim, time.Now())
+		d, err := th.Allow(context.Background(), "account:someone@example.com", lim, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, ok)
+		got = append(got, d.Allowed)
+		// 3 a minute: a refused attempt is told to wait up to 20 s.
+		if !d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter > 20*time.Second) {
+			t.Fatalf("refused attempt %d: retry after %v, want in (0, 20s]", i, d.RetryAfter)
+		}
 	}
 	if fmt.Sprint(got) != "[true true true false false]" {
 		t.Fatalf("attempts over two instances: %v", got)
@@ -249,8 +253,8 @@ func TestThrottleShared(t *testing.T) {
 	if err := b.Forget(context.Background(), "account:someone@example.com"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := a.Allow(context.Background(), "account:someone@example.com", lim, time.Now()); err != nil || !ok {
-		t.Fatalf("after Forget on the other instance: %v %v", ok, err)
+	if d, err := a.Allow(context.Background(), "account:someone@example.com", lim, time.Now()); err != nil || !d.Allowed {
+		t.Fatalf("after Forget on the other instance: %v %v", d, err)
 	}
 }
 

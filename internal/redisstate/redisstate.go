@@ -856,12 +856,16 @@ func (s *State) Throttle() btk.Throttle { return throttle{s} }
 type throttle struct{ s *State }
 
 // Allow counts one attempt under key.
-func (t throttle) Allow(ctx context.Context, key string, lim ratelimit.Limits, _ time.Time) (bool, error) {
+func (t throttle) Allow(ctx context.Context, key string, lim ratelimit.Limits, _ time.Time) (ratelimit.Decision, error) {
 	lm, ld := lim.Clamp()
 	var nums strings.Builder
 	t.s.appendNums(&nums, lm, ld, 0)
-	verdict, _, _, err := t.s.run(ctx, &scriptCall{key1: t.key(key), nums: nums.String()}, emptyArg)
-	return verdict == 'A', err
+	verdict, v, _, err := t.s.run(ctx, &scriptCall{key1: t.key(key), nums: nums.String()}, emptyArg)
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	return ratelimit.Decide(ratelimit.Limits{PerMinute: int(lm), PerDay: int(ld)}, verdict == 'A',
+		ratelimit.Relative{D: v[0], Frac: v[1]}, ratelimit.Relative{D: v[2], Frac: v[3]}), nil
 }
 
 // Forget drops the count under key.
