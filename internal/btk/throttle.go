@@ -75,13 +75,16 @@ const (
 	// protectedSwitchKind counts an account's workspace switches
 	// (SwitchWorkspace).
 	protectedSwitchKind = "switch:"
+	// protectedImpersonateKind counts a platform admin's impersonations
+	// (Impersonate).
+	protectedImpersonateKind = "imp:"
 )
 
 // protectedKey reports whether key's count is one no client chooses the
 // number of.
 func protectedKey(key string) bool {
 	return strings.HasPrefix(key, protectedAccountKind) || strings.HasPrefix(key, protectedDeviceKind) ||
-		strings.HasPrefix(key, protectedSwitchKind)
+		strings.HasPrefix(key, protectedSwitchKind) || strings.HasPrefix(key, protectedImpersonateKind)
 }
 
 func throttleKey(kind string, parts ...string) string {

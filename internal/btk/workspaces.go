@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/btk-project/btk/internal/ratelimit"
 )
 
 // Workspace returns the actor's own workspace (tenantInfo); any credential.
@@ -194,8 +196,15 @@ func (s *Service) Impersonate(ctx context.Context, a *Actor, workspaceID string)
 	if uuid.Validate(workspaceID) != nil {
 		return nil, ErrNotFound
 	}
+	d, err := s.passwords.limiter.Allow(ctx, throttleKey(protectedImpersonateKind, a.AccountID), impersonateBudget, s.now())
+	if err != nil {
+		return nil, refusal(d, err)
+	}
+	if !d.Allowed {
+		return nil, ErrTooManyImpersonations
+	}
 	var info *SessionInfo
-	err := s.store.Write(ctx, func(tx Tx) error {
+	err = s.store.Write(ctx, func(tx Tx) error {
 		acct, err := tx.Account(ctx, a.AccountID)
 		if err != nil {
 			return err
@@ -204,7 +213,20 @@ func (s *Service) Impersonate(ctx context.Context, a *Actor, workspaceID string)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
-		if info, err = s.openSession(ctx, tx, acct, workspaceID, role, true, s.now().Add(SessionTTL)); err != nil {
+		// The new session ends when the admin's does: impersonating again
+		// from an impersonation session never outlives the login's 12 hours.
+		expires := s.now().Add(SessionTTL)
+		if a.SessionID != "" {
+			from, err := tx.Session(ctx, a.SessionID)
+			if errors.Is(err, ErrNotFound) {
+				return ErrInvalidSession
+			}
+			if err != nil {
+				return err
+			}
+			expires = minTime(expires, from.ExpiresAt)
+		}
+		if info, err = s.openSession(ctx, tx, acct, workspaceID, role, true, expires); err != nil {
 			return err
 		}
 		// Attributed to the admin, who is also the impersonator from now on.
@@ -214,6 +236,21 @@ func (s *Service) Impersonate(ctx context.Context, a *Actor, workspaceID string)
 			requestMeta(a, map[string]any{"workspaceName": info.Workspace.Name}))
 	})
 	return info, err
+}
+
+// impersonateBudget bounds one platform admin's impersonations: each opens
+// a session and writes an event, with no password check to throttle it
+// (docs/security.md#what-a-client-can-make-the-server-hold).
+var impersonateBudget = ratelimit.Limits{PerMinute: 10, PerDay: 200}
+
+// ErrTooManyImpersonations refuses an impersonation over impersonateBudget.
+var ErrTooManyImpersonations = &Error{Code: CodeRateLimited, Message: "too many impersonations; try again later"}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // Membership errors of an OWNER (not a platform admin).
