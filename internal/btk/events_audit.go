@@ -160,6 +160,7 @@ type Member struct {
 	AccountID string
 	Email     string
 	Role      Role
+	Disabled  bool // the account is disabled: it cannot log in
 }
 
 // Members lists a workspace's members: a platform admin, or an OWNER or

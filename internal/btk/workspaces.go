@@ -258,7 +258,7 @@ var (
 	ErrOwnerCannotAdd = &Error{Code: CodeForbidden, Message: "only a platform admin can add an account to a workspace; an OWNER changes or removes existing members"}
 	ErrNotMember      = &Error{Code: CodeNotFound, Message: "no such member in this workspace"}
 	ErrLastOwner      = &Error{Code: CodeBadUserInput, Reason: ReasonLastOwner,
-		Message: "a workspace keeps at least one OWNER: make another member OWNER first"}
+		Message: "a workspace keeps at least one OWNER whose account is enabled: make another member OWNER first"}
 )
 
 // SetMembership gives an account a role in a workspace, or removes it when
@@ -331,14 +331,17 @@ func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, acco
 }
 
 // keepAnOwner refuses a change that takes the OWNER role from accountID when
-// no other member of the workspace holds it.
+// no other member of the workspace whose account is enabled holds it.
 func keepAnOwner(ctx context.Context, tx Tx, workspaceID, accountID string) error {
 	members, err := tx.WorkspaceMembers(ctx, workspaceID)
 	if err != nil {
 		return err
 	}
 	for _, m := range members {
-		if m.Role == RoleOwner && m.AccountID != accountID {
+		// A disabled OWNER cannot log in to revoke anything: it does not
+		// count (disabling one is never refused: a platform admin acts on
+		// a compromised account at once, and appoints another OWNER).
+		if m.Role == RoleOwner && m.AccountID != accountID && !m.Disabled {
 			return nil
 		}
 	}

@@ -551,6 +551,20 @@ func TestLastOwnerStays(t *testing.T) {
 			t.Fatalf("round %d: answers %v left roles %v: want exactly one OWNER", round, answers, got)
 		}
 	}
+
+	// A disabled OWNER does not count: it cannot log in to revoke the
+	// workspace's keys. Disabling one is never refused.
+	e.setMember(root, ws, first, "OWNER")
+	e.setMember(root, ws, second, "OWNER")
+	e.must(root, `mutation($a:ID!){disableAccount(id:$a){id}}`, map[string]any{"a": second}, &struct{}{})
+	owner = cred{Bearer: e.login("first@acme.example", "first-password", "")}
+	if a := answer(owner, first, "MEMBER"); a != refused {
+		t.Fatalf("the last enabled OWNER demoting itself beside a disabled one: %q, want %s", a, refused)
+	}
+	e.must(root, `mutation($a:ID!){enableAccount(id:$a){id}}`, map[string]any{"a": second}, &struct{}{})
+	if a := answer(owner, first, "MEMBER"); a != "ok" {
+		t.Fatalf("demoting itself once the other OWNER is enabled again: %q", a)
+	}
 }
 
 // Names are NFC-normalised before checks and uniqueness; names

@@ -19,6 +19,6 @@ func (t *tx) Accounts(ctx context.Context) ([]*btk.Account, error) {
 // WorkspaceMembers are ordered by seq, as Memberships are.
 func (t *tx) WorkspaceMembers(ctx context.Context, workspaceID string) ([]btk.Member, error) {
 	return all(ctx, t, "workspace members", scanMember,
-		`SELECT m.account_id, a.email, m.role FROM memberships m JOIN accounts a ON a.id = m.account_id
+		`SELECT m.account_id, a.email, m.role, a.disabled_at IS NOT NULL FROM memberships m JOIN accounts a ON a.id = m.account_id
 		WHERE m.workspace_id = $1 ORDER BY m.seq`, workspaceID)
 }

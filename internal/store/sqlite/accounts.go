@@ -129,7 +129,7 @@ func (t *tx) Role(ctx context.Context, workspaceID, accountID string) (btk.Role,
 
 func scanMember(row sqlshared.Row) (btk.Member, error) {
 	var m btk.Member
-	err := row.Scan(&m.AccountID, &m.Email, &m.Role)
+	err := row.Scan(&m.AccountID, &m.Email, &m.Role, &m.Disabled)
 	return m, err
 }
 
