@@ -49,3 +49,20 @@ func RedactURL(raw string) string {
 	}
 	return u.String()
 }
+
+// URLOrigin is a URL reduced to its scheme, host and port, followed by "/…"
+// when it had more: what an audit record or an event payload quotes of a
+// webhook URL, whose path or query may hold the receiver's secret (a
+// Slack-style hook carries it in its path). The audit chain keeps what it
+// records for ever, and events go to every receiver (docs/webhooks.md#events).
+func URLOrigin(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Opaque != "" {
+		return "(unparsable URL)"
+	}
+	out := u.Scheme + "://" + u.Host
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		out += "/…"
+	}
+	return out
+}

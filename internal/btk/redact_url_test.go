@@ -29,3 +29,27 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// A webhook URL as the audit log and event payloads quote it: its origin,
+// and a mark that there was more.
+func TestURLOrigin(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://hooks.slack.com/services/T0/B0/S3cret": "https://hooks.slack.com/…",
+		"https://h.example:8443/x?token=S3cret":         "https://h.example:8443/…",
+		"https://h.example/?token=S3cret":               "https://h.example/…",
+		"https://h.example/#S3cret":                     "https://h.example/…",
+		"https://h.example/":                            "https://h.example",
+		"http://[2001:db8::1]:8080":                     "http://[2001:db8::1]:8080",
+		"https://user:S3cret@h.example/":                "https://h.example",
+		"not a url S3cret":                              "(unparsable URL)",
+		"mailto:S3cret@example.com":                     "(unparsable URL)",
+	} {
+		got := URLOrigin(in)
+		if got != want {
+			t.Errorf("URLOrigin(%q) = %q, want %q", in, got, want)
+		}
+		if strings.Contains(got, "S3cret") {
+			t.Errorf("URLOrigin(%q) = %q: the secret shows", in, got)
+		}
+	}
+}

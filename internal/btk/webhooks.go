@@ -399,7 +399,7 @@ func (s *Service) CreateWebhook(ctx context.Context, a *Actor, rawURL string, ev
 			return err
 		}
 		return s.recordEvent(ctx, tx, a, a.WorkspaceID, EventWebhookCreated, "webhook", w.ID,
-			requestMeta(a, map[string]any{"url": w.URL, "events": w.Events}))
+			requestMeta(a, map[string]any{"url": URLOrigin(w.URL), "events": w.Events}))
 	})
 	if err != nil {
 		return nil, err
@@ -435,7 +435,7 @@ func (s *Service) DeleteWebhook(ctx context.Context, a *Actor, id string) error 
 			return err
 		}
 		return s.recordEvent(ctx, tx, a, a.WorkspaceID, EventWebhookDeleted, "webhook", w.ID,
-			requestMeta(a, map[string]any{"url": w.URL}))
+			requestMeta(a, map[string]any{"url": URLOrigin(w.URL)}))
 	})
 }
 

@@ -502,7 +502,9 @@ func TestWebhookRules(t *testing.T) {
 	}
 	var first *btk.CreateWebhookResult
 	for i := range btk.MaxWebhooksPerWorkspace {
-		r, err := h.svc.CreateWebhook(ctx, h.owner, "https://example.com/"+strconv.Itoa(i), []string{"api_key.created", "*"})
+		// A receiver's secret in the path and the query, as Slack's hooks
+		// and others carry it.
+		r, err := h.svc.CreateWebhook(ctx, h.owner, "https://example.com/hooks/T0/RECEIVERSECRET"+strconv.Itoa(i)+"?token=s3cr3t", []string{"api_key.created", "*"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -550,6 +552,14 @@ func TestWebhookRules(t *testing.T) {
 		}
 		if strings.Contains(ev.Metadata, "whsec_") {
 			t.Error("a secret in the audit log")
+		}
+		// The receiver's URL is recorded (and sent to every receiver) as
+		// its origin only: the audit chain keeps it for ever.
+		if ev.Action == btk.EventWebhookCreated || ev.Action == btk.EventWebhookDeleted {
+			if strings.Contains(ev.Metadata, "RECEIVERSECRET") || strings.Contains(ev.Metadata, "s3cr3t") ||
+				!strings.Contains(ev.Metadata, `"url":"https://example.com/…"`) {
+				t.Errorf("%s metadata %s: want the URL as its origin only", ev.Action, ev.Metadata)
+			}
 		}
 	}
 	if created != btk.MaxWebhooksPerWorkspace || deleted != 1 {
