@@ -28,6 +28,12 @@ var errGatewayTimeout = &btk.Error{Code: btk.CodeGatewayTimeout, Message: "the u
 // root while the upstream has a base path it would leave.
 var errAboveUpstreamRoot = &btk.Error{Code: btk.CodeBadUserInput, Message: "the path climbs above the root"}
 
+// errOpaqueTarget refuses a request target such as "http:admin/x": Go reads
+// it as a URL with no path, which the rules would decide as "/", while the
+// upstream is sent "admin/x", which some servers (Werkzeug) route as
+// /admin/x, past the rules and any base path (docs/gateway.md).
+var errOpaqueTarget = &btk.Error{Code: btk.CodeBadUserInput, Message: "the request target is not a path (origin form) or an absolute URL"}
+
 // errKeyNoLongerValid ends a proxied connection whose key was revoked,
 // replaced or expired while it lasted; it answers a request whose body was
 // still being sent then.
@@ -142,6 +148,10 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 					dropUnreadBody(w)
 				}
 			}()
+		}
+		if r.URL.Opaque != "" {
+			Fail(w, errOpaqueTarget)
+			return
 		}
 		if based && !withinRoot(r) {
 			Fail(w, errAboveUpstreamRoot)

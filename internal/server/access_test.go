@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -872,5 +873,86 @@ func TestRevokeUnusedSweep(t *testing.T) {
 	e.must(e.admin(), `{apiKeyAuditLog(action:REVOKED){nodes{action apiKeyId actorEmail}}}`, nil, &log)
 	if n := log.ApiKeyAuditLog.Nodes; len(n) != 1 || n[0].ApiKeyID != idle.ID || n[0].ActorEmail != btk.SystemActorEmail {
 		t.Errorf("REVOKED entries: %+v", n)
+	}
+}
+
+// A request target with a scheme and no slash ("http:admin/x", "x:../a")
+// has no path to Go, so the rules would have decided it as "/", while the
+// upstream was sent "admin/x", which Werkzeug routes as /admin/x: past a
+// deny rule and any base path. It is refused before the key check, and the
+// upstream gets nothing (docs/gateway.md#btks-reverse-proxy).
+func TestProxyRefusesOpaqueTargets(t *testing.T) {
+	t.Parallel()
+	e, owner, _ := newAccessEnv(t)
+	k := e.createKey(owner, "opaque")
+	// An upstream that records request lines as sent, as a lenient server
+	// reads them (net/http's own would refuse a relative target).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	lines := make(chan string, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					lines <- strings.TrimSpace(line)
+					for { // the headers
+						h, err := br.ReadString('\n')
+						if err != nil || h == "\r\n" {
+							break
+						}
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			}()
+		}
+	}()
+	for _, upstream := range []string{"http://" + ln.Addr().String(), "http://" + ln.Addr().String() + "/api/"} {
+		p := e.proxyFor(upstream)
+		send := func(target string) int {
+			t.Helper()
+			conn, err := net.DialTimeout("tcp", strings.TrimPrefix(p.URL, "http://"), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(conn, "%s HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nConnection: close\r\n\r\n", target, k.Plaintext)
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			return res.StatusCode
+		}
+		for _, target := range []string{"GET http:admin/x", "DELETE x:admin/x", "GET http:../admin", "GET x:%2e%2e/admin"} {
+			if code := send(target); code != http.StatusBadRequest {
+				t.Errorf("%s via %s: HTTP %d, want 400", target, upstream, code)
+			}
+		}
+		if code := send("GET /public"); code != http.StatusOK {
+			t.Fatalf("GET /public via %s: HTTP %d", upstream, code)
+		}
+		if got := <-lines; got != "GET /public HTTP/1.1" && got != "GET /api/public HTTP/1.1" {
+			t.Fatalf("the upstream got %q", got)
+		}
+		select {
+		case got := <-lines:
+			t.Fatalf("the upstream also got %q", got)
+		default:
+		}
 	}
 }
