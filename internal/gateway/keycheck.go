@@ -71,6 +71,10 @@ type Gateway struct {
 	upstreamTimeout time.Duration
 	// leakBytes holds the bytes of the leak report bodies being read.
 	leakBytes *semaphore.Weighted
+	// maxUpstreamConns bounds the proxy's connections to its upstream, and
+	// inFlight the proxied requests of one client address (LimitUpstream).
+	maxUpstreamConns int
+	inFlight         *addressCounts
 }
 
 // New returns the gateway of svc; proxies (nil: none) are the peers whose

@@ -31,6 +31,9 @@ type Handler struct {
 	leakKeys *btk.LeakReportKeys     // sign acceptable leak reports (options.go)
 	// upstreamTimeout bounds the proxy's wait for response headers (options.go).
 	upstreamTimeout time.Duration
+	// upstreamConns and upstreamPerAddress bound the proxy's upstream
+	// connections and one address's proxied requests in flight (options.go).
+	upstreamConns, upstreamPerAddress int
 }
 
 // New returns the HTTP handler of the service. The logger never receives a
@@ -43,6 +46,17 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 	h.gw = gateway.New(svc, log, h.proxies)
 	h.gw.SetLeakReportKeys(h.leakKeys)
 	h.gw.SetUpstreamTimeout(h.upstreamTimeout)
+	// Over HTTP/2 one client connection carries many requests, each of
+	// which would open its own upstream connection: without these bounds
+	// the descriptors the connection guard leaves for them ran out, and
+	// every listener stopped accepting.
+	if h.upstreamConns == 0 {
+		h.upstreamConns = processGuard.Limit()
+	}
+	if h.upstreamPerAddress == 0 {
+		h.upstreamPerAddress = AddressShare(h.upstreamConns)
+	}
+	h.gw.LimitUpstream(h.upstreamConns, h.upstreamPerAddress)
 
 	h.mux.Handle("POST /graphql", graphql.New(svc, h.gw, log))
 	h.mux.HandleFunc("/v1/authorize", h.gw.Authorize)
