@@ -434,11 +434,16 @@ func TestURLOverrideHeadersMeetTheRules(t *testing.T) {
 		{reader, map[string]string{"X-Original-URL": ""}, mayNot},
 		// More values than any client sends, each allowed: refused for their cost.
 		{reader, map[string]string{"X-Original-URL": "/orders/1", "X-Rewrite-URL": "/orders/2", "X_Original_URL": "/orders/3", "X_Rewrite_URL": "/orders/4", "X-Original_URL": "/orders/5"}, mayNot},
+		// Within each bound, but 3 paths times 3 method overrides: refused
+		// for their cost (each pair is decided against every reading).
+		{reader, map[string]string{"X-Original-URL": "/orders/1", "X-Rewrite-URL": "/orders/2",
+			"X-HTTP-Method-Override": "GET", "X-HTTP-Method": "GET", "X-Method-Override": "GET"}, mayNot},
 	} {
 		p.refusedAtBoth(t, tc.key.Plaintext, "GET", "/orders/1", tc.header, tc.msg)
 	}
 	// One the rules allow passes, and reaches the upstream as sent.
-	for _, h := range []map[string]string{{"X-Original-URL": "/orders/2"}, {"X-Rewrite-URL": "/orders/2?page=3"}} {
+	for _, h := range []map[string]string{{"X-Original-URL": "/orders/2"}, {"X-Rewrite-URL": "/orders/2?page=3"},
+		{"X-Original-URL": "/orders/2", "X-HTTP-Method-Override": "GET", "X-HTTP-Method": "GET"}} { // 2 paths × 2 methods
 		p.acceptedAtBoth(t, reader.Plaintext, "GET", "/orders/1", h)
 	}
 	// Where the rules are not consulted, neither is the header.
