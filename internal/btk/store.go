@@ -211,14 +211,23 @@ type Tx interface {
 	ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int, caps DeliveryCaps) ([]*WebhookDelivery, error)
 	// FinishWebhookDelivery stores an attempt's outcome (status, attempts,
 	// next attempt, last status and error, delivered at) and clears the
-	// lease, if the delivery is still held under claim.
-	FinishWebhookDelivery(ctx context.Context, d *WebhookDelivery, claim string) error
-	// RecordWebhookAttempt records that an attempt at one of the webhook's
-	// deliveries ended at at, and whether it succeeded (FailingSince is
-	// cleared, or set if it was not), unless a later attempt is recorded
-	// already (another instance's). A deleted webhook is no error.
-	RecordWebhookAttempt(ctx context.Context, webhookID string, at time.Time, ok bool) error
-	// OutboxStats counts pending deliveries and finds the oldest.
+	// lease, if the delivery is still held under claim. It reports whether
+	// the delivery left PENDING (DELIVERED or FAILED): its place in its
+	// webhook's backlog is free (WebhookOutcome.Finished).
+	FinishWebhookDelivery(ctx context.Context, d *WebhookDelivery, claim string) (bool, error)
+	// RecordWebhookOutcome records what a batch of deliveries did to one
+	// webhook (RecordDeliveries): its latest attempt, unless a later one is
+	// recorded already (another instance's); the deliveries that left its
+	// backlog; and, if events were skipped and there is room now, their
+	// notice (WebhookOutcome.Apply). It changes the webhook's row once, with
+	// the row locked while the outcome is decided: on PostgreSQL a second
+	// update of a row in one transaction checks its foreign key, locking
+	// the workspace's row after the webhook's, against the order of every
+	// writer of an event. A deleted webhook is no error.
+	RecordWebhookOutcome(ctx context.Context, o WebhookOutcome) error
+	// OutboxStats counts pending deliveries and finds the oldest, and
+	// counts full backlogs and skipped events, reading no more than the
+	// webhooks and one end of an index (not the backlog).
 	OutboxStats(ctx context.Context, now time.Time) (OutboxStats, error)
 	// ExpiringKeys returns up to limit non-revoked keys expiring after now
 	// and by within7 that have had no expiry notice, or only the 7-day one

@@ -46,7 +46,21 @@ const (
 	WebhookRetryWindow = 24 * time.Hour
 	// WebhookSecretPrefix starts every signing secret.
 	WebhookSecretPrefix = "whsec_"
+	// MaxPendingPerWebhook bounds a webhook's backlog, its PENDING
+	// deliveries (docs/webhooks.md#the-backlog-bound): an event that finds
+	// the backlog full is not queued for that webhook but counted on it as
+	// skipped, and as soon as the backlog has room again a
+	// NoticeEventsSkipped delivery takes the place, naming the skipped
+	// events' range in the audit log (which keeps every event). So one
+	// workspace's outbox holds at most MaxWebhooksPerWorkspace times this.
+	MaxPendingPerWebhook = 1000
 )
+
+// NoticeEventsSkipped is the type of the delivery that tells a webhook's
+// receiver that events were not queued for it because its backlog was full
+// (docs/webhooks.md#the-backlog-bound). It is no audit event: every webhook
+// may receive it, whatever events it subscribes to.
+const NoticeEventsSkipped = "webhook.events_skipped"
 
 // Webhook is a workspace's subscription. The signing secret is stored sealed
 // (AES-256-GCM under a key derived from the server secret); Sealed is that
@@ -65,6 +79,19 @@ type Webhook struct {
 	// (docs/webhooks.md#delivery).
 	LastAttemptAt time.Time
 	FailingSince  *time.Time
+	// The backlog (docs/webhooks.md#the-backlog-bound). Pending is how many
+	// of its deliveries are PENDING (at most MaxPendingPerWebhook, unless
+	// more were pending when the bound came). Skipped counts the events
+	// not queued for it since the last notice was queued, because the
+	// backlog was full; SkippedSince and SkippedUntil are the times of the
+	// oldest and the newest of them, SkippedFirst and SkippedLast the ids of
+	// the first and the last skipped (zero while Skipped is 0). SkippedTotal
+	// counts every event ever skipped for it.
+	Pending                    int64
+	Skipped                    int64
+	SkippedSince, SkippedUntil time.Time
+	SkippedFirst, SkippedLast  string
+	SkippedTotal               int64
 }
 
 // Wants reports whether the webhook subscribes to the event type.
@@ -111,6 +138,10 @@ type OutboxStats struct {
 	Pending int64
 	// OldestPending is the creation time of the oldest undelivered delivery (nil: none).
 	OldestPending *time.Time
+	// Full counts the webhooks whose backlog is at MaxPendingPerWebhook;
+	// Skipped, the events ever skipped for the existing webhooks
+	// (Webhook.SkippedTotal summed).
+	Full, Skipped int64
 }
 
 // DeliveryFilter pages through one webhook's deliveries, newest first.
@@ -155,32 +186,120 @@ func WebhookPayload(ev *AuditEvent) (string, error) {
 	return string(b), err
 }
 
-// OutboxDeliveries returns the deliveries an audit event queues for the
-// workspace's webhooks; stores call it where they write the event, in its
-// transaction.
-func OutboxDeliveries(ev *AuditEvent, hooks []*Webhook) ([]*WebhookDelivery, error) {
+// QueueEvent returns the deliveries an audit event queues for the
+// workspace's webhooks, and the webhooks whose backlog it changed (their
+// Pending and Skipped fields updated, to be stored); stores call it where
+// they write the event, in its transaction, with hooks read in that
+// transaction and, where several writers may run at once (PostgreSQL),
+// their rows locked: the decisions depend on the backlogs.
+//
+// For each webhook that wants the event (docs/webhooks.md#the-backlog-bound):
+// a notice of events skipped before, if any and there is room; then the
+// event's delivery if the backlog is below MaxPendingPerWebhook, or else
+// the event counted on the webhook as skipped. The audit event itself is
+// never changed.
+func QueueEvent(ev *AuditEvent, hooks []*Webhook) ([]*WebhookDelivery, []*Webhook, error) {
 	if ev.WorkspaceID == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var out []*WebhookDelivery
-	var payload string
+	var (
+		out     []*WebhookDelivery
+		changed []*Webhook
+		payload string
+	)
 	for _, w := range hooks {
 		if !w.Wants(ev.Action) {
 			continue
 		}
+		changed = append(changed, w)
+		n, err := SkippedNotice(w, ev.CreatedAt)
+		if err != nil {
+			return nil, nil, err
+		}
+		if n != nil {
+			out = append(out, n)
+		}
+		if w.Pending >= MaxPendingPerWebhook {
+			skipEvent(w, ev)
+			continue
+		}
 		if payload == "" {
-			var err error
 			if payload, err = WebhookPayload(ev); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
+		w.Pending++
 		out = append(out, &WebhookDelivery{
 			ID: uuid.NewString(), WebhookID: w.ID, WorkspaceID: ev.WorkspaceID, EventID: "msg_" + ev.ID,
 			EventType: ev.Action, Payload: payload, Status: DeliveryPending,
 			NextAttemptAt: ev.CreatedAt, CreatedAt: ev.CreatedAt,
 		})
 	}
-	return out, nil
+	return out, changed, nil
+}
+
+// skipEvent counts ev as skipped on w, whose backlog is full.
+func skipEvent(w *Webhook, ev *AuditEvent) {
+	if w.Skipped == 0 {
+		w.SkippedSince, w.SkippedUntil, w.SkippedFirst = ev.CreatedAt, ev.CreatedAt, ev.ID
+	}
+	if ev.CreatedAt.Before(w.SkippedSince) {
+		w.SkippedSince = ev.CreatedAt
+	}
+	if ev.CreatedAt.After(w.SkippedUntil) {
+		w.SkippedUntil = ev.CreatedAt
+	}
+	w.SkippedLast = ev.ID
+	w.Skipped++
+	w.SkippedTotal++
+}
+
+// skippedNoticeJS is the body of a NoticeEventsSkipped delivery (Standard
+// Webhooks: {type, timestamp, data}).
+type skippedNoticeJS struct {
+	Type      string          `json:"type"`
+	Timestamp string          `json:"timestamp"`
+	Data      SkippedEventsJS `json:"data"`
+}
+
+// SkippedEventsJS is the data of a NoticeEventsSkipped delivery
+// (docs/webhooks.md#the-backlog-bound): Count events of the types the
+// webhook subscribes to were not queued for it; each was written to the
+// audit log at or after Since and before Until (so auditEvents(since:
+// Since, until: Until) returns them, among others that were delivered:
+// deduplicate by id). FirstEventID and LastEventID are the first and the
+// last of them.
+type SkippedEventsJS struct {
+	WebhookID    string `json:"webhookId"`
+	WorkspaceID  string `json:"workspaceId"`
+	Count        int64  `json:"count"`
+	Since        string `json:"since"`
+	Until        string `json:"until"`
+	FirstEventID string `json:"firstEventId"`
+	LastEventID  string `json:"lastEventId"`
+}
+
+// SkippedNotice returns the NoticeEventsSkipped delivery of w's skipped
+// events, and resets w's count of them, when it has skipped events and its
+// backlog has room for the notice; else nil. The store inserts it and
+// stores w (its rows locked, as for QueueEvent).
+func SkippedNotice(w *Webhook, at time.Time) (*WebhookDelivery, error) {
+	if w.Skipped == 0 || w.Pending >= MaxPendingPerWebhook {
+		return nil, nil
+	}
+	b, err := json.Marshal(skippedNoticeJS{Type: NoticeEventsSkipped, Timestamp: at.UTC().Format(time.RFC3339Nano),
+		Data: SkippedEventsJS{WebhookID: w.ID, WorkspaceID: w.WorkspaceID, Count: w.Skipped,
+			Since:        w.SkippedSince.UTC().Format(time.RFC3339Nano),
+			Until:        w.SkippedUntil.Add(time.Nanosecond).UTC().Format(time.RFC3339Nano),
+			FirstEventID: w.SkippedFirst, LastEventID: w.SkippedLast}})
+	if err != nil {
+		return nil, err
+	}
+	id := uuid.NewString()
+	w.Pending++
+	w.Skipped, w.SkippedSince, w.SkippedUntil, w.SkippedFirst, w.SkippedLast = 0, time.Time{}, time.Time{}, "", ""
+	return &WebhookDelivery{ID: id, WebhookID: w.ID, WorkspaceID: w.WorkspaceID, EventID: "msg_" + id,
+		EventType: NoticeEventsSkipped, Payload: string(b), Status: DeliveryPending, NextAttemptAt: at, CreatedAt: at}, nil
 }
 
 // WebhookBackoff is the wait after the given number of failed attempts:
@@ -601,11 +720,47 @@ func (s *Service) SettleDelivery(d *WebhookDelivery, statusCode int, errMsg stri
 	}
 }
 
+// WebhookOutcome is what a recorded batch of deliveries did to one webhook
+// (Tx.RecordWebhookOutcome).
+type WebhookOutcome struct {
+	WebhookID string
+	// AttemptedAt is when the webhook's latest attempt in the batch ended
+	// (zero: none), OK whether it succeeded.
+	AttemptedAt time.Time
+	OK          bool
+	// Finished counts its deliveries that left PENDING (DELIVERED or FAILED).
+	Finished int
+	// Now is when the batch is recorded: the time of a notice it queues.
+	Now time.Time
+}
+
+// Apply applies the outcome to w, read with its row locked: the latest
+// attempt, when (and whether it failed: the claims' fairness,
+// docs/webhooks.md#delivery), unless a later one is recorded already; the
+// finished deliveries off its backlog; and, if events were skipped and
+// there is room now, their notice, returned for the store to queue
+// (docs/webhooks.md#the-backlog-bound). The store then stores w.
+func (o WebhookOutcome) Apply(w *Webhook) (*WebhookDelivery, error) {
+	if !o.AttemptedAt.IsZero() && !o.AttemptedAt.Before(w.LastAttemptAt) {
+		w.LastAttemptAt = o.AttemptedAt
+		switch {
+		case o.OK:
+			w.FailingSince = nil
+		case w.FailingSince == nil:
+			at := o.AttemptedAt
+			w.FailingSince = &at
+		}
+	}
+	w.Pending = max(w.Pending-int64(o.Finished), 0)
+	return SkippedNotice(w, o.Now)
+}
+
 // RecordDeliveries stores settled deliveries in one transaction (each under
 // its own claim: one whose claim was lost, because another instance took it
-// after the lease ran out, is left as it is), and each webhook's latest
-// attempt: whether it failed, and when (the claims' fairness,
-// docs/webhooks.md#delivery).
+// after the lease ran out, is left as it is), then each webhook's outcome:
+// its latest attempt, whether it failed, and when (the claims' fairness,
+// docs/webhooks.md#delivery), and the places the finished deliveries free
+// in its backlog (docs/webhooks.md#the-backlog-bound).
 func (s *Service) RecordDeliveries(ctx context.Context, ds []*WebhookDelivery) error {
 	latest := map[string]*WebhookDelivery{}
 	for _, d := range ds {
@@ -614,21 +769,28 @@ func (s *Service) RecordDeliveries(ctx context.Context, ds []*WebhookDelivery) e
 		}
 	}
 	// The webhook rows after every delivery row and in id order, as every
-	// recorder takes them: two instances' batches never wait for each other
-	// in a cycle (PostgreSQL).
+	// recorder (and every writer of an event) takes them: two instances'
+	// batches never wait for each other in a cycle (PostgreSQL).
 	hooks := slices.Sorted(maps.Keys(latest))
 	return s.store.Write(ctx, func(tx Tx) error {
+		finished := map[string]int{}
 		for _, d := range ds {
-			if err := tx.FinishWebhookDelivery(ctx, d, d.Claim); err != nil {
+			done, err := tx.FinishWebhookDelivery(ctx, d, d.Claim)
+			if err != nil {
 				return err
 			}
-		}
-		for _, id := range hooks {
-			d := latest[id]
-			if d.AttemptedAt.IsZero() {
-				continue // not settled by SettleDelivery
+			if done {
+				finished[d.WebhookID]++
 			}
-			if err := tx.RecordWebhookAttempt(ctx, id, d.AttemptedAt, d.Status == DeliveryDelivered); err != nil {
+		}
+		now := s.now()
+		for _, id := range hooks {
+			d := latest[id] // AttemptedAt is zero when not settled by SettleDelivery
+			if d.AttemptedAt.IsZero() && finished[id] == 0 {
+				continue
+			}
+			if err := tx.RecordWebhookOutcome(ctx, WebhookOutcome{WebhookID: id, AttemptedAt: d.AttemptedAt,
+				OK: d.Status == DeliveryDelivered, Finished: finished[id], Now: now}); err != nil {
 				return err
 			}
 		}

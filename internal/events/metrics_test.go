@@ -67,6 +67,7 @@ func TestMetrics(t *testing.T) {
 	})
 	v := values()
 	for _, name := range []string{"btk_webhook_outbox_depth", "btk_webhook_outbox_oldest_seconds",
+		"btk_webhook_backlogs_full", "btk_webhook_events_skipped",
 		"btk_webhook_deliveries_total{failed}", "btk_webhook_deliveries_total{error}"} {
 		if _, ok := v[name]; !ok {
 			t.Errorf("no %s in %v", name, v)

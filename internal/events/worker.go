@@ -63,9 +63,10 @@ type Worker struct {
 	log    *slog.Logger
 	wake   chan struct{}
 
-	results *prometheus.CounterVec
-	statsMu sync.Mutex
-	stats   btk.OutboxStats
+	results   *prometheus.CounterVec
+	statsMu   sync.Mutex
+	stats     btk.OutboxStats
+	statsRead bool // stats were read once
 }
 
 // Delivery results (the metric's label values).
@@ -116,7 +117,16 @@ func New(svc *btk.Service, cfg Config) *Worker {
 					return 0
 				}
 				return max(svc.Now().Sub(*st.OldestPending).Seconds(), 0)
-			}))
+			}),
+			// docs/webhooks.md#the-backlog-bound
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "btk_webhook_backlogs_full",
+				Help: "Webhooks whose backlog of pending deliveries is at its bound (their new events are skipped).",
+			}, func() float64 { return float64(w.outboxStats().Full) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "btk_webhook_events_skipped",
+				Help: "Events not queued for a webhook because its backlog was full, summed over the existing webhooks.",
+			}, func() float64 { return float64(w.outboxStats().Skipped) }))
 	}
 	return w
 }
@@ -200,8 +210,14 @@ func (w *Worker) Run(ctx context.Context) {
 		if now.Sub(lastStat) >= 5*time.Second {
 			if st, err := w.svc.OutboxStats(ctx); err == nil {
 				w.statsMu.Lock()
-				w.stats = st
+				prev, read := w.stats, w.statsRead
+				w.stats, w.statsRead = st, true
 				w.statsMu.Unlock()
+				if read && st.Skipped > prev.Skipped {
+					w.log.Warn("webhook events skipped: a webhook's backlog of pending deliveries is full; its receiver is sent a "+
+						btk.NoticeEventsSkipped+" notice and reads them from the audit log (docs/webhooks.md#the-backlog-bound)",
+						"skipped", st.Skipped-prev.Skipped, "full_backlogs", st.Full)
+				}
 			}
 			lastStat = now
 		}

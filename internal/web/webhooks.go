@@ -44,6 +44,13 @@ type webhookRow struct {
 	ID, URL, Events string
 	Created         timeValue
 	Deliveries      []deliveryRow
+	// The backlog (docs/webhooks.md#the-backlog-bound): Full when it is at
+	// its bound; Skipped events not queued since the last notice, the
+	// oldest at SkippedSince.
+	Full         bool
+	Max          int
+	Skipped      int64
+	SkippedSince *timeValue
 }
 
 type deliveryRow struct {
@@ -66,7 +73,11 @@ func (h *Handler) webhooksPage(w http.ResponseWriter, r *http.Request, a *btk.Ac
 	}
 	now := h.svc.Now()
 	for _, wh := range hooks {
-		row := webhookRow{ID: wh.ID, URL: wh.URL, Events: "every event", Created: newTime(wh.CreatedAt, now)}
+		row := webhookRow{ID: wh.ID, URL: wh.URL, Events: "every event", Created: newTime(wh.CreatedAt, now),
+			Full: wh.Pending >= btk.MaxPendingPerWebhook, Max: btk.MaxPendingPerWebhook, Skipped: wh.Skipped}
+		if wh.Skipped > 0 {
+			row.SkippedSince = optTime(&wh.SkippedSince, now)
+		}
 		if len(wh.Events) > 0 {
 			row.Events = strings.Join(wh.Events, ", ")
 		}

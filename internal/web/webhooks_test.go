@@ -75,3 +75,36 @@ func TestWebhooksPage(t *testing.T) {
 		t.Errorf("after delete:\n%s", r.Body)
 	}
 }
+
+// docs/webhooks.md#the-backlog-bound: a webhook whose backlog is full says
+// so on its card, with the events skipped and since when; the notice that
+// names them is in its deliveries once there is room.
+func TestWebhooksPageShowsFullBacklog(t *testing.T) {
+	var store btk.Store
+	e := newWrappedEnv(t, func(s btk.Store) btk.Store { store = s; return s })
+	b := e.loggedIn(ownerEmail, ownerPassword)
+	ctx := t.Context()
+	if _, err := e.svc.CreateWebhook(ctx, e.owner(), "https://93.184.215.14/hook", []string{"api_key.updated"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get("/webhooks"); strings.Contains(r.Body, "backlog") {
+		t.Fatalf("an empty backlog is reported:\n%s", r.Body)
+	}
+	err := store.Write(ctx, func(tx btk.Tx) error {
+		for range btk.MaxPendingPerWebhook + 2 {
+			if err := tx.AddAuditEvent(ctx, &btk.AuditEvent{WorkspaceID: e.ws.ID, Action: "api_key.updated", ActorEmail: ownerEmail,
+				TargetType: "api_key", Metadata: "{}", CreatedAt: e.svc.Now()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.get("/webhooks")
+	if !strings.Contains(r.Body, "2 events were not queued for this webhook since <time") ||
+		!strings.Contains(r.Body, "its backlog of 1000 pending deliveries is full") {
+		t.Errorf("the full backlog is not reported:\n%s", r.Body)
+	}
+}

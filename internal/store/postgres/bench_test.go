@@ -187,3 +187,30 @@ func BenchmarkUsageReads(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimBacklog is the SQLite store's benchmark of the same name
+// on PostgreSQL: a claim round with 100 and with 10,000 pending deliveries
+// in one workspace, after an ANALYZE, with the generic plan the server
+// keeps for a statement run many times (plan_cache_mode=force_generic_plan).
+func BenchmarkClaimBacklog(b *testing.B) {
+	for _, rows := range []int{100, 10_000} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			url := pgtest.URL(b)
+			db, err := postgres.Open(ctx, url+"&plan_cache_mode=force_generic_plan", postgres.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			now := storetest.SeedClaimBacklog(b, db, rows/btk.MaxWebhooksPerWorkspace)
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, `ANALYZE`); err != nil {
+				b.Fatal(err)
+			}
+			storetest.BenchClaim(b, db, now)
+		})
+	}
+}

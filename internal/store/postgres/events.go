@@ -24,18 +24,7 @@ const deliveryCursor = 'd'
 // for the workspace's webhooks, all in t.
 func (t *tx) addEvent(ctx context.Context, ev *btk.AuditEvent, created int64) error {
 	chain := ev.WorkspaceID
-	if chain != "" {
-		// The workspace row before the chain's head: the audit_events
-		// row's foreign key locks it (FOR KEY SHARE) anyway, and a change
-		// that holds it FOR UPDATE (a key created, a plan changed) takes
-		// the head after it. Taken after the head, an event alone (an
-		// elevation, a canary's use) and such a change deadlocked.
-		if _, err := t.exec(ctx, "add audit event", false,
-			`SELECT FROM workspaces WHERE id = $1 FOR KEY SHARE`, chain); err != nil {
-			return err
-		}
-	}
-	head, err := t.lockChainHead(ctx, chain)
+	head, err := t.lockChain(ctx, chain)
 	if err != nil {
 		return err
 	}
@@ -58,23 +47,80 @@ func (t *tx) addEvent(ctx context.Context, ev *btk.AuditEvent, created int64) er
 	if ev.WorkspaceID == "" {
 		return nil
 	}
-	hooks, err := t.Webhooks(ctx, ev.WorkspaceID)
+	// Each webhook's backlog is bounded (docs/webhooks.md#the-backlog-bound):
+	// QueueEvent decides on the backlogs, so the workspace's webhook rows
+	// are locked while it does, in id order as a recorder takes them
+	// (RecordDeliveries), and hold their counts until this commits. The
+	// deliveries are queued in the webhooks' order, as Webhooks lists them
+	// (ties in a claim's turns go to the earlier row).
+	hooks, err := all(ctx, t, "webhooks", scanWebhook, `SELECT `+webhookColumns+` FROM (
+		SELECT seq, `+webhookColumns+` FROM webhooks WHERE workspace_id = $1 ORDER BY id FOR NO KEY UPDATE) w ORDER BY seq`, ev.WorkspaceID)
 	if err != nil || len(hooks) == 0 {
 		return err
 	}
-	ds, err := btk.OutboxDeliveries(ev, hooks)
+	ds, changed, err := btk.QueueEvent(ev, hooks)
 	if err != nil {
 		return err
 	}
 	for _, d := range ds {
-		if _, err := t.exec(ctx, "queue delivery", false,
-			`INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event_id, event_type, payload, status,
-				next_attempt_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			d.ID, d.WebhookID, d.WorkspaceID, d.EventID, d.EventType, d.Payload, string(d.Status), created, created); err != nil {
+		if err := t.queueDelivery(ctx, d); err != nil {
+			return err
+		}
+	}
+	for _, w := range changed {
+		if err := t.setWebhookState(ctx, w); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func (t *tx) queueDelivery(ctx context.Context, d *btk.WebhookDelivery) error {
+	_, err := t.exec(ctx, "queue delivery", false,
+		`INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event_id, event_type, payload, status,
+			next_attempt_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		d.ID, d.WebhookID, d.WorkspaceID, d.EventID, d.EventType, d.Payload, string(d.Status), d.NextAttemptAt, d.CreatedAt)
+	return err
+}
+
+// setWebhookState stores a webhook's latest attempt and backlog as
+// QueueEvent or WebhookOutcome.Apply left them (the caller holds the row).
+func (t *tx) setWebhookState(ctx context.Context, w *btk.Webhook) error {
+	var last int64
+	if !w.LastAttemptAt.IsZero() {
+		last = w.LastAttemptAt.UnixNano()
+	}
+	_, err := t.exec(ctx, "webhook outcome", false, `UPDATE webhooks SET last_attempt_at = $1, failing_since = $2,
+		pending = $3, skipped = $4, skipped_since = $5, skipped_until = $6, skipped_first = $7, skipped_last = $8,
+		skipped_total = $9 WHERE id = $10`,
+		last, w.FailingSince, w.Pending, w.Skipped, optTime(w.SkippedSince), optTime(w.SkippedUntil),
+		optStr(w.SkippedFirst), optStr(w.SkippedLast), w.SkippedTotal, w.ID)
+	return err
+}
+
+// optTime is t, or nil (NULL) for the zero time.
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// lockChain locks what a writer of the chain's next row holds, in the
+// order every writer takes it, and returns the head.
+func (t *tx) lockChain(ctx context.Context, chain string) (btk.AuditHead, error) {
+	if chain != "" {
+		// The workspace row before the chain's head: the audit_events
+		// row's foreign key locks it (FOR KEY SHARE) anyway, and a change
+		// that holds it FOR UPDATE (a key created, a plan changed) takes
+		// the head after it. Taken after the head, an event alone (an
+		// elevation, a canary's use) and such a change deadlocked.
+		if _, err := t.exec(ctx, "add audit event", false,
+			`SELECT FROM workspaces WHERE id = $1 FOR KEY SHARE`, chain); err != nil {
+			return btk.AuditHead{}, err
+		}
+	}
+	return t.lockChainHead(ctx, chain)
 }
 
 // lockChainHead locks the chain's head row (creating it, empty, for a new
@@ -203,18 +249,28 @@ func chainExisting(ctx context.Context, pgTx pgx.Tx) error {
 
 // Webhooks.
 
-const selectWebhook = `SELECT id, workspace_id, url, events, secret, created_at, created_by, last_attempt_at, failing_since FROM webhooks`
+const (
+	webhookColumns = `id, workspace_id, url, events, secret, created_at, created_by, last_attempt_at, failing_since,
+	pending, skipped, skipped_since, skipped_until, skipped_first, skipped_last, skipped_total`
+	selectWebhook = `SELECT ` + webhookColumns + ` FROM webhooks`
+)
 
 func scanWebhook(row sqlshared.Row) (*btk.Webhook, error) {
 	var (
 		w                    btk.Webhook
 		events               string
 		created, lastAttempt int64
-		failing              *int64
+		failing, since, till *int64
+		first, last          *string
 	)
-	if err := row.Scan(&w.ID, &w.WorkspaceID, &w.URL, &events, &w.Sealed, &created, &w.CreatedBy, &lastAttempt, &failing); err != nil {
+	if err := row.Scan(&w.ID, &w.WorkspaceID, &w.URL, &events, &w.Sealed, &created, &w.CreatedBy, &lastAttempt, &failing,
+		&w.Pending, &w.Skipped, &since, &till, &first, &last, &w.SkippedTotal); err != nil {
 		return nil, err
 	}
+	if since != nil && till != nil {
+		w.SkippedSince, w.SkippedUntil = sqlshared.FromNano(*since), sqlshared.FromNano(*till)
+	}
+	w.SkippedFirst, w.SkippedLast = str(first), str(last)
 	if lastAttempt != 0 {
 		w.LastAttemptAt = sqlshared.FromNano(lastAttempt)
 	}
@@ -250,6 +306,17 @@ func (t *tx) Webhooks(ctx context.Context, workspaceID string) ([]*btk.Webhook, 
 }
 
 func (t *tx) DeleteWebhook(ctx context.Context, id string) error {
+	// The workspace's chain before the webhook's row: a writer of an event
+	// holds the chain's head, then locks the workspace's webhook rows
+	// (addEvent), and the deletion's own webhook.deleted event takes the
+	// head after the row otherwise: the two waited for each other.
+	var ws string
+	if err := t.tx.QueryRow(ctx, `SELECT workspace_id FROM webhooks WHERE id = $1`, id).Scan(&ws); err != nil {
+		return mapErr("delete webhook", err)
+	}
+	if _, err := t.lockChain(ctx, ws); err != nil {
+		return err
+	}
 	if _, err := t.exec(ctx, "delete webhook", false, `DELETE FROM webhook_deliveries WHERE webhook_id = $1`, id); err != nil {
 		return err
 	}
@@ -280,51 +347,85 @@ func (t *tx) WebhookDeliveries(ctx context.Context, f btk.DeliveryFilter) ([]*bt
 	return list(ctx, t, "webhook deliveries", deliveryCursor, f.Page, q, []any{f.WebhookID}, scanDelivery)
 }
 
+// claimStatement leases the deliveries ClaimDue chooses; its arguments:
+// the lease's end, the claim, now, the caps, the per-webhook limit and the
+// limit. The candidates are chosen within the caps (window functions
+// cannot be locked), then locked, skipping the rows another instance is
+// claiming.
+var claimStatement = `UPDATE webhook_deliveries SET lease_until = $1, claim = $2
+	WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE seq IN (` + sqlshared.ClaimDue("$3", "$4", "$5", "$6", "$7", "$8", "$9", true) + `)
+		AND status = 'PENDING' AND (lease_until IS NULL OR lease_until <= $3) FOR UPDATE SKIP LOCKED)`
+
 func (t *tx) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int, caps btk.DeliveryCaps) ([]*btk.WebhookDelivery, error) {
 	n, err := sqlshared.UnixNano(now)
 	if err != nil {
 		return nil, err
 	}
 	until := n + int64(lease)
-	// The candidates are chosen within the caps (window functions cannot be
-	// locked), then locked, skipping the rows another instance is claiming.
-	if _, err := t.exec(ctx, "claim deliveries", false, `UPDATE webhook_deliveries SET lease_until = $1, claim = $2
-		WHERE seq IN (SELECT seq FROM webhook_deliveries WHERE seq IN (`+sqlshared.ClaimDue("$3", "$4", "$5", "$6", "$7", "$8")+`)
-			AND status = 'PENDING' AND (lease_until IS NULL OR lease_until <= $3) FOR UPDATE SKIP LOCKED)`,
+	if _, err := t.exec(ctx, "claim deliveries", false, claimStatement,
 		until, claim, n, capOf(caps.PerWebhook), capOf(caps.PerFailingWebhook), capOf(caps.PerWorkspace),
-		capOf(caps.FailingPerWorkspace), limit); err != nil {
+		capOf(caps.FailingPerWorkspace), sqlshared.ClaimHookLimit(limit, caps), limit); err != nil {
 		return nil, err
 	}
+	// Found through the index of leases, like the claim's count of them.
 	return all(ctx, t, "claim deliveries", sqlshared.WithoutSeq(scanDelivery),
-		selectDelivery+` WHERE d.claim = $1 AND d.lease_until = $2 AND d.status = 'PENDING' ORDER BY d.next_attempt_at`, claim, until)
+		selectDelivery+` WHERE d.lease_until = $1 AND d.claim = $2 AND d.status = 'PENDING' ORDER BY d.next_attempt_at`, until, claim)
 }
 
-func (t *tx) FinishWebhookDelivery(ctx context.Context, d *btk.WebhookDelivery, claim string) error {
-	_, err := t.exec(ctx, "finish delivery", false, `UPDATE webhook_deliveries SET status = $1, attempts = $2,
+func (t *tx) FinishWebhookDelivery(ctx context.Context, d *btk.WebhookDelivery, claim string) (bool, error) {
+	n, err := t.exec(ctx, "finish delivery", false, `UPDATE webhook_deliveries SET status = $1, attempts = $2,
 		next_attempt_at = $3, last_status_code = $4, last_error = $5, delivered_at = $6, lease_until = NULL, claim = NULL
 		WHERE id = $7 AND claim = $8`,
 		string(d.Status), d.Attempts, d.NextAttemptAt, d.LastStatusCode, d.LastError, d.DeliveredAt, d.ID, claim)
-	return err
+	// A claimed delivery is PENDING: finished otherwise, it left the backlog.
+	return n == 1 && d.Status != btk.DeliveryPending, err
 }
 
-func (t *tx) RecordWebhookAttempt(ctx context.Context, webhookID string, at time.Time, ok bool) error {
-	n, err := sqlshared.UnixNano(at)
+func (t *tx) RecordWebhookOutcome(ctx context.Context, o btk.WebhookOutcome) error {
+	// Locked, not updated, while the outcome is decided: the one update
+	// below is the row's first in this transaction, so its foreign key is
+	// not checked (a second update would lock the workspace's row, after
+	// the webhook's: the reverse of a writer of an event, which deadlocked
+	// with a key being created).
+	w, err := scanWebhook(t.tx.QueryRow(ctx, selectWebhook+` WHERE id = $1 FOR NO KEY UPDATE`, o.WebhookID))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil // deleted
+	case err != nil:
+		return mapErr("webhook outcome", err)
+	}
+	return t.storeOutcome(ctx, w, o)
+}
+
+// storeOutcome applies o to w, queues the notice it makes, if any, and
+// stores w's attempt and backlog in one update.
+func (t *tx) storeOutcome(ctx context.Context, w *btk.Webhook, o btk.WebhookOutcome) error {
+	d, err := o.Apply(w)
 	if err != nil {
 		return err
 	}
-	_, err = t.exec(ctx, "record webhook attempt", false, `UPDATE webhooks SET last_attempt_at = $1,
-		failing_since = CASE WHEN $2 THEN NULL ELSE coalesce(failing_since, $1) END
-		WHERE id = $3 AND last_attempt_at <= $1`, n, ok, webhookID)
-	return err
+	if d != nil {
+		if err := t.queueDelivery(ctx, d); err != nil {
+			return err
+		}
+	}
+	return t.setWebhookState(ctx, w)
 }
 
+// OutboxStats reads the webhooks (at most 10 a workspace) and the oldest
+// entry of the index of pending deliveries by age, never the backlog
+// itself (docs/webhooks.md#metrics).
 func (t *tx) OutboxStats(ctx context.Context, now time.Time) (btk.OutboxStats, error) {
 	var (
 		st     btk.OutboxStats
 		oldest *int64
 	)
-	err := t.tx.QueryRow(ctx, `SELECT count(*), min(created_at) FROM webhook_deliveries WHERE status = 'PENDING'`).
-		Scan(&st.Pending, &oldest)
+	err := t.tx.QueryRow(ctx, `SELECT coalesce(sum(pending), 0)::bigint, count(*) FILTER (WHERE pending >= $1),
+		coalesce(sum(skipped_total), 0)::bigint FROM webhooks`, btk.MaxPendingPerWebhook).Scan(&st.Pending, &st.Full, &st.Skipped)
+	if err != nil {
+		return st, mapErr("outbox stats", err)
+	}
+	err = t.tx.QueryRow(ctx, `SELECT min(created_at) FROM webhook_deliveries WHERE status = 'PENDING'`).Scan(&oldest)
 	st.OldestPending = fromOptNano(oldest)
 	return st, mapErr("outbox stats", err)
 }

@@ -258,3 +258,17 @@ func BenchmarkUsageReads(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimBacklog times a claim round with 100 and with 10,000
+// pending deliveries in one workspace (its 10 webhooks' backlogs full at
+// the bound), one in flight: a claim's cost must not grow with the backlog
+// (docs/webhooks.md#the-backlog-bound; figures in bench/README.md).
+func BenchmarkClaimBacklog(b *testing.B) {
+	for _, rows := range []int{100, 10_000} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			db := tempDB(b)
+			now := storetest.SeedClaimBacklog(b, db, rows/btk.MaxWebhooksPerWorkspace)
+			storetest.BenchClaim(b, db, now)
+		})
+	}
+}

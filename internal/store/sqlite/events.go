@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/btk-project/btk/internal/btk"
@@ -47,19 +48,55 @@ func (t *tx) addEvent(ctx context.Context, ev *btk.AuditEvent, created int64) er
 	if err != nil || len(hooks) == 0 {
 		return err
 	}
-	ds, err := btk.OutboxDeliveries(ev, hooks)
+	// Each webhook's backlog is bounded (docs/webhooks.md#the-backlog-bound):
+	// QueueEvent queues or counts as skipped; one writer, so the backlogs
+	// read are the current ones.
+	ds, changed, err := btk.QueueEvent(ev, hooks)
 	if err != nil {
 		return err
 	}
 	for _, d := range ds {
-		if _, err := t.exec(ctx, "queue delivery", false,
-			`INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event_id, event_type, payload, status,
-				next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			d.ID, d.WebhookID, d.WorkspaceID, d.EventID, d.EventType, d.Payload, string(d.Status), created, created); err != nil {
+		if err := t.queueDelivery(ctx, d); err != nil {
+			return err
+		}
+	}
+	for _, w := range changed {
+		if err := t.setWebhookState(ctx, w); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func (t *tx) queueDelivery(ctx context.Context, d *btk.WebhookDelivery) error {
+	_, err := t.exec(ctx, "queue delivery", false,
+		`INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event_id, event_type, payload, status,
+			next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		d.ID, d.WebhookID, d.WorkspaceID, d.EventID, d.EventType, d.Payload, string(d.Status), d.NextAttemptAt, d.CreatedAt)
+	return err
+}
+
+// setWebhookState stores a webhook's latest attempt and backlog as
+// QueueEvent or WebhookOutcome.Apply left them (the caller holds the row).
+func (t *tx) setWebhookState(ctx context.Context, w *btk.Webhook) error {
+	var last int64
+	if !w.LastAttemptAt.IsZero() {
+		last = w.LastAttemptAt.UnixNano()
+	}
+	_, err := t.exec(ctx, "webhook outcome", false, `UPDATE webhooks SET last_attempt_at = ?, failing_since = ?,
+		pending = ?, skipped = ?, skipped_since = ?, skipped_until = ?, skipped_first = ?, skipped_last = ?,
+		skipped_total = ? WHERE id = ?`,
+		last, w.FailingSince, w.Pending, w.Skipped, optTime(w.SkippedSince), optTime(w.SkippedUntil),
+		optStr(w.SkippedFirst), optStr(w.SkippedLast), w.SkippedTotal, w.ID)
+	return err
+}
+
+// optTime is t, or nil (NULL) for the zero time.
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 func (t *tx) setChainHead(ctx context.Context, chain, hash string, count, at int64) error {
@@ -171,18 +208,28 @@ func chainExisting(ctx context.Context, sqlTx *sql.Tx) error {
 
 // Webhooks.
 
-const selectWebhook = `SELECT id, workspace_id, url, events, secret, created_at, created_by, last_attempt_at, failing_since FROM webhooks`
+const (
+	webhookColumns = `id, workspace_id, url, events, secret, created_at, created_by, last_attempt_at, failing_since,
+	pending, skipped, skipped_since, skipped_until, skipped_first, skipped_last, skipped_total`
+	selectWebhook = `SELECT ` + webhookColumns + ` FROM webhooks`
+)
 
 func scanWebhook(row sqlshared.Row) (*btk.Webhook, error) {
 	var (
 		w                    btk.Webhook
 		events               string
 		created, lastAttempt int64
-		failing              sql.NullInt64
+		failing, since, till sql.NullInt64
+		first, last          sql.NullString
 	)
-	if err := row.Scan(&w.ID, &w.WorkspaceID, &w.URL, &events, &w.Sealed, &created, &w.CreatedBy, &lastAttempt, &failing); err != nil {
+	if err := row.Scan(&w.ID, &w.WorkspaceID, &w.URL, &events, &w.Sealed, &created, &w.CreatedBy, &lastAttempt, &failing,
+		&w.Pending, &w.Skipped, &since, &till, &first, &last, &w.SkippedTotal); err != nil {
 		return nil, err
 	}
+	if since.Valid && till.Valid {
+		w.SkippedSince, w.SkippedUntil = sqlshared.FromNano(since.Int64), sqlshared.FromNano(till.Int64)
+	}
+	w.SkippedFirst, w.SkippedLast = first.String, last.String
 	if lastAttempt != 0 {
 		w.LastAttemptAt = sqlshared.FromNano(lastAttempt)
 	}
@@ -254,48 +301,78 @@ func (t *tx) WebhookDeliveries(ctx context.Context, f btk.DeliveryFilter) ([]*bt
 	return list(ctx, t, "webhook deliveries", deliveryCursor, f.Page, q, []any{f.WebhookID}, scanDelivery)
 }
 
+// claimStatement leases the deliveries ClaimDue chooses; its arguments:
+// the lease's end, the claim, now, the caps, the per-webhook limit and the
+// limit.
+var claimStatement = `UPDATE webhook_deliveries SET lease_until = ?, claim = ?
+	WHERE seq IN (` + sqlshared.ClaimDue("?3", "?4", "?5", "?6", "?7", "?8", "?9", false) + `)`
+
 func (t *tx) ClaimWebhookDeliveries(ctx context.Context, now time.Time, lease time.Duration, claim string, limit int, caps btk.DeliveryCaps) ([]*btk.WebhookDelivery, error) {
 	n, err := sqlshared.UnixNano(now)
 	if err != nil {
 		return nil, err
 	}
 	until := n + int64(lease)
-	if _, err := t.exec(ctx, "claim deliveries", false, `UPDATE webhook_deliveries SET lease_until = ?, claim = ?
-		WHERE seq IN (`+sqlshared.ClaimDue("?3", "?4", "?5", "?6", "?7", "?8")+`)`,
+	if _, err := t.exec(ctx, "claim deliveries", false, claimStatement,
 		until, claim, n, capOf(caps.PerWebhook), capOf(caps.PerFailingWebhook), capOf(caps.PerWorkspace),
-		capOf(caps.FailingPerWorkspace), limit); err != nil {
+		capOf(caps.FailingPerWorkspace), sqlshared.ClaimHookLimit(limit, caps), limit); err != nil {
 		return nil, err
 	}
+	// Found through the index of leases, like the claim's count of them.
 	return all(ctx, t, "claim deliveries", sqlshared.WithoutSeq(scanDelivery),
-		selectDelivery+` WHERE d.claim = ? AND d.lease_until = ? AND d.status = 'PENDING' ORDER BY d.next_attempt_at`, claim, until)
+		selectDelivery+` WHERE d.lease_until = ? AND d.claim = ? AND d.status = 'PENDING' ORDER BY d.next_attempt_at`, until, claim)
 }
 
-func (t *tx) FinishWebhookDelivery(ctx context.Context, d *btk.WebhookDelivery, claim string) error {
-	_, err := t.exec(ctx, "finish delivery", false, `UPDATE webhook_deliveries SET status = ?, attempts = ?,
+func (t *tx) FinishWebhookDelivery(ctx context.Context, d *btk.WebhookDelivery, claim string) (bool, error) {
+	n, err := t.exec(ctx, "finish delivery", false, `UPDATE webhook_deliveries SET status = ?, attempts = ?,
 		next_attempt_at = ?, last_status_code = ?, last_error = ?, delivered_at = ?, lease_until = NULL, claim = NULL
 		WHERE id = ? AND claim = ?`,
 		string(d.Status), d.Attempts, d.NextAttemptAt, d.LastStatusCode, d.LastError, d.DeliveredAt, d.ID, claim)
-	return err
+	// A claimed delivery is PENDING: finished otherwise, it left the backlog.
+	return n == 1 && d.Status != btk.DeliveryPending, err
 }
 
-func (t *tx) RecordWebhookAttempt(ctx context.Context, webhookID string, at time.Time, ok bool) error {
-	n, err := sqlshared.UnixNano(at)
+func (t *tx) RecordWebhookOutcome(ctx context.Context, o btk.WebhookOutcome) error {
+	// One writer: the row read is the current one until this commits.
+	w, err := scanWebhook(t.tx.QueryRowContext(ctx, selectWebhook+` WHERE id = ?`, o.WebhookID))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil // deleted
+	case err != nil:
+		return mapErr("webhook outcome", err)
+	}
+	return t.storeOutcome(ctx, w, o)
+}
+
+// storeOutcome applies o to w, queues the notice it makes, if any, and
+// stores w's attempt and backlog in one update.
+func (t *tx) storeOutcome(ctx context.Context, w *btk.Webhook, o btk.WebhookOutcome) error {
+	d, err := o.Apply(w)
 	if err != nil {
 		return err
 	}
-	_, err = t.exec(ctx, "record webhook attempt", false, `UPDATE webhooks SET last_attempt_at = ?1,
-		failing_since = CASE WHEN ?2 THEN NULL ELSE coalesce(failing_since, ?1) END
-		WHERE id = ?3 AND last_attempt_at <= ?1`, n, ok, webhookID)
-	return err
+	if d != nil {
+		if err := t.queueDelivery(ctx, d); err != nil {
+			return err
+		}
+	}
+	return t.setWebhookState(ctx, w)
 }
 
+// OutboxStats reads the webhooks (at most 10 a workspace) and the oldest
+// entry of the index of pending deliveries by age, never the backlog
+// itself (docs/webhooks.md#metrics).
 func (t *tx) OutboxStats(ctx context.Context, now time.Time) (btk.OutboxStats, error) {
 	var (
 		st     btk.OutboxStats
 		oldest sql.NullInt64
 	)
-	err := t.tx.QueryRowContext(ctx, `SELECT count(*), min(created_at) FROM webhook_deliveries WHERE status = 'PENDING'`).
-		Scan(&st.Pending, &oldest)
+	err := t.tx.QueryRowContext(ctx, `SELECT coalesce(sum(pending), 0), coalesce(sum(pending >= ?), 0),
+		coalesce(sum(skipped_total), 0) FROM webhooks`, btk.MaxPendingPerWebhook).Scan(&st.Pending, &st.Full, &st.Skipped)
+	if err != nil {
+		return st, mapErr("outbox stats", err)
+	}
+	err = t.tx.QueryRowContext(ctx, `SELECT min(created_at) FROM webhook_deliveries WHERE status = 'PENDING'`).Scan(&oldest)
 	if oldest.Valid {
 		at := sqlshared.FromNano(oldest.Int64)
 		st.OldestPending = &at

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -92,4 +93,61 @@ func BenchUsageFlush(b *testing.B, db btk.Store) {
 			}
 		}
 	})
+}
+
+// SeedClaimBacklog lays out the claim benchmark (BenchClaim) and the tests
+// of what a claim reads: a busy workspace with the most webhooks a
+// workspace may have, each with perHook pending deliveries (at most
+// btk.MaxPendingPerWebhook: 10,000 in the workspace), one of them in flight,
+// and a quiet workspace with one. It returns the time to claim at, when
+// every delivery is due.
+func SeedClaimBacklog(tb testing.TB, db btk.Store, perHook int) time.Time {
+	busy, quiet := newWorkspace(tb, db), newWorkspace(tb, db)
+	for range btk.MaxWebhooksPerWorkspace {
+		newWebhook(tb, db, busy)
+	}
+	newWebhook(tb, db, quiet)
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Millisecond) }
+	for from := 0; from < perHook; from += 200 {
+		addEvents(tb, db, busy.ID, "api_key.updated", at, from, min(200, perHook-from))
+	}
+	addEvents(tb, db, quiet.ID, "api_key.updated", at, perHook, 1)
+	now := at(perHook + 1)
+	if ds := claimCaps(tb, db, now, "in-flight", 1, btk.DefaultDeliveryCaps(8)); len(ds) != 1 || ds[0].WorkspaceID != busy.ID {
+		tb.Fatalf("the first claim took %d deliveries, want the busy workspace's oldest", len(ds))
+	}
+	return now
+}
+
+// ClaimBenchClaimed is how many deliveries each claim of BenchClaim takes:
+// the busy workspace's share (btk.DefaultDeliveryCaps(8)) less the one in
+// flight, and the quiet workspace's one.
+const ClaimBenchClaimed = 3
+
+var errRollback = errors.New("rolled back")
+
+// BenchClaim times a claim round (8 free workers, the default caps) on a
+// store laid out by SeedClaimBacklog, in a write transaction that is then
+// rolled back, so that each round claims the same deliveries
+// (docs/webhooks.md#the-backlog-bound). Besides ns/op it reports
+// cpu-ns/op, this process's CPU time per claim (SQLite's work included;
+// PostgreSQL's server is another process).
+func BenchClaim(b *testing.B, db btk.Store, now time.Time) {
+	caps := btk.DefaultDeliveryCaps(8)
+	start := cpuTime()
+	defer func() { b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op") }()
+	for b.Loop() {
+		n := 0
+		err := db.Write(ctx, func(tx btk.Tx) error {
+			ds, err := tx.ClaimWebhookDeliveries(ctx, now, time.Minute, "bench", 8, caps)
+			if err != nil {
+				return err
+			}
+			n = len(ds)
+			return errRollback
+		})
+		if !errors.Is(err, errRollback) || n != ClaimBenchClaimed {
+			b.Fatalf("claimed %d deliveries (%v), want %d", n, err, ClaimBenchClaimed)
+		}
+	}
 }

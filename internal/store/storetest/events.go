@@ -192,17 +192,28 @@ func testWebhookOutbox(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	d0.Status, d0.Attempts, d0.LastStatusCode, d0.DeliveredAt = btk.DeliveryDelivered, 1, 204, &now
 	d1.Status, d1.Attempts, d1.LastStatusCode, d1.LastError, d1.NextAttemptAt = btk.DeliveryPending, 1, 500, "boom", t0.Add(time.Hour)
 	write(t, db, func(tx btk.Tx) error {
-		if err := tx.FinishWebhookDelivery(ctx, d0, "c1"); err != nil {
-			return err
+		// Delivered: it left the backlog; retried: it stays.
+		if done, err := tx.FinishWebhookDelivery(ctx, d0, "c1"); err != nil || !done {
+			t.Errorf("finishing a delivered delivery: %v %v, want true", done, err)
 		}
-		if err := tx.FinishWebhookDelivery(ctx, d1, "c1"); err != nil {
+		if done, err := tx.FinishWebhookDelivery(ctx, d1, "c1"); err != nil || done {
+			t.Errorf("finishing a retried delivery: %v %v, want false", done, err)
+		}
+		if err := tx.RecordWebhookOutcome(ctx, btk.WebhookOutcome{WebhookID: d0.WebhookID, AttemptedAt: now, OK: true, Finished: 1, Now: now}); err != nil {
 			return err
 		}
 		// A lost claim changes nothing.
 		stale := *claimed[2]
 		stale.Status = btk.DeliveryDelivered
-		return tx.FinishWebhookDelivery(ctx, &stale, "not-mine")
+		if done, err := tx.FinishWebhookDelivery(ctx, &stale, "not-mine"); err != nil || done {
+			t.Errorf("finishing under a lost claim: %v %v, want false", done, err)
+		}
+		return nil
 	})
+	read(t, db, func(tx btk.Tx) (err error) { st, err = tx.OutboxStats(ctx, t0); return err })
+	if st.Pending != 2 || st.Full != 0 || st.Skipped != 0 {
+		t.Errorf("outbox stats %+v after one delivery, want 2 pending", st)
+	}
 	again = claim(t, db, t0.Add(3*time.Minute), "c3")
 	if len(again) != 1 || again[0].ID != claimed[2].ID {
 		t.Fatalf("after the lease ran out: claimed %d, want the third", len(again))
@@ -451,7 +462,7 @@ func testPruneDeliveries(t *testing.T, db btk.Store, ws *btk.Workspace) {
 	claimed[3].Status, claimed[3].DeliveredAt = btk.DeliveryDelivered, &now
 	write(t, db, func(tx btk.Tx) error {
 		for _, d := range claimed {
-			if err := tx.FinishWebhookDelivery(ctx, d, "c"); err != nil {
+			if _, err := tx.FinishWebhookDelivery(ctx, d, "c"); err != nil {
 				return err
 			}
 		}
@@ -539,7 +550,9 @@ func testWebhookClaimsFairInWorkspace(t *testing.T, db btk.Store, ws *btk.Worksp
 	names := map[string]string{hang1.ID: "hang1", hang2.ID: "hang2", flaky.ID: "flaky", healthy.ID: "healthy"}
 	attempt := func(w *btk.Webhook, at time.Time, ok bool) {
 		t.Helper()
-		write(t, db, func(tx btk.Tx) error { return tx.RecordWebhookAttempt(ctx, w.ID, at, ok) })
+		write(t, db, func(tx btk.Tx) error {
+			return tx.RecordWebhookOutcome(ctx, btk.WebhookOutcome{WebhookID: w.ID, AttemptedAt: at, OK: ok, Now: at})
+		})
 	}
 	// The steady state of the attack: two receivers that hang (their
 	// attempts time out), one that answers 500 and one that answers at once.
@@ -560,10 +573,15 @@ func testWebhookClaimsFairInWorkspace(t *testing.T, db btk.Store, ws *btk.Worksp
 			d.Status, d.NextAttemptAt = btk.DeliveryPending, end.Add(btk.WebhookBackoff(d.Attempts, 0))
 		}
 		write(t, db, func(tx btk.Tx) error {
-			if err := tx.FinishWebhookDelivery(ctx, d, claim); err != nil {
+			done, err := tx.FinishWebhookDelivery(ctx, d, claim)
+			if err != nil {
 				return err
 			}
-			return tx.RecordWebhookAttempt(ctx, d.WebhookID, end, ok)
+			o := btk.WebhookOutcome{WebhookID: d.WebhookID, AttemptedAt: end, OK: ok, Now: end}
+			if done {
+				o.Finished = 1
+			}
+			return tx.RecordWebhookOutcome(ctx, o)
 		})
 	}
 	round := func(name string, now time.Time, want map[string]int) map[string]*btk.WebhookDelivery {
@@ -637,7 +655,7 @@ func testWebhookClaimsFairInWorkspace(t *testing.T, db btk.Store, ws *btk.Worksp
 
 // claimCaps claims up to limit due deliveries at at, within caps, leased
 // for a minute to claimer.
-func claimCaps(t *testing.T, db btk.Store, at time.Time, claimer string, limit int, caps btk.DeliveryCaps) []*btk.WebhookDelivery {
+func claimCaps(t testing.TB, db btk.Store, at time.Time, claimer string, limit int, caps btk.DeliveryCaps) []*btk.WebhookDelivery {
 	t.Helper()
 	var ds []*btk.WebhookDelivery
 	write(t, db, func(tx btk.Tx) (err error) {
