@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -103,4 +104,29 @@ func TestClaimQueryPlans(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A database upgraded from migration 0013 keeps its pending deliveries and
+// counts them on their webhooks (migration 0014), so claims, which visit
+// the webhooks that count a backlog, take them all.
+func TestMigrationCountsPendingDeliveries(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "btk.db")
+	db, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := storetest.SeedBacklogForUpgrade(t, db)
+	if _, err := db.w.ExecContext(ctx, storetest.UndoMigration0014); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	check(t, db)
 }

@@ -407,3 +407,64 @@ func testWebhookOutcomesRaceEvents(t *testing.T, db btk.Store, ws *btk.Workspace
 		t.Errorf("the webhook counts %d pending, has %d; want %d", w.Pending, pendingOf(t, db, hook.ID), n)
 	}
 }
+
+// UndoMigration0014 is the SQL, for both engines, that takes a database
+// back to migration 0013's outbox: the engines' upgrade tests run it on a
+// store that SeedBacklogForUpgrade filled, then open the store again.
+const UndoMigration0014 = `DROP INDEX webhooks_backlog;
+	DROP INDEX webhook_deliveries_next;
+	DROP INDEX webhook_deliveries_leased;
+	DROP INDEX webhook_deliveries_pending_age;
+	CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE status = 'PENDING';
+	ALTER TABLE webhooks DROP COLUMN pending;
+	ALTER TABLE webhooks DROP COLUMN skipped;
+	ALTER TABLE webhooks DROP COLUMN skipped_since;
+	ALTER TABLE webhooks DROP COLUMN skipped_until;
+	ALTER TABLE webhooks DROP COLUMN skipped_first;
+	ALTER TABLE webhooks DROP COLUMN skipped_last;
+	ALTER TABLE webhooks DROP COLUMN skipped_total;
+	DELETE FROM schema_migrations WHERE version = 14`
+
+// SeedBacklogForUpgrade writes webhooks with pending, retried and
+// delivered deliveries. The function it returns checks, on the store
+// upgraded again to migration 0014, that each webhook counts its pending
+// deliveries, which claims rely on (docs/webhooks.md#the-backlog-bound): a
+// claim takes every pending one, and none is lost in the upgrade.
+func SeedBacklogForUpgrade(t *testing.T, db btk.Store) func(*testing.T, btk.Store) {
+	ws := newWorkspace(t, db)
+	a, b := newWebhook(t, db, ws), newWebhook(t, db, ws, "api_key.revoked")
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	addEvents(t, db, ws.ID, "api_key.created", at, 0, 4)
+	addEvents(t, db, ws.ID, "api_key.revoked", at, 4, 3)
+	// Of a's 7: 2 delivered, 1 retried later.
+	ds := claimCaps(t, db, at(10), "c", 3, btk.DeliveryCaps{})
+	write(t, db, func(tx btk.Tx) error {
+		for i, d := range ds {
+			d.Attempts = 1
+			if i < 2 {
+				end := at(11)
+				d.Status, d.DeliveredAt = btk.DeliveryDelivered, &end
+			} else {
+				d.NextAttemptAt = at(12)
+			}
+			if _, err := tx.FinishWebhookDelivery(ctx, d, "c"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return func(t *testing.T, db btk.Store) {
+		want := map[string]int64{a.ID: pendingOf(t, db, a.ID), b.ID: pendingOf(t, db, b.ID)}
+		if want[a.ID]+want[b.ID] != 8 {
+			t.Fatalf("after the upgrade %d and %d deliveries pending, want 8 in all", want[a.ID], want[b.ID])
+		}
+		for id, n := range want {
+			if w := webhookState(t, db, id); w.Pending != n || w.Skipped != 0 || w.SkippedTotal != 0 {
+				t.Errorf("webhook %s counts %d pending (skipped %d), has %d", id, w.Pending, w.Skipped, n)
+			}
+		}
+		if got := claimCaps(t, db, at(20), "after", 20, btk.DeliveryCaps{}); len(got) != 8 {
+			t.Errorf("a claim after the upgrade took %d deliveries, want the 8 pending", len(got))
+		}
+	}
+}
