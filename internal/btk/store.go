@@ -117,6 +117,13 @@ type Tx interface {
 	RevokeMemberSessions(ctx context.Context, workspaceID, accountID string, at time.Time) error
 
 	APIKey(ctx context.Context, id string) (*APIKey, error)
+	// RotationChain walks the rotation chain of key keyID of the workspace
+	// in one statement: the ids of up to n keys it replaced (rotatedFromId),
+	// nearest first, and of up to n keys that replaced it (replacedById),
+	// nearest first; a link to no key of the workspace ends a side. A
+	// chain corrupted into a loop repeats its ids up to n. ErrNotFound when
+	// keyID is no key of the workspace.
+	RotationChain(ctx context.Context, workspaceID, keyID string, n int) (older, newer []string, err error)
 	// APIKeyByHash finds a key by the SHA-256 of its plaintext, in any state.
 	APIKeyByHash(ctx context.Context, hash []byte) (*APIKey, error)
 	// APIKeys pages through a workspace's keys, newest first, and returns the
@@ -158,6 +165,17 @@ type Tx interface {
 	TopKeys(ctx context.Context, f UsageFilter, n int) ([]UsageCount, error)
 	// KeyClient returns who last used the key, or ErrNotFound.
 	KeyClient(ctx context.Context, keyID string) (*KeyClient, error)
+	// KeyClients returns who last used each of keyIDs that is a key of the
+	// workspace, in one statement (a page of keys asks for hundreds at
+	// once); keys never used, and ids of no key of the workspace, are left
+	// out. At most MaxPageSize ids.
+	KeyClients(ctx context.Context, workspaceID string, keyIDs []string) ([]KeyClient, error)
+	// KeyUsageSeries returns the usage of each of keyIDs that is a key of
+	// f's workspace (f.KeyID is ignored), summed per period of [f.Since,
+	// f.Until) (f.Since a period start), in one statement: each count's
+	// KeyID and Start (its period's) set, ordered by key id then period;
+	// periods with no row are left out. At most MaxPageSize ids.
+	KeyUsageSeries(ctx context.Context, f UsageFilter, keyIDs []string, period time.Duration) ([]UsageCount, error)
 
 	// AddAudit writes the two audit rows of one change.
 	AddAudit(ctx context.Context, e *AuditEntry, ev *AuditEvent) error

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -189,4 +190,50 @@ func (t *tx) KeyClient(ctx context.Context, keyID string) (*btk.KeyClient, error
 	}
 	c.At = sqlshared.FromNano(at)
 	return &c, nil
+}
+
+// The reads of a page of keys (docs/usage.md#what-the-reads-cost): each key
+// of the array is a seek of the primary key, its rows of the range summed
+// per period (a day's 24 rows are one row of the answer).
+const (
+	keyClientsQuery = `SELECT c.api_key_id, c.at, c.ip, c.user_agent
+		FROM api_key_clients c JOIN api_keys k ON k.id = c.api_key_id
+		WHERE c.api_key_id = ANY($1::text[]) AND k.workspace_id = $2`
+	keysUsageSeriesQuery = `SELECT api_key_id, $2 + (hour - $2) / $4 * $4 AS period,
+		sum(accepted)::bigint, sum(rate_limited)::bigint, sum(refused)::bigint FROM api_key_usage
+		WHERE api_key_id = ANY($1::text[]) AND hour >= $2 AND hour < $3 AND workspace_id = $5
+		GROUP BY api_key_id, period ORDER BY api_key_id, period`
+)
+
+func (t *tx) KeyClients(ctx context.Context, workspaceID string, keyIDs []string) ([]btk.KeyClient, error) {
+	if len(keyIDs) == 0 {
+		return nil, nil
+	}
+	return all(ctx, t, "key clients", func(row sqlshared.Row) (btk.KeyClient, error) {
+		var c btk.KeyClient
+		var at int64
+		err := row.Scan(&c.KeyID, &at, &c.IP, &c.UserAgent)
+		c.At = sqlshared.FromNano(at)
+		return c, err
+	}, keyClientsQuery, keyIDs, workspaceID)
+}
+
+func (t *tx) KeyUsageSeries(ctx context.Context, f btk.UsageFilter, keyIDs []string, period time.Duration) ([]btk.UsageCount, error) {
+	if len(keyIDs) == 0 {
+		return nil, nil
+	}
+	since, until, err := sqlshared.UsageRange(f)
+	if err != nil {
+		return nil, err
+	}
+	if period <= 0 {
+		return nil, fmt.Errorf("usage period %v", period)
+	}
+	return all(ctx, t, "keys usage series", func(row sqlshared.Row) (btk.UsageCount, error) {
+		c := btk.UsageCount{WorkspaceID: f.WorkspaceID}
+		var start int64
+		err := row.Scan(&c.KeyID, &start, &c.Accepted, &c.RateLimited, &c.Refused)
+		c.Start = sqlshared.FromNano(start)
+		return c, err
+	}, keysUsageSeriesQuery, keyIDs, since, until, int64(period), f.WorkspaceID)
 }

@@ -175,3 +175,27 @@ func (t *tx) ClaimCanaryMark(ctx context.Context, keyID string, at, notBefore ti
 		WHERE canary_marks.recorded_at <= ?`, keyID, at, notBefore)
 	return count == 1, err
 }
+
+// rotationChainQuery walks a rotation chain both ways in one statement,
+// one primary-key seek a key (docs/design.md#the-audit-commands): ?1 the
+// key, ?2 its workspace, ?3 how many keys each way.
+const rotationChainQuery = `WITH RECURSIVE
+	older(id, next, n) AS (
+		SELECT id, rotated_from_id, 0 FROM api_keys WHERE id = ?1 AND workspace_id = ?2
+		UNION ALL
+		SELECT k.id, k.rotated_from_id, o.n + 1 FROM older o JOIN api_keys k ON k.id = o.next
+		WHERE o.n < ?3 AND k.workspace_id = ?2),
+	newer(id, next, n) AS (
+		SELECT id, replaced_by_id, 0 FROM api_keys WHERE id = ?1 AND workspace_id = ?2
+		UNION ALL
+		SELECT k.id, k.replaced_by_id, w.n + 1 FROM newer w JOIN api_keys k ON k.id = w.next
+		WHERE w.n < ?3 AND k.workspace_id = ?2)
+	SELECT 0, id, n FROM older UNION ALL SELECT 1, id, n FROM newer`
+
+func (t *tx) RotationChain(ctx context.Context, workspaceID, keyID string, n int) (older, newer []string, err error) {
+	links, err := all(ctx, t, "rotation chain", sqlshared.ScanChainLink, rotationChainQuery, keyID, workspaceID, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sqlshared.ChainSides(links)
+}

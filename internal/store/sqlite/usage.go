@@ -3,6 +3,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -199,4 +201,66 @@ func (t *tx) KeyClient(ctx context.Context, keyID string) (*btk.KeyClient, error
 	}
 	c.At = sqlshared.FromNano(at)
 	return &c, nil
+}
+
+// idList is ids as one parameter: a JSON array that json_each reads, so
+// that a page of 500 ids is one bound value, not 500 placeholders.
+func idList(ids []string) (string, error) {
+	b, err := json.Marshal(ids)
+	return string(b), err
+}
+
+// The reads of a page of keys (docs/usage.md#what-the-reads-cost): each key
+// of the list is a seek of the primary key, its rows of the range read in
+// hour order, summed per period as they come (a day's 24 rows are one row
+// of the answer). TestUsageQueryPlans checks the plans.
+const (
+	keyClientsQuery = `SELECT c.api_key_id, c.at, c.ip, c.user_agent FROM api_key_clients c
+		WHERE c.api_key_id IN (SELECT value FROM json_each(?))
+		AND EXISTS (SELECT 1 FROM api_keys k WHERE k.id = c.api_key_id AND k.workspace_id = ?)`
+	keysUsageSeriesQuery = `SELECT api_key_id, ?2 + (hour - ?2) / ?4 * ?4 AS period,
+		sum(accepted), sum(rate_limited), sum(refused) FROM api_key_usage
+		WHERE api_key_id IN (SELECT value FROM json_each(?1)) AND hour >= ?2 AND hour < ?3 AND +workspace_id = ?5
+		GROUP BY api_key_id, period ORDER BY api_key_id, period`
+)
+
+func (t *tx) KeyClients(ctx context.Context, workspaceID string, keyIDs []string) ([]btk.KeyClient, error) {
+	if len(keyIDs) == 0 {
+		return nil, nil
+	}
+	ids, err := idList(keyIDs)
+	if err != nil {
+		return nil, err
+	}
+	return all(ctx, t, "key clients", func(row sqlshared.Row) (btk.KeyClient, error) {
+		var c btk.KeyClient
+		var at int64
+		err := row.Scan(&c.KeyID, &at, &c.IP, &c.UserAgent)
+		c.At = sqlshared.FromNano(at)
+		return c, err
+	}, keyClientsQuery, ids, workspaceID)
+}
+
+func (t *tx) KeyUsageSeries(ctx context.Context, f btk.UsageFilter, keyIDs []string, period time.Duration) ([]btk.UsageCount, error) {
+	if len(keyIDs) == 0 {
+		return nil, nil
+	}
+	since, until, err := sqlshared.UsageRange(f)
+	if err != nil {
+		return nil, err
+	}
+	if period <= 0 {
+		return nil, fmt.Errorf("usage period %v", period)
+	}
+	ids, err := idList(keyIDs)
+	if err != nil {
+		return nil, err
+	}
+	return all(ctx, t, "keys usage series", func(row sqlshared.Row) (btk.UsageCount, error) {
+		c := btk.UsageCount{WorkspaceID: f.WorkspaceID}
+		var start int64
+		err := row.Scan(&c.KeyID, &start, &c.Accepted, &c.RateLimited, &c.Refused)
+		c.Start = sqlshared.FromNano(start)
+		return c, err
+	}, keysUsageSeriesQuery, ids, since, until, int64(period), f.WorkspaceID)
 }

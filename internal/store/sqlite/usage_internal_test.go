@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/btk-project/btk/internal/store/storetest"
 )
@@ -56,6 +57,29 @@ func TestUsageQueryPlans(t *testing.T) {
 				"SEARCH k USING INDEX api_keys_workspace (workspace_id=?)",
 				"SEARCH u USING PRIMARY KEY (api_key_id=? AND hour>? AND hour<?)",
 				"USE TEMP B-TREE FOR ORDER BY",
+			}},
+			// A page of keys: a seek of the primary key per key of the list.
+			{"keys series", keysUsageSeriesQuery, []any{`["a","b"]`, 0, 1, int64(time.Hour), ws}, []string{
+				"SEARCH api_key_usage USING PRIMARY KEY (api_key_id=? AND hour>? AND hour<?)",
+				"LIST SUBQUERY 1",
+				"SCAN json_each VIRTUAL TABLE INDEX 1:",
+				"USE TEMP B-TREE FOR GROUP BY",
+			}},
+			{"key clients", keyClientsQuery, []any{`["a","b"]`, ws}, []string{
+				"SEARCH c USING PRIMARY KEY (api_key_id=?)",
+				"LIST SUBQUERY 1",
+				"SCAN json_each VIRTUAL TABLE INDEX 1:",
+				"SEARCH k EXISTS USING INDEX sqlite_autoindex_api_keys_1 (id=?)",
+			}},
+			// A rotation chain: a seek of the primary key per key, each way.
+			{"rotation chain", rotationChainQuery, []any{key, ws, 10}, []string{
+				"COMPOUND QUERY", "LEFT-MOST SUBQUERY", "CO-ROUTINE older", "SETUP",
+				"SEARCH api_keys USING INDEX sqlite_autoindex_api_keys_1 (id=?)",
+				"RECURSIVE STEP", "SCAN o", "SEARCH k USING INDEX sqlite_autoindex_api_keys_1 (id=?)",
+				"SCAN older", "UNION ALL", "CO-ROUTINE newer", "SETUP",
+				"SEARCH api_keys USING INDEX sqlite_autoindex_api_keys_1 (id=?)",
+				"RECURSIVE STEP", "SCAN w", "SEARCH k USING INDEX sqlite_autoindex_api_keys_1 (id=?)",
+				"SCAN newer",
 			}},
 		} {
 			if got := plan(c.query, c.args...); got != strings.Join(c.want, "\n") {
