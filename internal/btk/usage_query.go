@@ -3,6 +3,7 @@ package btk
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -243,6 +244,112 @@ func (s *Service) LastClient(ctx context.Context, a *Actor, keyID string) (*KeyC
 		return nil, nil
 	}
 	return c, err
+}
+
+// LastClients returns who last used each of keys (accepted), by key id, in
+// one read: a page of keys asks for hundreds at once, and one read per key
+// was a transaction per row (docs/security.md#bounds-on-a-request). A key never
+// used, or one the actor may not read (another workspace's, unless a
+// platform admin asks), has none.
+func (s *Service) LastClients(ctx context.Context, a *Actor, keys []*APIKey) (map[string]*KeyClient, error) {
+	if err := s.mayReadUsage(a); err != nil {
+		return nil, err
+	}
+	groups := readableKeys(a, keys)
+	out := make(map[string]*KeyClient, len(keys))
+	if len(groups) == 0 {
+		return out, nil
+	}
+	err := s.store.Read(ctx, func(tx Tx) error {
+		for _, g := range groups {
+			for ids := range slices.Chunk(g.ids, MaxPageSize) {
+				cs, err := tx.KeyClients(ctx, g.workspaceID, ids)
+				if err != nil {
+					return err
+				}
+				for i := range cs {
+					out[cs[i].KeyID] = &cs[i]
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// KeysUsage is KeyUsage for a list of keys (a page of keys, a workspace's
+// top keys) in one read and one scan turn: the usage of each key per period
+// of r, by key id, one point per period (zeros included), oldest first. A
+// key the actor may not read is left out.
+func (s *Service) KeysUsage(ctx context.Context, a *Actor, keys []*APIKey, r UsageRange) (map[string][]UsageCount, error) {
+	if err := s.mayReadUsage(a); err != nil {
+		return nil, err
+	}
+	since, until, g, err := r.resolve(s.now())
+	if err != nil {
+		return nil, err
+	}
+	groups := readableKeys(a, keys)
+	rows := map[string][]UsageCount{}
+	if len(groups) > 0 {
+		release, err := s.scan(ctx, a.WorkspaceID)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		err = s.store.Read(ctx, func(tx Tx) error {
+			clear(rows)
+			for _, grp := range groups {
+				f := UsageFilter{WorkspaceID: grp.workspaceID, Since: since, Until: until}
+				for ids := range slices.Chunk(grp.ids, MaxPageSize) {
+					counts, err := tx.KeyUsageSeries(ctx, f, ids, g.period())
+					if err != nil {
+						return err
+					}
+					for _, c := range counts {
+						rows[c.KeyID] = append(rows[c.KeyID], c)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make(map[string][]UsageCount, len(keys))
+	for _, grp := range groups {
+		for _, id := range grp.ids {
+			out[id] = bucket(rows[id], since, until, g)
+		}
+	}
+	return out, nil
+}
+
+// keyGroup is the ids of keys of one workspace.
+type keyGroup struct {
+	workspaceID string
+	ids         []string
+}
+
+// readableKeys groups the distinct ids of the keys the actor may read by
+// workspace: its own workspace's, or any for a platform admin.
+func readableKeys(a *Actor, keys []*APIKey) []keyGroup {
+	var groups []keyGroup
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if k == nil || seen[k.ID] || (k.WorkspaceID != a.WorkspaceID && !a.PlatformAdmin) {
+			continue
+		}
+		seen[k.ID] = true
+		i := slices.IndexFunc(groups, func(g keyGroup) bool { return g.workspaceID == k.WorkspaceID })
+		if i < 0 {
+			i = len(groups)
+			groups = append(groups, keyGroup{workspaceID: k.WorkspaceID})
+		}
+		groups[i].ids = append(groups[i].ids, k.ID)
+	}
+	return groups
 }
 
 // mayReadUsage: who may read a key may read its usage; a platform admin may

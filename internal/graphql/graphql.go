@@ -122,6 +122,7 @@ func New(svc *btk.Service, gw *gateway.Gateway, log *slog.Logger) http.Handler {
 		exec.Use(limit) // also decides introspection
 		exec.AroundFields(markResolverErrors)
 		exec.AroundOperations(withUsageBudget)
+		exec.AroundOperations(withKeyBatches)
 		exec.SetErrorPresenter(h.presentError)
 		exec.SetRecoverFunc(func(ctx context.Context, p any) error {
 			h.log.ErrorContext(ctx, "panic in resolver", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))

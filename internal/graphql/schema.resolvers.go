@@ -13,28 +13,8 @@ import (
 	"github.com/btk-project/btk/internal/graphql/graph"
 )
 
-func (r *apiKeyResolver) LastUsedIP(ctx context.Context, obj *graph.APIKey) (*string, error) {
-	c, err := r.svc.LastClient(ctx, btk.ActorFrom(ctx), obj.ID)
-	if err != nil || c == nil {
-		return nil, err
-	}
-	return &c.IP, nil
-}
-
-func (r *apiKeyResolver) LastUsedUserAgent(ctx context.Context, obj *graph.APIKey) (*string, error) {
-	c, err := r.svc.LastClient(ctx, btk.ActorFrom(ctx), obj.ID)
-	if err != nil || c == nil {
-		return nil, err
-	}
-	return &c.UserAgent, nil
-}
-
 func (r *apiKeyResolver) Usage(ctx context.Context, obj *graph.APIKey, since *time.Time, until *time.Time, granularity *btk.Granularity) ([]*graph.UsagePoint, error) {
-	rng := usageRange(since, until, granularity)
-	if err := spendUsagePoints(ctx, rng, r.svc.Now()); err != nil {
-		return nil, err
-	}
-	pts, err := r.svc.KeyUsage(ctx, btk.ActorFrom(ctx), obj.ID, rng)
+	pts, err := r.keyUsage(ctx, obj, usageRange(since, until, granularity))
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +51,7 @@ func (r *mutationResolver) CreateAPIKey(ctx context.Context, input graph.CreateA
 	if err != nil {
 		return nil, err
 	}
-	return &graph.CreateAPIKeyPayload{APIKey: apiKey(res.Key, r.svc.Now()), PlaintextKey: res.Plaintext}, nil
+	return &graph.CreateAPIKeyPayload{APIKey: r.apiKeys(ctx, "apiKey", res.Key)[0], PlaintextKey: res.Plaintext}, nil
 }
 
 func (r *mutationResolver) RotateAPIKey(ctx context.Context, id string, input *graph.RotateAPIKeyInput) (*graph.RotateAPIKeyPayload, error) {
@@ -84,9 +64,8 @@ func (r *mutationResolver) RotateAPIKey(ctx context.Context, id string, input *g
 	if err != nil {
 		return nil, err
 	}
-	now := r.svc.Now()
 	return &graph.RotateAPIKeyPayload{
-		APIKey: apiKey(res.Key, now), PlaintextKey: res.Plaintext, RevokedAPIKey: apiKey(res.Revoked, now),
+		APIKey: r.apiKeys(ctx, "apiKey", res.Key)[0], PlaintextKey: res.Plaintext, RevokedAPIKey: r.apiKeys(ctx, "revokedApiKey", res.Revoked)[0],
 	}, nil
 }
 
@@ -95,7 +74,7 @@ func (r *mutationResolver) RevokeAPIKey(ctx context.Context, id string) (*graph.
 	if err != nil {
 		return nil, err
 	}
-	return apiKey(k, r.svc.Now()), nil
+	return r.apiKeys(ctx, "", k)[0], nil
 }
 
 func (r *mutationResolver) UpdateAPIKey(ctx context.Context, id string, input graph.UpdateAPIKeyInput) (*graph.APIKey, error) {
@@ -113,7 +92,7 @@ func (r *mutationResolver) UpdateAPIKey(ctx context.Context, id string, input gr
 	if err != nil {
 		return nil, err
 	}
-	return apiKey(k, r.svc.Now()), nil
+	return r.apiKeys(ctx, "", k)[0], nil
 }
 
 func (r *mutationResolver) RevokeAllAPIKeys(ctx context.Context) (*graph.RevokeAllAPIKeysPayload, error) {
@@ -252,11 +231,7 @@ func (r *queryResolver) APIKeys(ctx context.Context, includeRevoked *bool, first
 	if err != nil {
 		return nil, err
 	}
-	now := r.svc.Now()
-	return &graph.APIKeyConnection{
-		Nodes:    mapSlice(keys, func(k *btk.APIKey) *graph.APIKey { return apiKey(k, now) }),
-		PageInfo: pageInfo(next),
-	}, nil
+	return &graph.APIKeyConnection{Nodes: r.apiKeys(ctx, "nodes", keys...), PageInfo: pageInfo(next)}, nil
 }
 
 func (r *queryResolver) APIKey(ctx context.Context, id string) (*graph.APIKey, error) {
@@ -264,7 +239,7 @@ func (r *queryResolver) APIKey(ctx context.Context, id string) (*graph.APIKey, e
 	if err != nil || k == nil {
 		return nil, err
 	}
-	return apiKey(k, r.svc.Now()), nil
+	return r.apiKeys(ctx, "", k)[0], nil
 }
 
 func (r *queryResolver) APIKeyByHash(ctx context.Context, sha256 string) (*graph.APIKey, error) {
@@ -272,7 +247,7 @@ func (r *queryResolver) APIKeyByHash(ctx context.Context, sha256 string) (*graph
 	if err != nil || k == nil {
 		return nil, err
 	}
-	out := apiKey(k, r.svc.Now())
+	out := r.apiKeys(ctx, "", k)[0]
 	out.Workspace = r.tenant(w)
 	return out, nil
 }
@@ -313,7 +288,7 @@ func (r *queryResolver) WorkspaceBranding(ctx context.Context, publicKey string)
 
 func (r *queryResolver) WorkspaceUsage(ctx context.Context, since *time.Time, until *time.Time, granularity *btk.Granularity) (*graph.WorkspaceUsage, error) {
 	rng := usageRange(since, until, granularity)
-	if err := spendUsagePoints(ctx, rng, r.svc.Now()); err != nil {
+	if err := spendUsagePoints(ctx, rng, r.svc.Now(), 1); err != nil {
 		return nil, err
 	}
 	u, err := r.svc.WorkspaceUsage(ctx, btk.ActorFrom(ctx), rng)
@@ -391,10 +366,10 @@ func (r *workspaceUsageResolver) TopKeys(ctx context.Context, obj *graph.Workspa
 	if err != nil {
 		return nil, err
 	}
-	now := r.svc.Now()
+	keys := r.apiKeys(ctx, "apiKey", mapSlice(top, func(t btk.KeyTotal) *btk.APIKey { return t.Key })...)
 	out := make([]*graph.KeyUsageTotal, len(top))
 	for i, t := range top {
-		out[i] = &graph.KeyUsageTotal{APIKey: apiKey(t.Key, now), Accepted: int(t.Accepted), RateLimited: int(t.RateLimited), Refused: int(t.Refused)}
+		out[i] = &graph.KeyUsageTotal{APIKey: keys[i], Accepted: int(t.Accepted), RateLimited: int(t.RateLimited), Refused: int(t.Refused)}
 	}
 	return out, nil
 }

@@ -24,18 +24,18 @@ func withUsageBudget(ctx context.Context, next gql.OperationHandler) gql.Respons
 	return next(context.WithValue(ctx, usageBudgetKey{}, new(atomic.Int64)))
 }
 
-// spendUsagePoints takes the points of the series r asks for from the
-// operation's budget, or refuses. It is called before the series is read:
-// a refused series costs no read and no allocation (spent after the read,
-// a page of 500 keys read 500 series and built a million points to answer
-// 9 of them).
-func spendUsagePoints(ctx context.Context, r btk.UsageRange, now time.Time) error {
-	n, err := r.Points(now)
+// spendUsagePoints takes the points of n series of r (a list of keys asks
+// for its series at once) from the operation's budget, or refuses. It is
+// called before the series are read: a refused series costs no read and no
+// allocation (spent after the read, a page of 500 keys read 500 series and
+// built a million points to answer 9 of them).
+func spendUsagePoints(ctx context.Context, r btk.UsageRange, now time.Time, n int) error {
+	per, err := r.Points(now)
 	if err != nil {
 		return err
 	}
 	b, _ := ctx.Value(usageBudgetKey{}).(*atomic.Int64)
-	if b != nil && b.Add(int64(n)) > maxUsagePoints {
+	if b != nil && b.Add(int64(per)*int64(n)) > maxUsagePoints {
 		return btk.Errorf(btk.CodeBadUserInput, "the operation asks for more than %d usage points: ask for fewer keys or a shorter range", maxUsagePoints)
 	}
 	return nil

@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkCostliestRequestByCaller measures the costliest requests each
-// kind of caller (anonymous, API key, MEMBER, OWNER) can construct after
+// kind of caller (anonymous, API key, MEMBER, ADMIN, OWNER) can construct after
 // the bounds of docs/security.md#what-a-client-can-make-the-server-hold, through the real handler (SQLite store, no
 // network). cpu-ns/op is the process's user+system CPU per request
 // (getrusage, garbage collection included), alloc-B/op the bytes allocated
@@ -30,15 +30,26 @@ func BenchmarkCostliestRequestByCaller(b *testing.B) {
 		e.setMember(owner, e.createWorkspace(owner, fmt.Sprintf("Other %d", i), "CLOUD_PRO"), id, "MEMBER")
 	}
 	member := cred{Bearer: e.login("member@example.com", "member-password-1", e.adminWS)}
-	key := cred{Key: e.createKey(owner, "bench").Plaintext}
+	benchKey := e.createKey(owner, "bench")
+	key := cred{Key: benchKey.Plaintext}
 	var ws struct {
 		TenantInfo struct{ PublicClientKey string }
 	}
 	e.must(owner, `{tenantInfo{publicClientKey}}`, nil, &ws)
-	// An owner's workspace at the page size: 100 keys, hundreds of events.
-	for i := range 100 {
-		e.createKey(owner, fmt.Sprintf("k%03d", i))
+	// An ADMIN of the workspace (a role below OWNER: reads keys, not the
+	// audit).
+	adminID := e.createAccount(owner, "keyadmin@example.com", "keyadmin-password-1", false)
+	e.setMember(owner, e.adminWS, adminID, "ADMIN")
+	keyAdmin := cred{Bearer: e.login("keyadmin@example.com", "keyadmin-password-1", e.adminWS)}
+	// An owner's workspace at the largest page size: 500 keys, hundreds of
+	// events, each key used once (its last client and usage recorded).
+	for i := range 499 {
+		k := e.createKey(owner, fmt.Sprintf("k%03d", i))
+		if s := e.probeStatus(k.Plaintext); s != 200 {
+			b.Fatalf("a new key's use: HTTP %d", s)
+		}
 	}
+	e.flush()
 	const keyFields = `{nodes{id name displayPrefix hint status rateLimitPerMinute rateLimitPerDay expiresAt lastUsedAt createdAt}}`
 	const eventFields = `{nodes{id workspaceId action actorId actorEmail targetType targetId metadata createdAt}}`
 	// Password checks: the throttles are refilled before each, so that the
@@ -68,6 +79,14 @@ func BenchmarkCostliestRequestByCaller(b *testing.B) {
 		{"owner", "10-pages-of-100-events", owner, aliasQuery(10, "auditEvents(first:100)"+eventFields), nil},
 		{"owner", "38-pages-of-100-keys", owner, aliasQuery(38, "apiKeys(first:100)"+keyFields), nil},
 		{"owner", "45-pages-of-100-events", owner, aliasQuery(45, "auditEvents(first:100)"+eventFields), nil},
+		// Fields of each row that read beyond the key: its last client, its
+		// usage series (docs/security.md#bounds-on-a-request).
+		{"admin", "6-pages-of-500-keys-last-client", keyAdmin, aliasQuery(6, "apiKeys(first:500){nodes{lastUsedIp lastUsedUserAgent}}"), nil},
+		{"admin", "5-pages-of-500-keys-usage", keyAdmin, aliasQuery(5, "apiKeys(first:500){nodes{usage{accepted}}}"), nil},
+		// The same rows without reads beyond the key; the usage budget
+		// (20,000 points) spent on whole series.
+		{"admin", "6-pages-of-500-keys-id-hint", keyAdmin, aliasQuery(6, "apiKeys(first:500){nodes{id hint}}"), nil},
+		{"admin", "9-keys-89-days-of-hours", keyAdmin, aliasQuery(9, fmt.Sprintf("apiKey(id:%q){usage(granularity:HOUR,since:%q){accepted}}", benchKey.ID, e.clock.Now().Add(-89*24*time.Hour).Format(time.RFC3339))), nil},
 		{"anonymous", "login-wrong-password", cred{}, `mutation{login(email:"admin@example.com",password:"not-the-password"){accessToken}}`, day},
 	}
 	for _, tc := range cases {

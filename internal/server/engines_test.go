@@ -60,6 +60,7 @@ var storeTests = []namedTest{
 	{"TestAuditEventsInTheChangesTransaction", TestAuditEventsInTheChangesTransaction},
 	{"TestBootstrapIsAudited", TestBootstrapIsAudited},
 	{"TestKeyHistoryAcrossRotations", TestKeyHistoryAcrossRotations},
+	{"TestKeyRowReadsBatched", TestKeyRowReadsBatched},
 	{"TestWebhooksOverGraphQL", TestWebhooksOverGraphQL},
 	{"TestWebhookBoundsOverGraphQL", TestWebhookBoundsOverGraphQL},
 	{"TestKeysPerWorkspaceBounded", TestKeysPerWorkspaceBounded},

@@ -307,8 +307,6 @@ type ComplexityRoot struct {
 // region    ************************** generated!.gotpl **************************
 
 type ApiKeyResolver interface {
-	LastUsedIP(ctx context.Context, obj *APIKey) (*string, error)
-	LastUsedUserAgent(ctx context.Context, obj *APIKey) (*string, error)
 	Usage(ctx context.Context, obj *APIKey, since *time.Time, until *time.Time, granularity *btk.Granularity) ([]*UsagePoint, error)
 }
 type MutationResolver interface {
@@ -4332,7 +4330,7 @@ func (ec *executionContext) _ApiKey_lastUsedIp(ctx context.Context, field graphq
 			return ec.fieldContext_ApiKey_lastUsedIp(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.ApiKey().LastUsedIP(ctx, obj)
+			return obj.LastUsedIP, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -4343,7 +4341,7 @@ func (ec *executionContext) _ApiKey_lastUsedIp(ctx context.Context, field graphq
 	)
 }
 func (ec *executionContext) fieldContext_ApiKey_lastUsedIp(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ApiKey", field, true, true, errors.New("field of type String does not have child fields"))
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _ApiKey_lastUsedUserAgent(ctx context.Context, field graphql.CollectedField, obj *APIKey) (ret graphql.Marshaler) {
@@ -4355,7 +4353,7 @@ func (ec *executionContext) _ApiKey_lastUsedUserAgent(ctx context.Context, field
 			return ec.fieldContext_ApiKey_lastUsedUserAgent(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.ApiKey().LastUsedUserAgent(ctx, obj)
+			return obj.LastUsedUserAgent, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -4366,7 +4364,7 @@ func (ec *executionContext) _ApiKey_lastUsedUserAgent(ctx context.Context, field
 	)
 }
 func (ec *executionContext) fieldContext_ApiKey_lastUsedUserAgent(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ApiKey", field, true, true, errors.New("field of type String does not have child fields"))
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _ApiKey_usage(ctx context.Context, field graphql.CollectedField, obj *APIKey) (ret graphql.Marshaler) {
@@ -10191,81 +10189,15 @@ func (ec *executionContext) _ApiKey(ctx context.Context, sel ast.SelectionSet, o
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "lastUsedIp":
-			field := field
-
-			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._ApiKey_lastUsedIp(ctx, field, obj)
-				if res == graphql.RequiredNull {
-					atomic.AddUint32(&fs.Invalids, 1)
-				}
-				return res
+			out.Values[i] = ec._ApiKey_lastUsedIp(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
 			}
-
-			if field.IsDeferred() {
-				deferredFieldSet.AddField(field)
-				fieldIndex := len(deferredFieldSet.Values) - 1
-				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, deferredFieldSet)
-				})
-
-				for _, deferrable := range field.Deferrables {
-					view, ok := deferLabelToView[deferrable.Label]
-					if !ok {
-						view = deferredFieldSet.NewView()
-						deferLabelToView[deferrable.Label] = view
-					}
-					view.AddIndices(fieldIndex)
-				}
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "lastUsedUserAgent":
-			field := field
-
-			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._ApiKey_lastUsedUserAgent(ctx, field, obj)
-				if res == graphql.RequiredNull {
-					atomic.AddUint32(&fs.Invalids, 1)
-				}
-				return res
+			out.Values[i] = ec._ApiKey_lastUsedUserAgent(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
 			}
-
-			if field.IsDeferred() {
-				deferredFieldSet.AddField(field)
-				fieldIndex := len(deferredFieldSet.Values) - 1
-				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, deferredFieldSet)
-				})
-
-				for _, deferrable := range field.Deferrables {
-					view, ok := deferLabelToView[deferrable.Label]
-					if !ok {
-						view = deferredFieldSet.NewView()
-						deferLabelToView[deferrable.Label] = view
-					}
-					view.AddIndices(fieldIndex)
-				}
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "usage":
 			field := field
 
