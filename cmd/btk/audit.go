@@ -27,7 +27,9 @@ platform admin may read any workspace with --workspace (a name or an id).
 --key takes a key id or a key's name: the key of that name that is not
 revoked, or, when every key of that name is revoked, the newest of them. It
 shows the key's whole history across rotations: the entries of every key it replaced and of the keys that
-replaced it, and the revoke-all that revoked one of them. Each row shows the key's name at the time, so after
+replaced it, and the revoke-all that revoked one of them. The server follows at most 1,000 keys of the chain
+on each side of KEY; a longer chain is cut there, and btk says so on stderr with the key whose history reads
+on. Each row shows the key's name at the time, so after
 'rotate --name' older rows keep the old name; the KEY ID column tells the keys
 of a chain apart.
 
@@ -134,11 +136,28 @@ func runAudit(cmd *cobra.Command, opts *auditOptions) error {
 		}
 		filter.ApiKeyID = &id
 	}
-	entries, more, err := client.AuditLog(ctx, c, filter, opts.log.limit)
+	entries, more, chain, err := client.AuditLog(ctx, c, filter, opts.log.limit)
 	if err != nil {
 		return err
 	}
-	return printLog(opts.f, p, entries, more, opts.log.limit, "No audit entries match", "entries", p.auditTable)
+	err = printLog(opts.f, p, entries, more, opts.log.limit, "No audit entries match", "entries", p.auditTable)
+	chainNote(opts.f, chain)
+	return err
+}
+
+// chainNote tells, on stderr whatever the format, that the server cut a
+// key's history at a side of its rotation chain, and with which key it
+// reads on (docs/design.md#the-audit-commands).
+func chainNote(f *factory, chain *client.RotationChainCoverage) {
+	if chain == nil {
+		return
+	}
+	if chain.OlderCut {
+		fmt.Fprintf(f.io.ErrOut, "btk: the rotation chain goes on before key %s (%d keys covered): older entries are not shown; btk audit --key %s reads on\n", chain.OldestKeyId, chain.Keys, chain.OldestKeyId)
+	}
+	if chain.NewerCut {
+		fmt.Fprintf(f.io.ErrOut, "btk: the rotation chain goes on after key %s (%d keys covered): newer entries are not shown; btk audit --key %s reads on\n", chain.NewestKeyId, chain.Keys, chain.NewestKeyId)
+	}
 }
 
 // printLog prints one page of a log (audit, events, deliveries) with

@@ -124,7 +124,7 @@ func runWhois(ctx context.Context, p *printer, c *client.Client, opts *whoisOpti
 	if k.Workspace != nil {
 		filter.WorkspaceID = &k.Workspace.Id
 	}
-	history, more, herr := client.AuditLog(ctx, c, filter, opts.limit)
+	history, more, chain, herr := client.AuditLog(ctx, c, filter, opts.limit)
 	if herr == nil {
 		res.History = history
 		for _, e := range history {
@@ -135,6 +135,7 @@ func runWhois(ctx context.Context, p *printer, c *client.Client, opts *whoisOpti
 		}
 	}
 	if p.format == formatJSON {
+		chainNote(f, chain)
 		return p.JSON(res)
 	}
 	var fields []field
@@ -158,5 +159,6 @@ func runWhois(ctx context.Context, p *printer, c *client.Client, opts *whoisOpti
 	if more {
 		limitNote(f, opts.limit, "history entries")
 	}
+	chainNote(f, chain)
 	return nil
 }

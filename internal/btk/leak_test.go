@@ -159,12 +159,12 @@ func TestReportLeaksRevokesAndReplays(t *testing.T) {
 	if _, _, err := e.svc.AuthenticateKey(ctx, canary.Plaintext); !errors.Is(err, btk.ErrInvalidKey) {
 		t.Errorf("canary: %v", err)
 	}
-	entries, _, err := e.svc.KeyAuditLog(ctx, e.owner, btk.AuditFilter{Action: btk.AuditRevoked, Page: btk.Page{First: 50}})
+	log, err := e.svc.KeyAuditLog(ctx, e.owner, btk.AuditFilter{Action: btk.AuditRevoked, Page: btk.Page{First: 50}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	leaked := 0
-	for _, en := range entries {
+	for _, en := range log.Entries {
 		if en.APIKeyID == active.Key.ID {
 			leaked++
 			if en.ActorEmail != "leak report" || en.IP != "192.0.2.7" {

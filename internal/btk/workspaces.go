@@ -348,20 +348,31 @@ func keepAnOwner(ctx context.Context, tx Tx, workspaceID, accountID string) erro
 	return ErrLastOwner
 }
 
+// KeyAuditPage is a page of the key audit log.
+type KeyAuditPage struct {
+	Entries []*AuditEntry
+	// Next is the cursor of the next page, "" when none follows.
+	Next string
+	// Chain, when the log of one key is asked for (its APIKeyID), is the
+	// part of the key's rotation chain the entries cover; nil for an
+	// unknown key.
+	Chain *ChainCoverage
+}
+
 // KeyAuditLog pages through the key audit log, newest first: owner tier for
 // its own workspace, a platform admin for any.
-func (s *Service) KeyAuditLog(ctx context.Context, a *Actor, f AuditFilter) ([]*AuditEntry, string, error) {
+func (s *Service) KeyAuditLog(ctx context.Context, a *Actor, f AuditFilter) (*KeyAuditPage, error) {
 	if err := s.authorizeAudit(a, &f); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	release, err := s.scan(ctx, f.WorkspaceID)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	defer release()
-	var entries []*AuditEntry
-	var next string
+	var p KeyAuditPage
 	err = s.store.Read(ctx, func(tx Tx) (err error) {
+		p = KeyAuditPage{}
 		if f.WorkspaceID != a.WorkspaceID { // a platform admin's look elsewhere
 			if _, err := tx.Workspace(ctx, f.WorkspaceID); err != nil {
 				return err
@@ -370,19 +381,22 @@ func (s *Service) KeyAuditLog(ctx context.Context, a *Actor, f AuditFilter) ([]*
 		if f.APIKeyID != "" {
 			// One logical key: every key of its rotation chain. The names
 			// in the rows are the names at the time.
-			if f.APIKeyIDs, err = keyChain(ctx, tx, f.WorkspaceID, f.APIKeyID); errors.Is(err, ErrNotFound) {
+			if f.APIKeyIDs, p.Chain, err = keyChain(ctx, tx, f.WorkspaceID, f.APIKeyID); errors.Is(err, ErrNotFound) {
 				f.APIKeyIDs, err = nil, nil // unknown here: no entries, as before
 			}
 			if err != nil {
 				return err
 			}
 		}
-		if entries, next, err = tx.AuditEntries(ctx, f); err != nil {
+		if p.Entries, p.Next, err = tx.AuditEntries(ctx, f); err != nil {
 			return err
 		}
-		return impersonatorEmails(ctx, tx, entries)
+		return impersonatorEmails(ctx, tx, p.Entries)
 	})
-	return entries, next, err
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 // AuditEvents pages through the workspace's audit_events, newest first:

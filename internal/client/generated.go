@@ -230,6 +230,8 @@ type ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection struct {
 	Nodes []AuditEntry `json:"nodes"`
 	// Where this page ends.
 	PageInfo PageInfo `json:"pageInfo"`
+	// With apiKeyId: the part of the key's rotation chain the entries cover. Null without apiKeyId, or for an unknown key.
+	RotationChain *RotationChainCoverage `json:"rotationChain"`
 }
 
 // GetNodes returns ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection.Nodes, and is useful for accessing the field via an interface.
@@ -238,10 +240,16 @@ func (v *ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection) GetNodes() []AuditEn
 // GetPageInfo returns ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection.PageInfo, and is useful for accessing the field via an interface.
 func (v *ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection) GetPageInfo() PageInfo { return v.PageInfo }
 
+// GetRotationChain returns ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection.RotationChain, and is useful for accessing the field via an interface.
+func (v *ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection) GetRotationChain() *RotationChainCoverage {
+	return v.RotationChain
+}
+
 // ApiKeyAuditLogResponse is returned by ApiKeyAuditLog on success.
 type ApiKeyAuditLogResponse struct {
 	// The key audit log, newest first. Owner tier for its own workspace; a platform admin for any workspaceId.
-	// apiKeyId follows the key's rotation chain both ways: the entries of every key it replaced or was replaced by, and the REVOKED_ALL that revoked one of them.
+	// apiKeyId follows the key's rotation chain both ways: the entries of every key it replaced or was replaced by, and the REVOKED_ALL that revoked one of them;
+	// at most 1,000 keys on each side, and rotationChain says whether a side was cut.
 	// actorEmail matches case-insensitively.
 	ApiKeyAuditLog ApiKeyAuditLogApiKeyAuditLogApiKeyAuditConnection `json:"apiKeyAuditLog"`
 }
@@ -1242,6 +1250,36 @@ func (v *RotatedApiKey) GetPlaintextKey() string { return v.PlaintextKey }
 
 // GetRevokedApiKey returns RotatedApiKey.RevokedApiKey, and is useful for accessing the field via an interface.
 func (v *RotatedApiKey) GetRevokedApiKey() ApiKey { return v.RevokedApiKey }
+
+// The part of a key's rotation chain its log covers: a side cut short is
+// said (btk audit --key, btk whois).
+type RotationChainCoverage struct {
+	// How many keys the entries are about, the key asked for included.
+	Keys int `json:"keys"`
+	// The oldest key covered (the key asked for when it replaced none).
+	OldestKeyId string `json:"oldestKeyId"`
+	// The newest key covered (the key asked for when none replaced it).
+	NewestKeyId string `json:"newestKeyId"`
+	// The chain goes on before oldestKeyId: more than 1,000 keys on that side, whose entries are left out.
+	OlderCut bool `json:"olderCut"`
+	// The chain goes on after newestKeyId: more than 1,000 keys on that side, whose entries are left out.
+	NewerCut bool `json:"newerCut"`
+}
+
+// GetKeys returns RotationChainCoverage.Keys, and is useful for accessing the field via an interface.
+func (v *RotationChainCoverage) GetKeys() int { return v.Keys }
+
+// GetOldestKeyId returns RotationChainCoverage.OldestKeyId, and is useful for accessing the field via an interface.
+func (v *RotationChainCoverage) GetOldestKeyId() string { return v.OldestKeyId }
+
+// GetNewestKeyId returns RotationChainCoverage.NewestKeyId, and is useful for accessing the field via an interface.
+func (v *RotationChainCoverage) GetNewestKeyId() string { return v.NewestKeyId }
+
+// GetOlderCut returns RotationChainCoverage.OlderCut, and is useful for accessing the field via an interface.
+func (v *RotationChainCoverage) GetOlderCut() bool { return v.OlderCut }
+
+// GetNewerCut returns RotationChainCoverage.NewerCut, and is useful for accessing the field via an interface.
+func (v *RotationChainCoverage) GetNewerCut() bool { return v.NewerCut }
 
 // Session includes the GraphQL fields of Session requested by the fragment Session.
 // The GraphQL type's documentation follows.
@@ -2290,6 +2328,9 @@ query ApiKeyAuditLog ($workspaceId: ID, $apiKeyId: ID, $action: ApiKeyAuditActio
 		pageInfo {
 			... PageInfo
 		}
+		rotationChain {
+			... RotationChainCoverage
+		}
 	}
 }
 fragment AuditEntry on ApiKeyAuditEntry {
@@ -2311,6 +2352,13 @@ fragment AuditEntry on ApiKeyAuditEntry {
 fragment PageInfo on PageInfo {
 	hasNextPage
 	endCursor
+}
+fragment RotationChainCoverage on RotationChainCoverage {
+	keys
+	oldestKeyId
+	newestKeyId
+	olderCut
+	newerCut
 }
 `
 

@@ -89,14 +89,18 @@ type AuditFilter struct {
 
 // AuditLog returns up to limit entries of the key audit log, newest first,
 // following pages; more reports whether entries beyond the limit exist.
-func AuditLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) (entries []AuditEntry, more bool, err error) {
-	return firstN(limit, func(first int, after *string) ([]AuditEntry, PageInfo, error) {
+// With f.ApiKeyID, chain is the part of the key's rotation chain the
+// entries cover (nil for an unknown key).
+func AuditLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) (entries []AuditEntry, more bool, chain *RotationChainCoverage, err error) {
+	entries, more, err = firstN(limit, func(first int, after *string) ([]AuditEntry, PageInfo, error) {
 		resp, err := ApiKeyAuditLog(ctx, c, f.WorkspaceID, f.ApiKeyID, f.Action, f.Since, f.Until, f.ActorEmail, first, after)
 		if err != nil {
 			return nil, PageInfo{}, err
 		}
+		chain = resp.ApiKeyAuditLog.RotationChain
 		return resp.ApiKeyAuditLog.Nodes, resp.ApiKeyAuditLog.PageInfo, nil
 	})
+	return entries, more, chain, err
 }
 
 // EventLog returns up to limit audit events, newest first, following pages;

@@ -65,6 +65,13 @@ func auditEntry(e *btk.AuditEntry) *graph.APIKeyAuditEntry {
 	}
 }
 
+func chainCoverage(c *btk.ChainCoverage) *graph.RotationChainCoverage {
+	if c == nil {
+		return nil
+	}
+	return &graph.RotationChainCoverage{Keys: c.Keys, OldestKeyID: c.OldestID, NewestKeyID: c.NewestID, OlderCut: c.OlderCut, NewerCut: c.NewerCut}
+}
+
 func auditEvent(e *btk.AuditEvent) *graph.AuditEvent {
 	return &graph.AuditEvent{
 		ID: e.ID, WorkspaceID: e.WorkspaceID, Action: e.Action, ActorID: e.ActorID, ActorEmail: e.ActorEmail,

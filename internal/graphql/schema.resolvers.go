@@ -260,11 +260,11 @@ func (r *queryResolver) APIKeyAuditLog(ctx context.Context, workspaceID *string,
 	if action != nil {
 		f.Action = *action
 	}
-	entries, next, err := r.svc.KeyAuditLog(ctx, btk.ActorFrom(ctx), f)
+	p, err := r.svc.KeyAuditLog(ctx, btk.ActorFrom(ctx), f)
 	if err != nil {
 		return nil, err
 	}
-	return &graph.APIKeyAuditConnection{Nodes: mapSlice(entries, auditEntry), PageInfo: pageInfo(next)}, nil
+	return &graph.APIKeyAuditConnection{Nodes: mapSlice(p.Entries, auditEntry), PageInfo: pageInfo(p.Next), RotationChain: chainCoverage(p.Chain)}, nil
 }
 
 func (r *queryResolver) AuditEvents(ctx context.Context, since *time.Time, until *time.Time, first *int, after *string, workspaceID *string, serverWide *bool, action *string, actorEmail *string) (*graph.AuditEventConnection, error) {

@@ -60,6 +60,7 @@ var storeTests = []namedTest{
 	{"TestAuditEventsInTheChangesTransaction", TestAuditEventsInTheChangesTransaction},
 	{"TestBootstrapIsAudited", TestBootstrapIsAudited},
 	{"TestKeyHistoryAcrossRotations", TestKeyHistoryAcrossRotations},
+	{"TestRotationChainBounded", TestRotationChainBounded},
 	{"TestKeyRowReadsBatched", TestKeyRowReadsBatched},
 	{"TestWebhooksOverGraphQL", TestWebhooksOverGraphQL},
 	{"TestWebhookBoundsOverGraphQL", TestWebhookBoundsOverGraphQL},

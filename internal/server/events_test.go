@@ -455,10 +455,19 @@ func TestKeyHistoryAcrossRotations(t *testing.T) {
 	for _, id := range []string{k1.ID, k2, k3} {
 		var out struct {
 			ApiKeyAuditLog struct {
-				Nodes []struct{ Action, ApiKeyName string }
+				Nodes         []struct{ Action, ApiKeyName string }
+				RotationChain struct {
+					Keys                     int
+					OldestKeyId, NewestKeyId string
+					OlderCut, NewerCut       bool
+				}
 			}
 		}
-		e.must(admin, `query($id:ID!){apiKeyAuditLog(apiKeyId:$id){nodes{action apiKeyName}}}`, map[string]any{"id": id}, &out)
+		e.must(admin, `query($id:ID!){apiKeyAuditLog(apiKeyId:$id){nodes{action apiKeyName}
+			rotationChain{keys oldestKeyId newestKeyId olderCut newerCut}}}`, map[string]any{"id": id}, &out)
+		if c := out.ApiKeyAuditLog.RotationChain; c.Keys != 3 || c.OldestKeyId != k1.ID || c.NewestKeyId != k3 || c.OlderCut || c.NewerCut {
+			t.Errorf("chain by %s: %+v; want the 3 keys, whole", id, c)
+		}
 		var got []string
 		for _, n := range out.ApiKeyAuditLog.Nodes {
 			got = append(got, n.Action+":"+n.ApiKeyName)

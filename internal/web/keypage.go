@@ -24,8 +24,13 @@ type keyDetailPage struct {
 	// HistoryHidden says why it is not shown).
 	History       []historyRow
 	HistoryHidden bool
-	ByHour        bool
-	Chart         chart
+	// OlderCut and NewerCut, when set, are the farthest key of the rotation
+	// chain the history covers on a side where the chain goes on
+	// (btk.MaxChainKeys): its page's history reads on.
+	OlderCut, NewerCut string
+	ChainBound         string
+	ByHour             bool
+	Chart              chart
 }
 
 type historyRow struct {
@@ -88,9 +93,22 @@ func (h *Handler) keyDetail(w http.ResponseWriter, r *http.Request, a *btk.Actor
 	if p.ByHour {
 		p.Chart.Label = "Uses of " + k.Name + " per hour, last 48 hours"
 	}
-	entries, _, err := h.svc.KeyAuditLog(ctx, a, btk.AuditFilter{APIKeyID: k.ID, Page: btk.Page{First: 50}})
+	log, err := h.svc.KeyAuditLog(ctx, a, btk.AuditFilter{APIKeyID: k.ID, Page: btk.Page{First: 50}})
 	if p.HistoryHidden, ok = h.readOutcome(w, r, l, err); !ok {
 		return
+	}
+	var entries []*btk.AuditEntry
+	if log != nil {
+		entries = log.Entries
+		if c := log.Chain; c != nil {
+			p.ChainBound = num(btk.MaxChainKeys)
+			if c.OlderCut {
+				p.OlderCut = c.OldestID
+			}
+			if c.NewerCut {
+				p.NewerCut = c.NewestID
+			}
+		}
 	}
 	for _, e := range entries {
 		row := historyRow{Time: newTime(e.CreatedAt, now), Action: historyWords[e.Action], Name: e.APIKeyName, Actor: e.ActorEmail, From: e.IP}

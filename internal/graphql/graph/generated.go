@@ -74,8 +74,9 @@ type ComplexityRoot struct {
 	}
 
 	ApiKeyAuditConnection struct {
-		Nodes    func(childComplexity int) int
-		PageInfo func(childComplexity int) int
+		Nodes         func(childComplexity int) int
+		PageInfo      func(childComplexity int) int
+		RotationChain func(childComplexity int) int
 	}
 
 	ApiKeyAuditEntry struct {
@@ -233,6 +234,14 @@ type ComplexityRoot struct {
 		APIKey        func(childComplexity int) int
 		PlaintextKey  func(childComplexity int) int
 		RevokedAPIKey func(childComplexity int) int
+	}
+
+	RotationChainCoverage struct {
+		Keys        func(childComplexity int) int
+		NewerCut    func(childComplexity int) int
+		NewestKeyID func(childComplexity int) int
+		OlderCut    func(childComplexity int) int
+		OldestKeyID func(childComplexity int) int
 	}
 
 	Session struct {
@@ -558,6 +567,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ApiKeyAuditConnection.PageInfo(childComplexity), true
+	case "ApiKeyAuditConnection.rotationChain":
+		if e.ComplexityRoot.ApiKeyAuditConnection.RotationChain == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKeyAuditConnection.RotationChain(childComplexity), true
 
 	case "ApiKeyAuditEntry.apiKeyId":
 		if e.ComplexityRoot.ApiKeyAuditEntry.APIKeyID == nil {
@@ -1324,6 +1339,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RotateApiKeyPayload.RevokedAPIKey(childComplexity), true
 
+	case "RotationChainCoverage.keys":
+		if e.ComplexityRoot.RotationChainCoverage.Keys == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RotationChainCoverage.Keys(childComplexity), true
+	case "RotationChainCoverage.newerCut":
+		if e.ComplexityRoot.RotationChainCoverage.NewerCut == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RotationChainCoverage.NewerCut(childComplexity), true
+	case "RotationChainCoverage.newestKeyId":
+		if e.ComplexityRoot.RotationChainCoverage.NewestKeyID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RotationChainCoverage.NewestKeyID(childComplexity), true
+	case "RotationChainCoverage.olderCut":
+		if e.ComplexityRoot.RotationChainCoverage.OlderCut == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RotationChainCoverage.OlderCut(childComplexity), true
+	case "RotationChainCoverage.oldestKeyId":
+		if e.ComplexityRoot.RotationChainCoverage.OldestKeyID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RotationChainCoverage.OldestKeyID(childComplexity), true
+
 	case "Session.accessToken":
 		if e.ComplexityRoot.Session.AccessToken == nil {
 			break
@@ -1944,6 +1990,26 @@ type ApiKeyAuditConnection {
   nodes: [ApiKeyAuditEntry!]!
   "Where this page ends."
   pageInfo: PageInfo!
+  "With apiKeyId: the part of the key's rotation chain the entries cover. Null without apiKeyId, or for an unknown key."
+  rotationChain: RotationChainCoverage
+}
+
+"""
+The part of a key's rotation chain that apiKeyAuditLog(apiKeyId) covers: at most 1,000 keys on each side
+of the key asked for. When a side is cut, the entries of the keys beyond are left out: ask for the log of
+oldestKeyId (or newestKeyId) to read on.
+"""
+type RotationChainCoverage {
+  "How many keys the entries are about, the key asked for included."
+  keys: Int!
+  "The oldest key covered (the key asked for when it replaced none)."
+  oldestKeyId: ID!
+  "The newest key covered (the key asked for when none replaced it)."
+  newestKeyId: ID!
+  "The chain goes on before oldestKeyId: more than 1,000 keys on that side, whose entries are left out."
+  olderCut: Boolean!
+  "The chain goes on after newestKeyId: more than 1,000 keys on that side, whose entries are left out."
+  newerCut: Boolean!
 }
 
 "One row of the workspace audit log (the Audit Log page), attributed to the actor."
@@ -2120,7 +2186,8 @@ type Query {
   apiKeyByHash(sha256: String!): ApiKey
   """
   The key audit log, newest first. Owner tier for its own workspace; a platform admin for any workspaceId.
-  apiKeyId follows the key's rotation chain both ways: the entries of every key it replaced or was replaced by, and the REVOKED_ALL that revoked one of them.
+  apiKeyId follows the key's rotation chain both ways: the entries of every key it replaced or was replaced by, and the REVOKED_ALL that revoked one of them;
+  at most 1,000 keys on each side, and rotationChain says whether a side was cut.
   actorEmail matches case-insensitively.
   """
   apiKeyAuditLog(
@@ -2418,6 +2485,8 @@ func (ec *executionContext) childFields_ApiKeyAuditConnection(ctx context.Contex
 		return ec.fieldContext_ApiKeyAuditConnection_nodes(ctx, field)
 	case "pageInfo":
 		return ec.fieldContext_ApiKeyAuditConnection_pageInfo(ctx, field)
+	case "rotationChain":
+		return ec.fieldContext_ApiKeyAuditConnection_rotationChain(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ApiKeyAuditConnection", field.Name)
 }
@@ -2650,6 +2719,22 @@ func (ec *executionContext) childFields_RotateApiKeyPayload(ctx context.Context,
 		return ec.fieldContext_RotateApiKeyPayload_revokedApiKey(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type RotateApiKeyPayload", field.Name)
+}
+
+func (ec *executionContext) childFields_RotationChainCoverage(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "keys":
+		return ec.fieldContext_RotationChainCoverage_keys(ctx, field)
+	case "oldestKeyId":
+		return ec.fieldContext_RotationChainCoverage_oldestKeyId(ctx, field)
+	case "newestKeyId":
+		return ec.fieldContext_RotationChainCoverage_newestKeyId(ctx, field)
+	case "olderCut":
+		return ec.fieldContext_RotationChainCoverage_olderCut(ctx, field)
+	case "newerCut":
+		return ec.fieldContext_RotationChainCoverage_newerCut(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RotationChainCoverage", field.Name)
 }
 
 func (ec *executionContext) childFields_Session(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4470,6 +4555,38 @@ func (ec *executionContext) fieldContext_ApiKeyAuditConnection_pageInfo(_ contex
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ApiKeyAuditConnection_rotationChain(ctx context.Context, field graphql.CollectedField, obj *APIKeyAuditConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKeyAuditConnection_rotationChain(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RotationChain, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *RotationChainCoverage) graphql.Marshaler {
+			return ec.marshalORotationChainCoverage2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRotationChainCoverage(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKeyAuditConnection_rotationChain(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ApiKeyAuditConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RotationChainCoverage(ctx, field)
 		},
 	}
 	return fc, nil
@@ -7613,6 +7730,121 @@ func (ec *executionContext) fieldContext_RotateApiKeyPayload_revokedApiKey(_ con
 	return fc, nil
 }
 
+func (ec *executionContext) _RotationChainCoverage_keys(ctx context.Context, field graphql.CollectedField, obj *RotationChainCoverage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RotationChainCoverage_keys(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Keys, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RotationChainCoverage_keys(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RotationChainCoverage", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _RotationChainCoverage_oldestKeyId(ctx context.Context, field graphql.CollectedField, obj *RotationChainCoverage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RotationChainCoverage_oldestKeyId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OldestKeyID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RotationChainCoverage_oldestKeyId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RotationChainCoverage", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _RotationChainCoverage_newestKeyId(ctx context.Context, field graphql.CollectedField, obj *RotationChainCoverage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RotationChainCoverage_newestKeyId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.NewestKeyID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RotationChainCoverage_newestKeyId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RotationChainCoverage", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _RotationChainCoverage_olderCut(ctx context.Context, field graphql.CollectedField, obj *RotationChainCoverage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RotationChainCoverage_olderCut(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OlderCut, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RotationChainCoverage_olderCut(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RotationChainCoverage", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _RotationChainCoverage_newerCut(ctx context.Context, field graphql.CollectedField, obj *RotationChainCoverage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RotationChainCoverage_newerCut(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.NewerCut, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RotationChainCoverage_newerCut(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RotationChainCoverage", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
 func (ec *executionContext) _Session_accessToken(ctx context.Context, field graphql.CollectedField, obj *Session) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10279,6 +10511,11 @@ func (ec *executionContext) _ApiKeyAuditConnection(ctx context.Context, sel ast.
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "rotationChain":
+			out.Values[i] = ec._ApiKeyAuditConnection_rotationChain(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -11745,6 +11982,64 @@ func (ec *executionContext) _RotateApiKeyPayload(ctx context.Context, sel ast.Se
 			}
 		case "revokedApiKey":
 			out.Values[i] = ec._RotateApiKeyPayload_revokedApiKey(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var rotationChainCoverageImplementors = []string{"RotationChainCoverage"}
+
+func (ec *executionContext) _RotationChainCoverage(ctx context.Context, sel ast.SelectionSet, obj *RotationChainCoverage) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, rotationChainCoverageImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RotationChainCoverage")
+		case "keys":
+			out.Values[i] = ec._RotationChainCoverage_keys(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "oldestKeyId":
+			out.Values[i] = ec._RotationChainCoverage_oldestKeyId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "newestKeyId":
+			out.Values[i] = ec._RotationChainCoverage_newestKeyId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "olderCut":
+			out.Values[i] = ec._RotationChainCoverage_olderCut(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "newerCut":
+			out.Values[i] = ec._RotationChainCoverage_newerCut(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -13750,6 +14045,13 @@ func (ec *executionContext) unmarshalORotateApiKeyInput2ᚖgithubᚗcomᚋbtkᚑ
 	}
 	res, err := ec.unmarshalInputRotateApiKeyInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalORotationChainCoverage2ᚖgithubᚗcomᚋbtkᚑprojectᚋbtkᚋinternalᚋgraphqlᚋgraphᚐRotationChainCoverage(ctx context.Context, sel ast.SelectionSet, v *RotationChainCoverage) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._RotationChainCoverage(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalOString2ᚕstringᚄ(ctx context.Context, v any) ([]string, error) {

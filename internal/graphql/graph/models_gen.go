@@ -82,6 +82,8 @@ type APIKeyAuditConnection struct {
 	Nodes []*APIKeyAuditEntry `json:"nodes"`
 	// Where this page ends.
 	PageInfo *PageInfo `json:"pageInfo"`
+	// With apiKeyId: the part of the key's rotation chain the entries cover. Null without apiKeyId, or for an unknown key.
+	RotationChain *RotationChainCoverage `json:"rotationChain,omitempty"`
 }
 
 // One row of the key-specific audit log, used by support for forensics.
@@ -337,6 +339,22 @@ type RotateAPIKeyPayload struct {
 	PlaintextKey string `json:"plaintextKey"`
 	// The old key, now revoked.
 	RevokedAPIKey *APIKey `json:"revokedApiKey"`
+}
+
+// The part of a key's rotation chain that apiKeyAuditLog(apiKeyId) covers: at most 1,000 keys on each side
+// of the key asked for. When a side is cut, the entries of the keys beyond are left out: ask for the log of
+// oldestKeyId (or newestKeyId) to read on.
+type RotationChainCoverage struct {
+	// How many keys the entries are about, the key asked for included.
+	Keys int `json:"keys"`
+	// The oldest key covered (the key asked for when it replaced none).
+	OldestKeyID string `json:"oldestKeyId"`
+	// The newest key covered (the key asked for when none replaced it).
+	NewestKeyID string `json:"newestKeyId"`
+	// The chain goes on before oldestKeyId: more than 1,000 keys on that side, whose entries are left out.
+	OlderCut bool `json:"olderCut"`
+	// The chain goes on after newestKeyId: more than 1,000 keys on that side, whose entries are left out.
+	NewerCut bool `json:"newerCut"`
 }
 
 // A logged-in session.

@@ -77,22 +77,22 @@ func auditQuery(base string, f btk.AuditFilter, keyFilters bool) (string, []any,
 		// The entries about the key (or any key of a rotation chain), and
 		// the revoke-all that revoked one: its time is the key's
 		// revoked_at.
+		// The ids are one parameter (a chain has up to 2,001 keys), and
+		// the revoked keys are found by id, not among every key of the
+		// workspace.
 		ids := f.APIKeyIDs
 		if len(ids) == 0 {
 			ids = []string{f.APIKeyID}
 		}
-		in := strings.Repeat("?, ", len(ids)-1) + "?"
+		list, err := idList(ids)
+		if err != nil {
+			return "", nil, err
+		}
+		const in = `SELECT value FROM json_each(?)`
 		b.WriteString(` AND (api_key_id IN (` + in + `) OR new_api_key_id IN (` + in + `)
 			OR (action = 'REVOKED_ALL' AND created_at IN (
-				SELECT revoked_at FROM api_keys WHERE workspace_id = ? AND id IN (` + in + `))))`)
-		for i := range 3 {
-			if i == 2 {
-				args = append(args, f.WorkspaceID)
-			}
-			for _, id := range ids {
-				args = append(args, id)
-			}
-		}
+				SELECT revoked_at FROM api_keys WHERE id IN (` + in + `) AND +workspace_id = ?)))`)
+		args = append(args, list, list, list, f.WorkspaceID)
 	}
 	if f.ActorEmail != "" {
 		b.WriteString(` AND actor_email = ? COLLATE NOCASE`)
