@@ -40,6 +40,12 @@ const (
 	// readCost is the part of maxComplexity a top-level field that opens a
 	// database read of its own costs besides its fields (New).
 	readCost = maxComplexity / 10
+	// maxMutations bounds the mutations (top-level fields) of one operation:
+	// each is a change of its own, audited and queued for every webhook of
+	// the workspace, and one operation carried 120 aliased changes. The CLI
+	// sends one per operation; the dashboard sends none (it calls the
+	// service).
+	maxMutations = 10
 	// anonymousExpansion bounds the fields a document of an anonymous or
 	// API-key caller expands to (fragments counted once each), checked
 	// before validation.

@@ -389,6 +389,11 @@ var errIntrospectionNeedsUser = btk.Errorf(btk.CodeUnauthenticated, "introspecti
 
 func (c *complexityLimit) MutateOperationContext(ctx context.Context, rc *graphql.OperationContext) *gqlerror.Error {
 	op := rc.Operation
+	if n := mutations(rc); n > maxMutations {
+		err := gqlerror.Errorf("the operation has %d mutations; one operation may make at most %d changes: send the others in operations of their own", n, maxMutations)
+		errcode.Set(err, codeComplexityLimit)
+		return err
+	}
 	var oc opCost
 	ok := false
 	// Only the costs of documents the query cache may hold are kept: a
@@ -429,6 +434,22 @@ func (c *complexityLimit) MutateOperationContext(ctx context.Context, rc *graphq
 }
 
 const maxInt = int(^uint(0) >> 1)
+
+// mutations counts the mutations a mutation operation makes: its top-level
+// fields as they run (fragments spread, @skip and @include applied, fields
+// of one response name merged), __typename aside.
+func mutations(rc *graphql.OperationContext) int {
+	if rc.Operation.Operation != ast.Mutation {
+		return 0
+	}
+	n := 0
+	for _, f := range graphql.CollectFields(rc, rc.Operation.SelectionSet, []string{"Mutation"}) {
+		if !strings.HasPrefix(f.Name, "__") {
+			n++
+		}
+	}
+	return n
+}
 
 // codeComplexityLimit refuses a document for its cost before it runs, as
 // gqlgen's own complexity limit names it (it does not export the name).
