@@ -209,13 +209,7 @@ func (t *tx) KeyClients(ctx context.Context, workspaceID string, keyIDs []string
 	if len(keyIDs) == 0 {
 		return nil, nil
 	}
-	return all(ctx, t, "key clients", func(row sqlshared.Row) (btk.KeyClient, error) {
-		var c btk.KeyClient
-		var at int64
-		err := row.Scan(&c.KeyID, &at, &c.IP, &c.UserAgent)
-		c.At = sqlshared.FromNano(at)
-		return c, err
-	}, keyClientsQuery, keyIDs, workspaceID)
+	return all(ctx, t, "key clients", sqlshared.ScanKeyClient, keyClientsQuery, keyIDs, workspaceID)
 }
 
 func (t *tx) KeyUsageSeries(ctx context.Context, f btk.UsageFilter, keyIDs []string, period time.Duration) ([]btk.UsageCount, error) {

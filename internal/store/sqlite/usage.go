@@ -232,13 +232,7 @@ func (t *tx) KeyClients(ctx context.Context, workspaceID string, keyIDs []string
 	if err != nil {
 		return nil, err
 	}
-	return all(ctx, t, "key clients", func(row sqlshared.Row) (btk.KeyClient, error) {
-		var c btk.KeyClient
-		var at int64
-		err := row.Scan(&c.KeyID, &at, &c.IP, &c.UserAgent)
-		c.At = sqlshared.FromNano(at)
-		return c, err
-	}, keyClientsQuery, ids, workspaceID)
+	return all(ctx, t, "key clients", sqlshared.ScanKeyClient, keyClientsQuery, ids, workspaceID)
 }
 
 func (t *tx) KeyUsageSeries(ctx context.Context, f btk.UsageFilter, keyIDs []string, period time.Duration) ([]btk.UsageCount, error) {

@@ -244,3 +244,13 @@ func ClaimHookLimit(limit int, caps btk.DeliveryCaps) int {
 	}
 	return max(n, 0)
 }
+
+// ScanKeyClient scans a row of key_id, at, ip, user_agent: the last client
+// of a key, as both stores' KeyClients select it.
+func ScanKeyClient(row Row) (btk.KeyClient, error) {
+	var c btk.KeyClient
+	var at int64
+	err := row.Scan(&c.KeyID, &at, &c.IP, &c.UserAgent)
+	c.At = FromNano(at)
+	return c, err
+}
