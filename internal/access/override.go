@@ -174,3 +174,10 @@ func sameHeaderName(name, want string) bool {
 // MaxURLOverrides bounds the URL-override values of one request; a request
 // with more is refused where the rules apply. No client sends more than one.
 const MaxURLOverrides = 4
+
+// MaxPathDecisions bounds the paths of one request (its own and each URL
+// override's) times its method overrides: each pair is decided against
+// every reading of the path, and a refused request spends none of the key's
+// limits, so each count within its bound could still multiply into ms of
+// CPU (docs/access.md#url-override-headers).
+const MaxPathDecisions = 8

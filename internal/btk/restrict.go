@@ -169,12 +169,9 @@ func (s *Service) restrict(k *APIKey, req *KeyRequest) error {
 		query = req.Path[i+1:]
 	}
 	methods, urls := access.Overrides(req.Header, query)
-	// Each path (the request's and each URL override's) is decided with
-	// each method override against every reading: a refused request spends
-	// none of the key's limits, so the product is bounded, not only each
-	// count (8 method overrides and 4 URL overrides of an 8 KiB path were
-	// 8 ms of CPU a request; docs/access.md#url-override-headers).
-	if (1+len(urls))*max(1, len(methods)) > access.MaxMethodOverrides {
+	// 8 method overrides and 4 URL overrides of an 8 KiB path were 8 ms of
+	// CPU a request, uncounted: the product is bounded, not only each count.
+	if (1+len(urls))*max(1, len(methods)) > access.MaxPathDecisions {
 		return ErrKeyPathDeny
 	}
 	if err := r.decidePath(rules, req.Method, req.Path, methods); err != nil {
