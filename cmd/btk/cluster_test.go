@@ -266,6 +266,27 @@ func TestClusterOnRedisCluster(t *testing.T) {
 	failsClosed(t, bases, k)
 }
 
+// accepted checks that base accepts the key cred (a new or rotated key, with
+// limits no probe reaches). A 503 UNAVAILABLE is asked again, within
+// procWait: on a loaded machine a Redis answer can take longer than btk's
+// 500 ms I/O timeout, and failing closed then is the product working, not
+// what the calling test is about. Any other answer fails at once.
+func accepted(t *testing.T, base, cred, what string) {
+	t.Helper()
+	deadline := time.Now().Add(procWait)
+	for {
+		a, err := call(base, "", cred, probeQuery, nil)
+		if err == nil && a.status == http.StatusOK {
+			return
+		}
+		if err != nil || a.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("%s on %s: %+v %v", what, base, a, err)
+		}
+		t.Logf("%s on %s: 503 %s, asked again", what, base, a.code)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // failsClosed checks that every instance refuses k with 503 UNAVAILABLE (two
 // requests each) and fails /readyz.
 func failsClosed(t *testing.T, bases []string, k procKey) {
@@ -388,6 +409,11 @@ func clusterGuarantees(t *testing.T, db string, flags ...string) (live []string,
 	})
 
 	t.Run("revocation under load", func(t *testing.T) {
+		defer func() {
+			if t.Failed() {
+				t.Logf("the instances' last warnings:\n%s", warnings(procs))
+			}
+		}()
 		var elev struct{ Elevate struct{ Token string } }
 		mustCall(t, bases[0], token, `mutation($p:String!){elevate(password:$p){token}}`, map[string]any{"p": procAdminPassword}, &elev)
 		var loadKey atomic.Value
@@ -425,9 +451,7 @@ func clusterGuarantees(t *testing.T, db string, flags ...string) (live []string,
 			k := createKeyAt(t, bases[(on+1)%3], session, fmt.Sprintf("r%d", round), 0)
 			cred = k.Plaintext
 			for _, b := range bases { // cached and verified everywhere
-				if a, err := call(b, "", cred, probeQuery, nil); err != nil || a.status != 200 {
-					t.Fatalf("round %d: a new key on %s: %+v %v\n%s", round, b, a, err, warnings(procs))
-				}
+				accepted(t, b, cred, fmt.Sprintf("round %d: a new key", round))
 			}
 			switch op {
 			case "revoke":
@@ -436,10 +460,8 @@ func clusterGuarantees(t *testing.T, db string, flags ...string) (live []string,
 				var rot struct{ RotateApiKey struct{ PlaintextKey string } }
 				mustCall(t, bases[on], session, `mutation($id:ID!){rotateApiKey(id:$id){plaintextKey}}`, map[string]any{"id": k.ID}, &rot,
 					"X-Elevation", elev.Elevate.Token)
-				for i, b := range bases {
-					if a, err := call(b, "", rot.RotateApiKey.PlaintextKey, probeQuery, nil); err != nil || a.status != 200 {
-						t.Fatalf("round %d: the new key of a rotation on %d, on %d: %+v %v", round, on, i, a, err)
-					}
+				for _, b := range bases {
+					accepted(t, b, rot.RotateApiKey.PlaintextKey, fmt.Sprintf("round %d: the new key of a rotation on %d", round, on))
 				}
 			case "revoke-all":
 				mustCall(t, bases[on], session, `mutation{revokeAllApiKeys{revokedCount}}`, nil, nil)
