@@ -770,11 +770,14 @@ func (s *Service) RecordDeliveries(ctx context.Context, ds []*WebhookDelivery) e
 	}
 	// The webhook rows after every delivery row and in id order, as every
 	// recorder (and every writer of an event) takes them: two instances'
-	// batches never wait for each other in a cycle (PostgreSQL).
+	// batches never wait for each other in a cycle (PostgreSQL). The
+	// delivery rows in id order too, as a webhook's deletion locks them:
+	// in the order the attempts ended, the two deadlocked.
 	hooks := slices.Sorted(maps.Keys(latest))
+	byID := slices.SortedFunc(slices.Values(ds), func(a, b *WebhookDelivery) int { return strings.Compare(a.ID, b.ID) })
 	return s.store.Write(ctx, func(tx Tx) error {
 		finished := map[string]int{}
-		for _, d := range ds {
+		for _, d := range byID {
 			done, err := tx.FinishWebhookDelivery(ctx, d, d.Claim)
 			if err != nil {
 				return err

@@ -317,6 +317,13 @@ func (t *tx) DeleteWebhook(ctx context.Context, id string) error {
 	if _, err := t.lockChain(ctx, ws); err != nil {
 		return err
 	}
+	// The deliveries in id order, as a recorder finishes them
+	// (RecordDeliveries): the DELETE alone locks them in its scan's order,
+	// and deadlocked with a recorder holding some of them.
+	if _, err := t.exec(ctx, "delete webhook", false,
+		`SELECT FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY id FOR UPDATE`, id); err != nil {
+		return err
+	}
 	if _, err := t.exec(ctx, "delete webhook", false, `DELETE FROM webhook_deliveries WHERE webhook_id = $1`, id); err != nil {
 		return err
 	}

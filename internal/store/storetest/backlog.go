@@ -408,6 +408,66 @@ func testWebhookOutcomesRaceEvents(t *testing.T, db btk.Store, ws *btk.Workspace
 	}
 }
 
+// Deleting a webhook (the service's DeleteWebhook) while the worker
+// records a batch of its deliveries' outcomes (RecordDeliveries, the batch
+// in the order the attempts ended, here the reverse of the claim's): on
+// PostgreSQL the two lock the deliveries' rows, and must do so in one
+// order, or each holds rows the other waits for (deadlock detected): the
+// owner's delete answered INTERNAL, or the worker's batch failed and was
+// sent again after its lease. The batch also holds deliveries of a webhook
+// that stays, whose row the deletion's event locks. Round after round
+// until a deadline: neither side fails, the deleted webhook's deliveries
+// are gone (none is claimed again) and the other's backlog stays counted.
+func testDeleteWebhookRacesOutcomes(t *testing.T, db btk.Store, ws *btk.Workspace) {
+	svc, err := btk.NewService(ctx, db, []byte("0123456789abcdef0123456789abcdef"), btk.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := &btk.Actor{AccountID: uuid.NewString(), Email: "owner@example.com", WorkspaceID: ws.ID, Role: btk.RoleOwner}
+	stays := newWebhook(t, db, ws)
+	const events = 12
+	deadline := time.Now().Add(10 * time.Second)
+	var deleted []string
+	rounds := 0
+	for ; rounds < 40 && time.Now().Before(deadline); rounds++ {
+		hook := newWebhook(t, db, ws)
+		deleted = append(deleted, hook.ID)
+		addEvents(t, db, ws.ID, "api_key.created", func(i int) time.Time { return t0.Add(time.Duration(i)) }, rounds*events, events)
+		ds, err := svc.ClaimDeliveries(ctx, fmt.Sprint("c", rounds), time.Minute, 2*events, btk.DeliveryCaps{})
+		if err != nil || len(ds) != 2*events {
+			t.Fatalf("round %d: claimed %d deliveries (%v), want %d", rounds, len(ds), err, 2*events)
+		}
+		slices.Reverse(ds)
+		for _, d := range ds {
+			svc.SettleDelivery(d, 204, "", 0)
+		}
+		errs := make([]error, 2)
+		race(db, 2, func(i int) {
+			if i == 0 {
+				errs[i] = svc.RecordDeliveries(ctx, ds)
+			} else {
+				errs[i] = svc.DeleteWebhook(ctx, owner, hook.ID)
+			}
+		})
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("round %d: recording: %v; deleting: %v", rounds, errs[0], errs[1])
+		}
+		read(t, db, func(tx btk.Tx) error { _, err := tx.Webhook(ctx, hook.ID); mustBe(t, err, btk.ErrNotFound); return nil })
+		if n := len(allDeliveries(t, db, hook.ID)); n != 0 {
+			t.Fatalf("round %d: the deleted webhook has %d deliveries", rounds, n)
+		}
+	}
+	t.Logf("%d rounds", rounds)
+	for _, d := range claimCaps(t, db, t0.Add(48*time.Hour), "after", 1000, btk.DeliveryCaps{}) {
+		if slices.Contains(deleted, d.WebhookID) {
+			t.Errorf("a delivery of deleted webhook %s was claimed again", d.WebhookID)
+		}
+	}
+	if w := webhookState(t, db, stays.ID); w.Pending != pendingOf(t, db, stays.ID) {
+		t.Errorf("the webhook that stays counts %d pending, has %d", w.Pending, pendingOf(t, db, stays.ID))
+	}
+}
+
 // UndoMigration0014 is the SQL, for both engines, that takes a database
 // back to migration 0013's outbox: the engines' upgrade tests run it on a
 // store that SeedBacklogForUpgrade filled, then open the store again.

@@ -95,6 +95,7 @@ var workspaceTests = []struct {
 	{"WebhookBacklogCounted", testWebhookBacklogCounted},
 	{"DeleteWebhookRacesEvents", testDeleteWebhookRacesEvents},
 	{"WebhookOutcomesRaceEvents", testWebhookOutcomesRaceEvents},
+	{"DeleteWebhookRacesOutcomes", testDeleteWebhookRacesOutcomes},
 	{"ExpiryNotices", testExpiryNotices},
 	{"APIKeyNetworksAndUpdate", testAPIKeyNetworksAndUpdate},
 	{"WorkspaceKeyPolicy", testWorkspaceKeyPolicy},
