@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/btk-project/btk/internal/redisstate/redistest"
 	"github.com/btk-project/btk/internal/store/postgres/pgtest"
+	"github.com/btk-project/btk/internal/testproc"
 )
 
 // Redis stopped: keys are refused 503 UNAVAILABLE (nothing accepted) and
@@ -129,4 +131,98 @@ func TestRevokeByNameRepeatedAfterUnavailable(t *testing.T) {
 			t.Fatalf("the revoked key on %s after the repeat: %+v %v", p.url, a, err)
 		}
 	}
+}
+
+// A revoke committed by an instance that could not tell the others (its
+// Redis cut off, as when it is killed between the commit and the tell) and
+// never repeated reaches the others within seconds: every instance tells
+// the workspaces listed untold every tellEvery, not only at the unused-key
+// sweep a minute apart (found by an attack: a revoke whose instance was
+// killed 4 ms after the request left the key accepted elsewhere for 18 s,
+// up to a minute). The instances are past their first sweep run (10 s
+// after start), so only the tell loop can tell within the bound.
+func TestUntoldChangeToldWithinSeconds(t *testing.T) {
+	parallelUnlessShort(t, "starts btk serve and redis-server processes")
+	redisURL(t)
+	db := pgtest.URL(t)
+	r := redistest.Standalone(t)
+	relay := testproc.NewRelay(t, r.Addr())
+	started := time.Now()
+	a := startServe(t, db, "--redis", "redis://"+relay.Addr+"/0")
+	b := startServe(t, db, "--redis", r.URL())
+	token := loginAt(t, a.url)
+	k := createKeyAt(t, a.url, token, "leaked", 0)
+	accepted(t, a.url, k.Plaintext, "a new key")
+	accepted(t, b.url, k.Plaintext, "a new key")
+	time.Sleep(time.Until(started.Add(sweepFirst + 2*time.Second)))
+
+	relay.Cut()
+	if a, err := call(a.url, token, "", `mutation($id:ID!){revokeApiKey(id:$id){id}}`, map[string]any{"id": k.ID}); err != nil || a.code != "UNAVAILABLE" {
+		t.Fatalf("a revoke on the instance cut off from Redis: %+v %v", a, err)
+	}
+	told := time.Now()
+	for {
+		a, err := call(b.url, "", k.Plaintext, probeQuery, nil)
+		if err == nil && a.status == http.StatusUnauthorized {
+			break
+		}
+		if err != nil || a.status != http.StatusOK {
+			t.Fatalf("the revoked key on the other instance: %+v %v", a, err)
+		}
+		if time.Since(told) > 4*tellEvery {
+			t.Fatalf("the other instance still accepts a key revoked %v ago (tell every %v)", time.Since(told).Round(time.Millisecond), tellEvery)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// With fewer than a majority of the sentinels answering, key checks go on
+// and /readyz stays 200 (it answers for key checks), but every change
+// answers UNAVAILABLE and a failover would not be followed: the operator is
+// told by the log and the metrics btk_redis_sentinels_answering /
+// btk_redis_sentinels_listed, and told again when they are back (found by
+// an attack: every sentinel stopped left nothing but UNAVAILABLE changes).
+func TestSentinelsLostAreReported(t *testing.T) {
+	parallelUnlessShort(t, "starts btk serve, redis-server and redis-sentinel processes")
+	g := redistest.Sentinels(t)
+	metricsAddr := testproc.FreeAddr(t)
+	p := startServe(t, t.TempDir()+"/btk.db", "--redis", g.URL(), "--metrics-addr", metricsAddr)
+	token := loginAt(t, p.url)
+	k := createKeyAt(t, p.url, token, "live", 0)
+	answering := func() string {
+		res, err := clusterClient.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		var out []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "btk_redis_sentinels_") {
+				out = append(out, line)
+			}
+		}
+		return strings.Join(out, "; ")
+	}
+	if got := answering(); got != "btk_redis_sentinels_answering 3; btk_redis_sentinels_listed 3" {
+		t.Fatalf("metrics with every sentinel answering: %s", got)
+	}
+
+	g.Sentinels[0].Stop()
+	g.Sentinels[1].Stop()
+	p.WaitFor(t, "the warning", procWait, func() bool {
+		return strings.Contains(p.Out.String(), "fewer than a majority of the sentinels answer")
+	})
+	if got := answering(); got != "btk_redis_sentinels_answering 1; btk_redis_sentinels_listed 3" {
+		t.Fatalf("metrics with two of three sentinels stopped: %s", got)
+	}
+	accepted(t, p.url, k.Plaintext, "a key with two of three sentinels stopped")
+	if code := readyzStatus(t, p.url); code != http.StatusOK {
+		t.Fatalf("/readyz with two of three sentinels stopped: %d", code)
+	}
+	g.Sentinels[0].Continue()
+	g.Sentinels[1].Continue()
+	p.WaitFor(t, "the all-clear", procWait, func() bool {
+		return strings.Contains(p.Out.String(), "a majority of the sentinels answer again")
+	})
 }

@@ -125,7 +125,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	defer closeStore(db, log)
 	svcCfg := btk.Config{DefaultPerMinute: cfg.RatePerMinute, DefaultPerDay: cfg.RatePerDay, Observer: ops.observer(), SessionKeys: cfg.sessionKeys, UsageRetention: cfg.UsageRetention}
 	if cfg.Redis != "" {
-		closeShared, err := openShared(ctx, cfg, &svcCfg, log)
+		closeShared, err := openShared(ctx, cfg, &svcCfg, ops.registerer(), log)
 		if err != nil {
 			return err
 		}
@@ -193,6 +193,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	deliveries := events.New(svc, events.Config{AllowPrivate: cfg.WebhookAllowPrivate, Registerer: ops.registerer(), Log: log})
 	wg.Go(func() { deliveries.Run(flushCtx) })
 	wg.Go(func() { sweepLoop(flushCtx, svc, log) })
+	if cfg.Redis != "" {
+		wg.Go(func() { tellLoop(flushCtx, svc, log) })
+	}
 
 	serveErr := make(chan error, len(servers))
 	for i, s := range servers {
@@ -393,6 +396,7 @@ func flushLoop(ctx context.Context, svc *btk.Service, log *slog.Logger, ops *ops
 // instances is told by the next run (docs/access.md#workspace-key-policy),
 // soon rather than a minute later.
 const (
+	sweepFirst = 10 * time.Second // after start
 	sweepEvery = time.Minute
 	sweepRetry = 10 * time.Second
 )
@@ -409,7 +413,7 @@ type unusedKeySweeper interface {
 // instance runs it, and each key is revoked and audited once
 // (btk.Service.SweepUnusedKeys).
 func sweepLoop(ctx context.Context, svc unusedKeySweeper, log *slog.Logger) {
-	every(ctx, 10*time.Second, func() time.Duration {
+	every(ctx, sweepFirst, func() time.Duration {
 		n, err := svc.SweepUnusedKeys(ctx)
 		if n > 0 {
 			log.Info("revoked unused keys (workspace key policy)", "count", n)
@@ -419,6 +423,37 @@ func sweepLoop(ctx context.Context, svc unusedKeySweeper, log *slog.Logger) {
 			return sweepRetry
 		}
 		return sweepEvery
+	})
+}
+
+// tellEvery is how often an instance tells the other instances of the
+// changes listed as untold: one committed by an instance killed before it
+// told reaches the others within about this (docs/clusters.md#shared-state-in-redis).
+// One settings read an instance each time; one node has no one to tell
+// and does not run it.
+const tellEvery = 2 * time.Second
+
+// untoldTeller is what tellLoop runs: a *btk.Service.
+type untoldTeller interface {
+	TellUntold(ctx context.Context) error
+}
+
+// tellLoop tells the workspaces listed as untold every tellEvery, on every
+// instance. A failure is logged once, until a run succeeds again: while
+// Redis is down, every key check says so already (503).
+func tellLoop(ctx context.Context, svc untoldTeller, log *slog.Logger) {
+	failing := false
+	every(ctx, tellEvery, func() time.Duration {
+		err := svc.TellUntold(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			failing = true
+			log.Warn("could not tell the other instances of a committed change; retrying", "err", err, "every", tellEvery)
+		case err == nil && failing:
+			failing = false
+			log.Info("told the other instances of the changes that were waiting")
+		}
+		return tellEvery
 	})
 }
 

@@ -253,10 +253,10 @@ const sweepBatch = 500
 // sweep at once: the store revokes a key only if it is still active and
 // unused in the same UPDATE, so each key is revoked, and audited, once.
 // It first tells the instances what an earlier revocation, on any
-// instance, could not tell them (tellUntold). It returns how many keys it
+// instance, could not tell them (TellUntold). It returns how many keys it
 // revoked.
 func (s *Service) SweepUnusedKeys(ctx context.Context) (int, error) {
-	errs := []error{s.tellUntold(ctx)}
+	errs := []error{s.TellUntold(ctx)}
 	ws, err := read(ctx, s.store, func(tx Tx) ([]*Workspace, error) { return tx.Workspaces(ctx) })
 	if err != nil {
 		return 0, errors.Join(append(errs, err)...)

@@ -18,9 +18,9 @@ import (
 // closed, a CI job that gave up), and the instance that committed it may
 // stop before telling. So the transaction of every such change also lists
 // the workspace in the setting untoldSetting, a tell made after the commit
-// takes it off, and every sweep run, of every instance, first tells the
-// workspaces listed: a failed tell is repeated until it succeeds, also when
-// the instance that committed the change has stopped
+// takes it off, and every instance tells the workspaces listed every few
+// seconds (TellUntold): a failed tell is repeated until it succeeds, also
+// when the instance that committed the change has stopped
 // (docs/clusters.md#shared-state-in-redis). The list is empty but for
 // failures, and has at most one entry per workspace. One node has no other
 // instance to tell: nothing is listed there.
@@ -109,9 +109,13 @@ func (s *Service) tell(ctx context.Context, workspaceID string, marks untold) er
 	return nil
 }
 
-// tellUntold tells the instances of the workspaces listed, and takes off
-// the list those it told.
-func (s *Service) tellUntold(ctx context.Context) error {
+// TellUntold tells the instances of the workspaces listed, and takes off
+// the list those it told. btk serve runs it every few seconds on every
+// instance (and each sweep run first), so a change whose instance stopped
+// before telling (killed mid-revoke) reaches the others within seconds,
+// not at the next sweep a minute later. One node lists nothing, but may
+// find a list left from when it ran with Redis: it empties it.
+func (s *Service) TellUntold(ctx context.Context) error {
 	u, err := read(ctx, s.store, func(tx Tx) (untold, error) { return readUntold(ctx, tx) })
 	if err != nil || len(u) == 0 {
 		return err

@@ -158,11 +158,15 @@ func (s *State) watch() {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	failing := false
-	for {
+	s.askSentinels()
+	for tick := 1; ; tick++ {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
+		}
+		if tick%sentinelsEvery == 0 {
+			s.askSentinels()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), watchEvery)
 		err := s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error { return s.checkIdentity(ctx, c) })
@@ -178,6 +182,42 @@ func (s *State) watch() {
 		}
 		failing = err != nil
 	}
+}
+
+// sentinelsEvery is how many watch ticks apart the sentinels are asked
+// whether they answer.
+const sentinelsEvery = 5
+
+// askSentinels counts, under Sentinel, the sentinels of the URL that answer
+// for the primary's name, for Sentinels. Without a majority of them, key
+// checks still work on the primary btk has, but every change answers
+// UNAVAILABLE (sentinelsAgree) and a failover would not be followed:
+// /readyz stays 200, as key checks are what it answers for, so the operator
+// is told by the metric and the log instead (docs/clusters.md#failover).
+func (s *State) askSentinels() {
+	if len(s.sentinels) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), watchEvery)
+	defer cancel()
+	var answering atomic.Int32
+	var wg sync.WaitGroup
+	for _, sc := range s.sentinels {
+		wg.Go(func() {
+			if _, err := sc.Master(ctx, s.failover.MasterName).Result(); err == nil {
+				answering.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	s.sentinelsAnswering.Store(answering.Load())
+}
+
+// Sentinels reports how many of the sentinels of a redis+sentinel:// URL
+// answered when last asked (every few seconds), and how many it lists;
+// 0, 0 for other kinds. Fewer than a majority: changes answer UNAVAILABLE.
+func (s *State) Sentinels() (answering, listed int) {
+	return int(s.sentinelsAnswering.Load()), len(s.sentinels)
 }
 
 // probe is a script that writes nothing but is refused wherever a write

@@ -76,8 +76,11 @@ type State struct {
 	// sentinelsAgree asks. nil otherwise.
 	failover  *redis.FailoverOptions
 	sentinels []*redis.SentinelClient
-	prefix    string
-	ids       *identities
+	// sentinelsAnswering is how many of them answered watch's last
+	// question (Sentinels).
+	sentinelsAnswering atomic.Int32
+	prefix             string
+	ids                *identities
 	// seed is this instance's random value, from which the script makes a
 	// missing revision token (with the server's time); seedArg is it boxed.
 	seed    string
@@ -121,6 +124,7 @@ func openQueued(url, prefix string, queued int) (*State, error) {
 				TLSConfig: failover.TLSConfig, MaxRetries: -1, DisableIdentity: true, Protocol: protocol,
 				PoolSize: 2, // a change at a time, now and then
 			}))
+			s.sentinelsAnswering.Add(1) // until asked: they answered to find the primary
 		}
 	}
 	// Key checks go through the automatic pipeline: measured, it cuts
@@ -779,33 +783,54 @@ func infoField(info, name string) (string, bool) {
 }
 
 // Warnings names what, in the Redis btk uses, breaks a guarantee without
-// stopping btk: a primary with a maxmemory and an eviction policy. When
-// memory runs short it evicts keys, and an evicted rate-limit window
-// restarts full (a key gets more than its limit); an evicted token fails
-// safe. btk serve logs them at start rather than refusing to start: the
-// policy is often a managed Redis's default, and limits hold until memory
-// runs short (docs/clusters.md#shared-state-in-redis).
+// stopping btk:
+//   - a primary with a maxmemory and an eviction policy. When memory runs
+//     short it evicts keys, and an evicted rate-limit window restarts full
+//     (a key gets more than its limit); an evicted token fails safe;
+//   - a primary that can fail over (it has replicas, or Sentinel follows
+//     it) without min-replicas-to-write. A replica still on its first sync
+//     (one that just joined, often the old primary back after an earlier
+//     failover) is promoted empty, and every key's windows start over:
+//     measured, 73 requests accepted against a limit of 40 a minute.
+//     Revocations hold either way (a new identity, docs/clusters.md#failover).
+//
+// btk serve logs them at start rather than refusing to start: both are
+// common defaults, and limits hold until memory runs short or a failover
+// meets an unsynced replica (docs/clusters.md#shared-state-in-redis).
 func (s *State) Warnings(ctx context.Context) ([]string, error) {
 	var mu sync.Mutex
 	var out []string
 	err := s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error {
+		where := "Redis"
+		if s.kind == Cluster {
+			where = "the Redis Cluster primary " + c.Options().Addr
+		}
+		var found []string
 		info, err := c.Info(ctx, "memory").Result()
 		if err != nil {
 			return err
 		}
 		limit, ok := infoField(info, "maxmemory")
 		policy, known := infoField(info, "maxmemory_policy")
-		if !ok || !known || limit == "0" || policy == "noeviction" {
-			return nil
+		if ok && known && limit != "0" && policy != "noeviction" {
+			found = append(found, fmt.Sprintf("%s has maxmemory %s bytes with maxmemory-policy %s: when it is full, it evicts keys, "+
+				"and a key whose rate-limit window was evicted gets more than its limit; "+
+				"set maxmemory-policy noeviction (docs/clusters.md#shared-state-in-redis)", where, limit, policy))
 		}
-		where := "Redis"
-		if s.kind == Cluster {
-			where = "the Redis Cluster primary " + c.Options().Addr
+		if info, err = c.Info(ctx, "replication").Result(); err != nil {
+			return err
+		}
+		// min_slaves_good_slaves is in the answer only while
+		// min-replicas-to-write is set.
+		replicas, _ := infoField(info, "connected_slaves")
+		_, minReplicas := infoField(info, "min_slaves_good_slaves")
+		if !minReplicas && (s.kind == Sentinel || (replicas != "" && replicas != "0")) {
+			found = append(found, where+" can fail over to a replica but has no min-replicas-to-write: a replica promoted "+
+				"before its first sync ended holds no data, and every key's rate-limit windows start over (revocations hold); "+
+				"set min-replicas-to-write 1 on the primary and its replicas (docs/clusters.md#failover)")
 		}
 		mu.Lock()
-		out = append(out, fmt.Sprintf("%s has maxmemory %s bytes with maxmemory-policy %s: when it is full, it evicts keys, "+
-			"and a key whose rate-limit window was evicted gets more than its limit; "+
-			"set maxmemory-policy noeviction (docs/clusters.md#shared-state-in-redis)", where, limit, policy))
+		out = append(out, found...)
 		mu.Unlock()
 		return nil
 	})
