@@ -342,12 +342,16 @@ type CreateWebhookResult struct {
 // private receivers are allowed: loopback, private (RFC 1918, fc00::/7),
 // link-local, unspecified, multicast, CGNAT (100.64/10), the other ranges
 // that are not globally reachable (nonGlobalPrefixes) and the IPv4-mapped
-// forms of them; and the IPv6 forms that reach an IPv4 address through a
-// translation or an embedding: NAT64's 64:ff9b::/96 and 6to4's 2002::/16
-// when the IPv4 address inside is private (on a host with NAT64,
-// [64:ff9b::a00:1] is 10.0.0.1), and every address of NAT64's local-use
-// 64:ff9b:1::/48, Teredo's 2001::/32 and the deprecated IPv4-compatible
-// ::/96.
+// forms of them; every IPv6 address outside 2000::/3, the only block IANA
+// allocates global unicast from (so a special-purpose block added later is
+// refused before this list knows it); and the IPv6 forms that reach an IPv4
+// address through a translation or an embedding: NAT64's 64:ff9b::/96 and
+// 6to4's 2002::/16 when the IPv4 address inside is private (on a host with
+// NAT64, [64:ff9b::a00:1] is 10.0.0.1), and every address of NAT64's
+// local-use 64:ff9b:1::/48, Teredo's 2001::/32, the deprecated
+// IPv4-compatible ::/96 and SIIT's IPv4-translated ::ffff:0:0:0/96 (RFC
+// 2765; no current translator uses it, but one that still does makes
+// [::ffff:0:a9fe:a9fe] the metadata address 169.254.169.254).
 func PrivateAddr(addr netip.Addr) bool {
 	addr = addr.Unmap()
 	if addr.Is6() {
@@ -357,7 +361,8 @@ func PrivateAddr(addr netip.Addr) bool {
 			return PrivateAddr(netip.AddrFrom4([4]byte(b[12:16])))
 		case sixToFourPrefix.Contains(addr):
 			return PrivateAddr(netip.AddrFrom4([4]byte(b[2:6])))
-		case nat64LocalPrefix.Contains(addr), teredoPrefix.Contains(addr), ipv4CompatPrefix.Contains(addr):
+		case nat64LocalPrefix.Contains(addr), teredoPrefix.Contains(addr), ipv4CompatPrefix.Contains(addr),
+			ipv4TranslatedPrefix.Contains(addr), !globalUnicastPrefix.Contains(addr):
 			return true
 		}
 	}
@@ -368,35 +373,58 @@ func PrivateAddr(addr netip.Addr) bool {
 	}
 	for _, p := range nonGlobalPrefixes {
 		if p.Contains(addr) {
-			return true
+			return !slices.ContainsFunc(globalInNonGlobal, func(g netip.Prefix) bool { return g.Contains(addr) })
 		}
 	}
 	return false
 }
 
-// nonGlobalPrefixes are the special-purpose ranges (IANA's registries) that
-// are not globally reachable and that the netip predicates do not cover:
-// a receiver there is on the operator's own network, or nowhere.
+// nonGlobalPrefixes are the rows of IANA's IPv4 and IPv6 special-purpose
+// address registries whose "Globally Reachable" is False or N/A (or that
+// are deprecated with no answer) and that the netip predicates above do
+// not cover: a receiver there is on the operator's own network, or
+// nowhere. The IPv6 rows outside 2000::/3 are refused before this list is
+// read; they are here so the list can be compared with the registry.
 var nonGlobalPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),       // this network
 	netip.MustParsePrefix("100.64.0.0/10"),   // CGNAT
-	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
+	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments, with its anycast addresses (see globalInNonGlobal)
 	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
+	netip.MustParsePrefix("192.88.99.0/24"),  // 6to4 relay anycast (deprecated, RFC 7526), 6a44 relay anycast
 	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
 	netip.MustParsePrefix("198.51.100.0/24"), // documentation
 	netip.MustParsePrefix("203.0.113.0/24"),  // documentation
 	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and 255.255.255.255
 	netip.MustParsePrefix("100::/64"),        // discard-only
+	netip.MustParsePrefix("100:0:0:1::/64"),  // dummy prefix (RFC 9780)
+	netip.MustParsePrefix("2001::/23"),       // IETF protocol assignments: benchmarking 2001:2::/48, ORCHID 2001:10::/28, ...
 	netip.MustParsePrefix("2001:db8::/32"),   // documentation
+	netip.MustParsePrefix("3fff::/20"),       // documentation (RFC 9637)
+	netip.MustParsePrefix("5f00::/16"),       // SRv6 SIDs (RFC 9602)
 	netip.MustParsePrefix("fec0::/10"),       // site-local (deprecated, still routed by some networks)
 }
 
+// globalInNonGlobal are the blocks inside a nonGlobalPrefixes row that the
+// registry lists as globally reachable networks of their own, so they are
+// not refused: AMT, AS112-v6, ORCHIDv2 and DRIP. The anycast service
+// addresses it also lists as reachable (PCP, TURN and DNS-SD SRP:
+// 192.0.0.9-10, 2001:1::1-3) stay refused: the nearest server answers
+// them, usually one on the operator's own network.
+var globalInNonGlobal = []netip.Prefix{
+	netip.MustParsePrefix("2001:3::/32"),     // AMT
+	netip.MustParsePrefix("2001:4:112::/48"), // AS112-v6
+	netip.MustParsePrefix("2001:20::/28"),    // ORCHIDv2
+	netip.MustParsePrefix("2001:30::/28"),    // DRIP entity tags
+}
+
 var (
-	nat64Prefix      = netip.MustParsePrefix("64:ff9b::/96")
-	nat64LocalPrefix = netip.MustParsePrefix("64:ff9b:1::/48")
-	sixToFourPrefix  = netip.MustParsePrefix("2002::/16")
-	teredoPrefix     = netip.MustParsePrefix("2001::/32")
-	ipv4CompatPrefix = netip.MustParsePrefix("::/96")
+	nat64Prefix          = netip.MustParsePrefix("64:ff9b::/96")
+	nat64LocalPrefix     = netip.MustParsePrefix("64:ff9b:1::/48")
+	sixToFourPrefix      = netip.MustParsePrefix("2002::/16")
+	teredoPrefix         = netip.MustParsePrefix("2001::/32")
+	ipv4CompatPrefix     = netip.MustParsePrefix("::/96")
+	ipv4TranslatedPrefix = netip.MustParsePrefix("::ffff:0:0:0/96")
+	globalUnicastPrefix  = netip.MustParsePrefix("2000::/3")
 )
 
 // Resolver looks host names up (net.DefaultResolver in production).
