@@ -5,17 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/muesli/termenv"
 
+	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/client"
 )
 
@@ -105,35 +103,29 @@ func (a *jsonArray) close() error {
 // printable makes text from the server safe to write to a terminal: control
 // characters other than tab and newline (an escape sequence can retitle the
 // window, clear the screen or move the cursor; a carriage return fakes a
-// line) and bidirectional overrides are written as Go escapes. Colour
-// (SGR: ESC [ digits m) passes, as the printer's own styling of a cell is
-// colour. btk's own server never sends control characters; a hostile or
-// broken one at --server may.
+// line), bidirectional overrides and the other invisible characters are
+// written as Go escapes (btk.Printable, which the dashboard uses too).
+// Colour (SGR: ESC [ digits m) passes, as the printer's own styling of a
+// cell is colour. btk's own server never sends control characters; a
+// hostile or broken one at --server may.
 func printable(s string) string {
-	if !strings.ContainsFunc(s, unprintable) {
-		return s
+	if !strings.Contains(s, "\x1b[") {
+		return btk.Printable(s)
 	}
 	var b strings.Builder
-	for i := 0; i < len(s); {
+	start := 0
+	for i := 0; i < len(s); i++ {
+		// ESC is never part of a multi-byte UTF-8 sequence: i is a rune
+		// boundary wherever a colour sequence starts.
 		if n := sgrLen(s[i:]); n > 0 {
+			b.WriteString(btk.Printable(s[start:i]))
 			b.WriteString(s[i : i+n])
-			i += n
-			continue
+			i += n - 1
+			start = i + 1
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if unprintable(r) {
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		} else {
-			b.WriteString(s[i : i+size])
-		}
-		i += size
 	}
+	b.WriteString(btk.Printable(s[start:]))
 	return b.String()
-}
-
-func unprintable(r rune) bool {
-	return r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r))
 }
 
 // sgrLen is the length of the colour sequence s starts with, or 0.

@@ -244,6 +244,10 @@ func TestPrintable(t *testing.T) {
 		"\x1b]8;;http://x\x1b\\":    `\x1b]8;;http://x\x1b\`,
 		"bell\x07 del\x7f c1\u009b": `bell\a del\x7f c1\u009b`,
 		"bidi\u202egnp.exe":         `bidi\u202egnp.exe`,
+		"\x1b[1mua\u2067x\x1b[0m":   "\x1b[1mua\\u2067x\x1b[0m",
+		"zero\u200bwidth\u2028sep":  `zero\u200bwidth\u2028sep`,
+		"bare c1 byte \x9b2J":       `bare c1 byte \x9b2J`,
+		"replacement \ufffd kept":   "replacement \ufffd kept",
 	} {
 		if got := printable(in); got != want {
 			t.Errorf("printable(%q) = %q, want %q", in, got, want)

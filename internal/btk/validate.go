@@ -66,19 +66,8 @@ func cleanName(what, name string, max int) (string, error) {
 }
 
 // hasHiddenRunes reports characters that could disguise a name in a list or
-// a confirmation prompt: control characters, invisible formatting ones (bidi
-// overrides, zero-width characters), the other Unicode default-ignorable
-// code points (variation selectors, Hangul fillers...) and the line and
-// paragraph separators.
-func hasHiddenRunes(s string) bool {
-	for _, r := range s {
-		if unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp,
-			unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector, unicode.Noncharacter_Code_Point) {
-			return true
-		}
-	}
-	return false
-}
+// a confirmation prompt (hiddenRune).
+func hasHiddenRunes(s string) bool { return strings.ContainsFunc(s, hiddenRune) }
 
 // blankRunes are graphic characters that render as nothing.
 var blankRunes = map[rune]bool{

@@ -5,10 +5,10 @@
 package web
 
 import (
-	"bytes"
 	"embed"
 	"github.com/btk-project/btk/internal/gateway"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -182,9 +182,13 @@ func clearCookie(w http.ResponseWriter, r *http.Request) {
 }
 
 // render executes a page into a buffer first, so that a template failure
-// never sends half a page.
+// never sends half a page. The page goes out through btk.Printable: a bidi
+// override or an invisible character in text someone else chose (a user
+// agent, a webhook URL, audit metadata) shows as an escape instead of
+// reordering or hiding what the page says. The templates have none of
+// their own (TestTemplatesPrintable), so only such text changes.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, status int, data any) {
-	var buf bytes.Buffer
+	var buf strings.Builder
 	if err := h.pages[name].Execute(&buf, data); err != nil {
 		h.log.ErrorContext(r.Context(), "dashboard template failed", "page", name, "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
@@ -192,7 +196,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, st
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes()) // a client that left is no error of the page
+	_, _ = io.WriteString(w, btk.Printable(buf.String())) // a client that left is no error of the page
 }
 
 // message renders a page with a title and a sentence.
