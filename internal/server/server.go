@@ -8,6 +8,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
@@ -94,11 +95,17 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 // answer makes the instance not ready within it (docs/operating.md).
 const ReadyTimeout = 3 * time.Second
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serveLogged(h.mux, w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serveLogged(h.mux, w, r, true) }
 
 // serveLogged serves r with next and, at DEBUG, writes its access-log line.
 // The line names no header (credentials travel in headers) and no query.
-func (h *Handler) serveLogged(next http.Handler, w http.ResponseWriter, r *http.Request) {
+// On the main listener (routed) it names the route that matched (the
+// pattern ServeMux sets, GET /keys/{id}), not the path: a client makes the
+// path up, and a secret pasted into it that does not look like a btk_ key
+// was logged whole (an unmatched GET /QSECRET5/x). The proxy's paths are
+// the upstream's, whose routes btk does not know: they are logged with keys
+// redacted, as its WARN lines are.
+func (h *Handler) serveLogged(next http.Handler, w http.ResponseWriter, r *http.Request, routed bool) {
 	if !h.log.Enabled(r.Context(), slog.LevelDebug) {
 		next.ServeHTTP(w, r)
 		return
@@ -108,8 +115,11 @@ func (h *Handler) serveLogged(next http.Handler, w http.ResponseWriter, r *http.
 	// answers and upgrades need.
 	sw := &statusWriter{ResponseWriter: w}
 	next.ServeHTTP(sw, r)
-	// A key pasted into a URL is redacted: logs never hold one.
-	h.log.DebugContext(r.Context(), "request", "method", r.Method, "path", btk.Redacted(r.URL.Path), "status", sw.code(),
+	where := slog.Any("path", btk.Redacted(r.URL.Path)) // a key pasted into a URL is redacted
+	if routed {
+		where = slog.String("route", cmp.Or(r.Pattern, "(none)"))
+	}
+	h.log.DebugContext(r.Context(), "request", "method", r.Method, where, "status", sw.code(),
 		"duration", time.Since(start), "ip", h.gw.ClientIP(r))
 }
 
@@ -118,5 +128,5 @@ func (h *Handler) serveLogged(next http.Handler, w http.ResponseWriter, r *http.
 // listener.
 func (h *Handler) Proxy(upstream *url.URL) http.Handler {
 	proxy := h.gw.Proxy(upstream)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveLogged(proxy, w, r) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveLogged(proxy, w, r, false) })
 }

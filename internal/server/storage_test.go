@@ -194,7 +194,7 @@ func checkDatabaseFiles(t *testing.T, e *env, secrets *secretSet, keys []newKey)
 // of a credential header, also when the credential is refused.
 func checkServerLog(t *testing.T, e *env, secrets *secretSet) {
 	logs := e.logText()
-	if !strings.Contains(logs, "path=/graphql") {
+	if !strings.Contains(logs, `route="POST /graphql"`) {
 		t.Fatalf("the server logged no request; the test would prove nothing:\n%s", logs)
 	}
 	secrets.findIn(t, "the server log", []byte(logs))

@@ -302,7 +302,7 @@ func TestPlaintextShownOnceInBody(t *testing.T) {
 		}
 	}
 	logs := e.logText()
-	if !strings.Contains(logs, "path=/keys") {
+	if !strings.Contains(logs, `route="GET /keys`) {
 		t.Errorf("the request log is not on; the check below would prove nothing:\n%s", logs)
 	}
 	for _, secret := range []string{first, second, first[len(first)-20:], second[len(second)-20:], ownerPassword} {
@@ -621,5 +621,26 @@ func TestFailedRequestLogRedactsKeys(t *testing.T) {
 	want := `level=ERROR msg="dashboard request failed" path=/keys/` + key[:btk.DisplayPrefixLen] + "…"
 	if !strings.Contains(logs, want) {
 		t.Fatalf("the log lacks %q:\n%s", want, logs)
+	}
+}
+
+// The access log names a dashboard request's route, not its path: a secret
+// pasted after /keys/ is not logged, whether the browser is logged in (404)
+// or sent to the login page (303).
+func TestAccessLogNamesDashboardRoutes(t *testing.T) {
+	e := newEnv(t)
+	e.browser().get("/keys/QSECRET5")
+	b := e.loggedIn(ownerEmail, ownerPassword)
+	if r := b.get("/keys/QSECRET6/rotate"); r.Status != http.StatusNotFound {
+		t.Errorf("/keys/QSECRET6/rotate: %d", r.Status)
+	}
+	logs := e.logText()
+	if strings.Contains(logs, "QSECRET") {
+		t.Errorf("the log holds what was pasted into a path:\n%s", logs)
+	}
+	for _, want := range []string{`route="GET /keys/{id}" status=303`, `route="GET /keys/{id}/rotate" status=404`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log lacks %s:\n%s", want, logs)
+		}
 	}
 }
