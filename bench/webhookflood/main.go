@@ -26,6 +26,7 @@ import (
 
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/events"
+	"github.com/btk-project/btk/internal/ratelimit"
 	"github.com/btk-project/btk/internal/store/sqlite"
 )
 
@@ -59,7 +60,12 @@ func run(flood, after time.Duration) error {
 		return err
 	}
 	defer db.Close()
-	svc, err := btk.NewService(ctx, db, []byte("0123456789abcdef0123456789abcdef"), btk.Config{WebhookAllowPrivate: true})
+	// The flood as it was before a workspace's changes were budgeted
+	// (docs/security.md#what-a-client-can-make-the-server-hold): the
+	// backlog bound must hold on its own.
+	unbudgeted := ratelimit.Limits{PerMinute: ratelimit.MaxLimit, PerDay: ratelimit.MaxLimit}
+	svc, err := btk.NewService(ctx, db, []byte("0123456789abcdef0123456789abcdef"),
+		btk.Config{WebhookAllowPrivate: true, ChangeBudget: unbudgeted})
 	if err != nil {
 		return err
 	}

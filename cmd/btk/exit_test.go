@@ -60,6 +60,9 @@ func TestExitCodeFromServer(t *testing.T) {
 		{"revoked key", `401 {"errors":[{"message":"API key is revoked or expired","extensions":{"code":"UNAUTHENTICATED"}}]}`, exitAuth, "btk: API key is revoked or expired (UNAUTHENTICATED)\n"},
 		{"401 without a body", `401 unauthorized`, exitAuth, "(UNAUTHENTICATED)"},
 		{"rate limited", `429 {"errors":[{"message":"rate limit exceeded","extensions":{"code":"RATE_LIMITED"}}]}`, exitRateLimited, "btk: rate limit exceeded (RATE_LIMITED)\n"},
+		// A budget refused in the answer (HTTP 200): a workspace's changes.
+		{"change budget", gqlErr("too many changes in this workspace (revoking keys is never refused); try again in 3s", "RATE_LIMITED"), exitRateLimited,
+			"btk: too many changes in this workspace (revoking keys is never refused); try again in 3s (RATE_LIMITED)\n"},
 		{"forbidden", gqlErr("owner tier required", "FORBIDDEN"), exitForbidden, "btk: owner tier required (FORBIDDEN)\n"},
 		{"plan", gqlErr("upgrade", "PLAN_UPGRADE_REQUIRED"), exitForbidden, "(PLAN_UPGRADE_REQUIRED)"},
 		{"not found", gqlErr("not found", "NOT_FOUND"), exitNotFound, "(NOT_FOUND)"},

@@ -90,6 +90,9 @@ func (s *Service) UpdateKey(ctx context.Context, a *Actor, id string, in UpdateK
 	if err != nil {
 		return nil, err
 	}
+	if err := s.spendChange(ctx, a, ""); err != nil {
+		return nil, err
+	}
 	var k *APIKey
 	var changed bool
 	var marks untold

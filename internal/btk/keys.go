@@ -165,6 +165,9 @@ func (s *Service) CreateKey(ctx context.Context, a *Actor, in CreateKeyInput) (*
 	if err := s.store.Read(ctx, func(tx Tx) error { return s.checkKeyCount(ctx, tx, a.WorkspaceID) }); err != nil {
 		return nil, err
 	}
+	if err := s.spendChange(ctx, a, ""); err != nil {
+		return nil, err
+	}
 	var res *NewKeyResult
 	err = s.store.Write(ctx, func(tx Tx) error {
 		w, err := s.checkPlan(ctx, tx, a.WorkspaceID)
@@ -217,6 +220,9 @@ func (s *Service) RotateKey(ctx context.Context, a *Actor, id string, in RotateK
 		if err := checkExpiry(in.ExpiresAt, now); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.spendChange(ctx, a, ""); err != nil {
+		return nil, err
 	}
 	var res *NewKeyResult
 	var marks untold
@@ -329,11 +335,14 @@ func (s *Service) RevokeKey(ctx context.Context, a *Actor, id string) (*APIKey, 
 
 // RevokeAllKeys revokes every key of the actor's workspace (incident
 // response); on every plan. It writes one pair of audit rows even when there
-// was nothing to revoke.
+// was nothing to revoke, as long as the workspace's change budget has room:
+// it counts once against that budget and is never refused by it, but a
+// revoke-all that revokes nothing past the budget writes nothing.
 func (s *Service) RevokeAllKeys(ctx context.Context, a *Actor) (int, error) {
 	if err := authorize(a, permManageKeys, ""); err != nil {
 		return 0, err
 	}
+	room := s.chargeChange(ctx, a)
 	var n int
 	var marks untold
 	err := s.store.Write(ctx, func(tx Tx) error {
@@ -344,9 +353,13 @@ func (s *Service) RevokeAllKeys(ctx context.Context, a *Actor) (int, error) {
 		if n, err = tx.RevokeAllAPIKeys(ctx, a.WorkspaceID, now, a.AccountID); err != nil {
 			return err
 		}
-		if err := s.audit(ctx, tx, a, AuditEntry{Action: AuditRevokedAll, RevokedCount: &n, CreatedAt: now},
-			map[string]any{"revokedCount": n}); err != nil {
-			return err
+		// One that revoked keys is bounded by their creations; one that
+		// revoked nothing only by the budget.
+		if n > 0 || room {
+			if err := s.audit(ctx, tx, a, AuditEntry{Action: AuditRevokedAll, RevokedCount: &n, CreatedAt: now},
+				map[string]any{"revokedCount": n}); err != nil {
+				return err
+			}
 		}
 		marks, err = s.markUntold(ctx, tx, a.WorkspaceID) // last: the order of the sweep's locks
 		return err

@@ -27,10 +27,14 @@ type Config struct {
 	// MaxKeysPerWorkspace bounds a workspace's keys that are not revoked;
 	// 0 means DefaultMaxKeysPerWorkspace.
 	MaxKeysPerWorkspace int
+	// ChangeBudget is each workspace's budget of changes (changebudget.go);
+	// zero means DefaultChangeBudget.
+	ChangeBudget ratelimit.Limits
 	// Observer receives key-check figures for metrics; nil observes nothing.
 	Observer Observer
 	// KeyGate and Throttle hold the state instances share (rate-limit
-	// windows, revocation, password throttles); nil means in memory (one node).
+	// windows, revocation, password throttles and the other budgets); nil
+	// means in memory (one node).
 	KeyGate  KeyGate
 	Throttle Throttle
 	// WebhookAllowPrivate lets webhooks point at loopback, private and
@@ -129,6 +133,9 @@ func NewService(ctx context.Context, store Store, secret []byte, cfg Config) (*S
 	}
 	if cfg.MaxKeysPerWorkspace == 0 {
 		cfg.MaxKeysPerWorkspace = DefaultMaxKeysPerWorkspace
+	}
+	if cfg.ChangeBudget == (ratelimit.Limits{}) {
+		cfg.ChangeBudget = DefaultChangeBudget
 	}
 	if cfg.UsageRetention == 0 {
 		cfg.UsageRetention = DefaultUsageRetention

@@ -70,7 +70,8 @@ type KeyGate interface {
 	Sweep(now time.Time)
 }
 
-// Throttle counts password attempts (login, elevate) under a key.
+// Throttle counts password attempts (login, elevate) under a key, and the
+// budgets of switches, impersonations and a workspace's changes.
 type Throttle interface {
 	// Allow counts one attempt under key and decides whether it is within
 	// lim (and, when not, when one would be).
@@ -101,10 +102,10 @@ func (g localGate) Sweep(now time.Time)                 { g.Limiter.Sweep(now) }
 
 // localThrottle is the one-node Throttle. Counts whose keys a client
 // chooses (addresses, emails) live in a bounded limiter that evicts the
-// least recently used first; the budgets of existing accounts and of issued
-// device tokens, whose number no client chooses, are never evicted, so that
-// no flood of made-up addresses and emails makes the server forget what an
-// account has spent (docs/security.md).
+// least recently used first; the budgets of existing accounts, of issued
+// device tokens and of workspaces, whose number no client chooses, are never
+// evicted, so that no flood of made-up addresses and emails makes the server
+// forget what an account or a workspace has spent (docs/security.md).
 type localThrottle struct {
 	open, protected *ratelimit.Limiter
 }

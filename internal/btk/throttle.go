@@ -78,13 +78,16 @@ const (
 	// protectedImpersonateKind counts a platform admin's impersonations
 	// (Impersonate).
 	protectedImpersonateKind = "imp:"
+	// protectedChangeKind counts a workspace's changes (spendChange).
+	protectedChangeKind = "changes:"
 )
 
 // protectedKey reports whether key's count is one no client chooses the
 // number of.
 func protectedKey(key string) bool {
 	return strings.HasPrefix(key, protectedAccountKind) || strings.HasPrefix(key, protectedDeviceKind) ||
-		strings.HasPrefix(key, protectedSwitchKind) || strings.HasPrefix(key, protectedImpersonateKind)
+		strings.HasPrefix(key, protectedSwitchKind) || strings.HasPrefix(key, protectedImpersonateKind) ||
+		strings.HasPrefix(key, protectedChangeKind)
 }
 
 func throttleKey(kind string, parts ...string) string {
@@ -208,10 +211,7 @@ func (g *passwordGate) sweep(now time.Time) {
 // second): a script knows how long to wait, a guesser learns nothing it
 // could not count (docs/security.md#password-throttles).
 func errTooManyAttempts(retry time.Duration) *Error {
-	if retry <= 0 {
-		return &Error{Code: CodeRateLimited, Message: "too many password attempts; try again later"}
-	}
-	return Errorf(CodeRateLimited, "too many password attempts; try again in %s", (retry + time.Second - 1).Truncate(time.Second))
+	return errSpent("too many password attempts", retry)
 }
 
 type clientIPKey struct{}

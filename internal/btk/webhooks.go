@@ -529,6 +529,9 @@ func (s *Service) CreateWebhook(ctx context.Context, a *Actor, rawURL string, ev
 	if w.Sealed, err = s.sealWebhookSecret(w.ID, secret); err != nil {
 		return nil, err
 	}
+	if err := s.spendChange(ctx, a, ""); err != nil {
+		return nil, err
+	}
 	err = s.store.Write(ctx, func(tx Tx) error {
 		// Locks the workspace row (PostgreSQL), so the bound holds under
 		// concurrent creates.

@@ -135,6 +135,9 @@ func (s *Service) updateWorkspace(ctx context.Context, a *Actor, id, action stri
 	if uuid.Validate(id) != nil {
 		return nil, ErrNotFound
 	}
+	if err := s.spendChange(ctx, a, id); err != nil {
+		return nil, err
+	}
 	var w *Workspace
 	var marks untold
 	err := s.store.Write(ctx, func(tx Tx) (err error) {
@@ -276,6 +279,11 @@ func (s *Service) SetMembership(ctx context.Context, a *Actor, workspaceID, acco
 	}
 	if uuid.Validate(workspaceID) != nil || uuid.Validate(accountID) != nil {
 		return ErrNotFound
+	}
+	if role != "" { // a removal only takes away: never refused
+		if err := s.spendChange(ctx, a, workspaceID); err != nil {
+			return err
+		}
 	}
 	return s.store.Write(ctx, func(tx Tx) error {
 		if _, err := tx.Workspace(ctx, workspaceID); err != nil {

@@ -846,7 +846,7 @@ func (v *CreateApiKeyInput) GetAllowedCidrs() []string { return v.AllowedCidrs }
 
 // CreateApiKeyResponse is returned by CreateApiKey on success.
 type CreateApiKeyResponse struct {
-	// Issue a new API key. Owner tier; plan must allow issuing; a workspace has at most 100,000 keys that are not revoked (expired ones included), past which this is BAD_USER_INPUT.
+	// Issue a new API key. Owner tier; plan must allow issuing; a workspace has at most 100,000 keys that are not revoked (expired ones included), past which this is BAD_USER_INPUT. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again).
 	CreateApiKey CreateApiKeyCreateApiKeyCreateApiKeyPayload `json:"createApiKey"`
 }
 
@@ -874,7 +874,7 @@ func (v *CreateWebhookCreateWebhookCreateWebhookPayload) GetSecret() string { re
 
 // CreateWebhookResponse is returned by CreateWebhook on success.
 type CreateWebhookResponse struct {
-	// Subscribes a URL to the workspace's events. Owner tier. The signing secret is returned this once.
+	// Subscribes a URL to the workspace's events. Owner tier. The signing secret is returned this once. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again).
 	CreateWebhook CreateWebhookCreateWebhookCreateWebhookPayload `json:"createWebhook"`
 }
 
@@ -894,7 +894,7 @@ func (v *CreateWorkspaceResponse) GetCreateWorkspace() Tenant { return v.CreateW
 
 // DeleteWebhookResponse is returned by DeleteWebhook on success.
 type DeleteWebhookResponse struct {
-	// Removes a webhook and its pending deliveries. Owner tier.
+	// Removes a webhook and its pending deliveries. Owner tier. Never refused by the workspace's change budget.
 	DeleteWebhook bool `json:"deleteWebhook"`
 }
 
@@ -1147,7 +1147,7 @@ var AllPlan = []Plan{
 
 // RevokeAllApiKeysResponse is returned by RevokeAllApiKeys on success.
 type RevokeAllApiKeysResponse struct {
-	// Revoke every key of the workspace (incident response). Owner tier.
+	// Revoke every key of the workspace (incident response). Owner tier. Never refused by the workspace's change budget; it spends one change when the budget has room, and with the budget spent one that revokes nothing writes no audit rows.
 	RevokeAllApiKeys RevokeAllApiKeysRevokeAllApiKeysRevokeAllApiKeysPayload `json:"revokeAllApiKeys"`
 }
 
@@ -1172,7 +1172,7 @@ func (v *RevokeAllApiKeysRevokeAllApiKeysRevokeAllApiKeysPayload) GetRevokedCoun
 
 // RevokeApiKeyResponse is returned by RevokeApiKey on success.
 type RevokeApiKeyResponse struct {
-	// Revoke a key at once. Owner tier; works on every plan; revoking a revoked key changes nothing.
+	// Revoke a key at once. Owner tier; works on every plan; revoking a revoked key changes nothing. Never refused by the workspace's change budget.
 	RevokeApiKey ApiKey `json:"revokeApiKey"`
 }
 
@@ -1213,7 +1213,7 @@ func (v *RotateApiKeyInput) GetExpiresAt() *time.Time { return v.ExpiresAt }
 
 // RotateApiKeyNoExpiryResponse is returned by RotateApiKeyNoExpiry on success.
 type RotateApiKeyNoExpiryResponse struct {
-	// Revoke a key and issue its replacement in one step. Owner tier; plan must allow issuing; needs X-Elevation.
+	// Revoke a key and issue its replacement in one step. Owner tier; plan must allow issuing; needs X-Elevation. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again).
 	RotateApiKey RotatedApiKey `json:"rotateApiKey"`
 }
 
@@ -1222,7 +1222,7 @@ func (v *RotateApiKeyNoExpiryResponse) GetRotateApiKey() RotatedApiKey { return 
 
 // RotateApiKeyResponse is returned by RotateApiKey on success.
 type RotateApiKeyResponse struct {
-	// Revoke a key and issue its replacement in one step. Owner tier; plan must allow issuing; needs X-Elevation.
+	// Revoke a key and issue its replacement in one step. Owner tier; plan must allow issuing; needs X-Elevation. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again).
 	RotateApiKey RotatedApiKey `json:"rotateApiKey"`
 }
 
@@ -1317,7 +1317,7 @@ func (v *Session) GetWorkspace() *Tenant { return v.Workspace }
 
 // SetMembershipResponse is returned by SetMembership on success.
 type SetMembershipResponse struct {
-	// Give an account a role in a workspace, or remove it with a null role. Platform admin, or an OWNER of that workspace.
+	// Give an account a role in a workspace, or remove it with a null role. Platform admin, or an OWNER of that workspace. A role spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again), unless a platform admin sets it from another workspace; a removal is never refused.
 	SetMembership bool `json:"setMembership"`
 }
 
@@ -1326,7 +1326,7 @@ func (v *SetMembershipResponse) GetSetMembership() bool { return v.SetMembership
 
 // SetWorkspaceKeyPolicyResponse is returned by SetWorkspaceKeyPolicy on success.
 type SetWorkspaceKeyPolicyResponse struct {
-	// Set a workspace's key policy (each 1-3650 days; null turns it off). Platform admin or owner tier.
+	// Set a workspace's key policy (each 1-3650 days; null turns it off). Platform admin or owner tier. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again), unless a platform admin sets it from another workspace.
 	SetWorkspaceKeyPolicy Tenant `json:"setWorkspaceKeyPolicy"`
 }
 
@@ -1337,7 +1337,7 @@ func (v *SetWorkspaceKeyPolicyResponse) GetSetWorkspaceKeyPolicy() Tenant {
 
 // SetWorkspacePlanResponse is returned by SetWorkspacePlan on success.
 type SetWorkspacePlanResponse struct {
-	// Change a workspace's plan. Platform admin.
+	// Change a workspace's plan. Platform admin. Spends one of the workspace's change budget when made from a session in that workspace (not impersonating); never from another workspace.
 	SetWorkspacePlan Tenant `json:"setWorkspacePlan"`
 }
 
@@ -1346,7 +1346,7 @@ func (v *SetWorkspacePlanResponse) GetSetWorkspacePlan() Tenant { return v.SetWo
 
 // SetWorkspaceRateLimitsResponse is returned by SetWorkspaceRateLimits on success.
 type SetWorkspaceRateLimitsResponse struct {
-	// Set (or clear with null) a workspace's default rate limits. Platform admin or owner tier.
+	// Set (or clear with null) a workspace's default rate limits. Platform admin or owner tier. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again), unless a platform admin sets them from another workspace.
 	SetWorkspaceRateLimits Tenant `json:"setWorkspaceRateLimits"`
 }
 
@@ -1464,7 +1464,7 @@ func (v *UpdateApiKeyInput) GetAllowedCidrs() *[]string { return v.AllowedCidrs 
 
 // UpdateApiKeyResponse is returned by UpdateApiKey on success.
 type UpdateApiKeyResponse struct {
-	// Change a key's name, limits, scopes or networks; the next request with it, on any instance, sees the change. Owner tier; every plan; a revoked key is KEY_REVOKED.
+	// Change a key's name, limits, scopes or networks; the next request with it, on any instance, sees the change. Owner tier; every plan; a revoked key is KEY_REVOKED. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again).
 	UpdateApiKey ApiKey `json:"updateApiKey"`
 }
 

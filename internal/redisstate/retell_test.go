@@ -17,7 +17,10 @@ import (
 // cutCluster is a cluster whose instance a reaches Redis through a relay
 // the test cuts (a network between a and Redis that fails) while b, on its
 // own connections, keeps serving from its cache; clk is both instances'
-// clock.
+// clock. a's budgets (a workspace's changes) are on a connection the test
+// does not cut: with them cut too, a change is refused UNAVAILABLE before it
+// commits, and these tests are about the changes that committed and could
+// not tell, as when Redis fails between the budget and the tell.
 func cutCluster(t *testing.T) (*cluster, *testproc.Relay, *testclock.Clock) {
 	t.Helper()
 	u, err := url.Parse(testURL(t))
@@ -29,7 +32,46 @@ func cutCluster(t *testing.T) (*cluster, *testproc.Relay, *testclock.Clock) {
 	direct := u.String()
 	u.Host = px.Addr
 	clk := testclock.Stopped()
-	return clusterOf(t, open(t, u.String(), prefix), open(t, direct, prefix), clk.Now), px, clk
+	c := clusterOf(t, open(t, u.String(), prefix), open(t, direct, prefix), clk.Now)
+	c.a = c.gated(t, c.db, open(t, direct, prefix), c.sa)
+	return c, px, clk
+}
+
+// A workspace's change budget is in Redis, shared by the instances: an
+// instance cut off from it refuses the changes the budget counts,
+// UNAVAILABLE and writing nothing, as it refuses logins (fail closed); a
+// revocation, which the budget never refuses, still commits, and answers
+// UNAVAILABLE until it is told (docs/clusters.md#shared-state-in-redis).
+func TestChangesFailClosedWithoutTheBudget(t *testing.T) {
+	u, err := url.Parse(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := testPrefix(t, u.String())
+	px := testproc.NewRelay(t, u.Host)
+	direct := u.String()
+	u.Host = px.Addr
+	c := clusterOf(t, open(t, u.String(), prefix), open(t, direct, prefix), testclock.Stopped().Now)
+	ctx := context.Background()
+	k := c.key(t, "k")
+	px.Cut()
+	if _, err := c.a.CreateKey(ctx, c.owner, btk.CreateKeyInput{Name: "during"}); btk.ErrorCode(err) != btk.CodeUnavailable {
+		t.Fatalf("create with the budget unreachable: %v, want UNAVAILABLE", err)
+	}
+	if _, err := c.a.RotateKey(ctx, c.owner, k.Key.ID, btk.RotateKeyInput{}); btk.ErrorCode(err) != btk.CodeUnavailable {
+		t.Fatalf("rotate with the budget unreachable: %v, want UNAVAILABLE", err)
+	}
+	if _, err := c.a.RevokeKey(ctx, c.owner, k.Key.ID); btk.ErrorCode(err) != btk.CodeUnavailable {
+		t.Fatalf("revoke with Redis unreachable: %v, want UNAVAILABLE (committed, untold)", err)
+	}
+	px.Restore()
+	keys, _, err := c.a.ListKeys(ctx, c.owner, true, btk.Page{First: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || keys[0].ID != k.Key.ID || keys[0].RevokedAt == nil {
+		t.Fatalf("keys after the outage: %d, want the one key, revoked", len(keys))
+	}
 }
 
 // from reports whether svc accepts the key for a request from addr.

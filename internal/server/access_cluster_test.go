@@ -23,8 +23,9 @@ import (
 // twoInstances starts instances A and B as `btk serve --db postgres://…
 // --redis …` runs them, on one PostgreSQL schema and one Redis prefix, with
 // one clock, and returns an env sending requests to each; wrapB wraps B's
-// store. The test is skipped without PostgreSQL and Redis.
-func twoInstances(t *testing.T, wrapB func(btk.Store) btk.Store) (a, b *env) {
+// store, and opts change both instances' configuration. The test is
+// skipped without PostgreSQL and Redis.
+func twoInstances(t *testing.T, wrapB func(btk.Store) btk.Store, opts ...envOption) (a, b *env) {
 	t.Helper()
 	if os.Getenv(pgtest.Env) == "" || os.Getenv("BTK_TEST_REDIS") == "" {
 		t.Skip(pgtest.Env + " or BTK_TEST_REDIS is not set: skipping the two-instance test on PostgreSQL + Redis")
@@ -33,13 +34,13 @@ func twoInstances(t *testing.T, wrapB func(btk.Store) btk.Store) (a, b *env) {
 	dbURL := pgtest.URL(t)
 	prefix := redistest.Prefix()
 	clk := testclock.Stopped()
-	a = startInstance(t, dbURL, prefix, clk, func(db btk.Store) btk.Store { return db })
-	b = startInstance(t, dbURL, prefix, clk, wrapB)
+	a = startInstance(t, dbURL, prefix, clk, func(db btk.Store) btk.Store { return db }, opts...)
+	b = startInstance(t, dbURL, prefix, clk, wrapB, opts...)
 	return a, b
 }
 
 // startInstance starts one instance, its service's store wrapped by wrap.
-func startInstance(t *testing.T, dbURL, prefix string, clk *testclock.Clock, wrap func(btk.Store) btk.Store) *env {
+func startInstance(t *testing.T, dbURL, prefix string, clk *testclock.Clock, wrap func(btk.Store) btk.Store, opts ...envOption) *env {
 	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, dbURL, true)
@@ -48,7 +49,11 @@ func startInstance(t *testing.T, dbURL, prefix string, clk *testclock.Clock, wra
 	}
 	st := redisStateAt(t, prefix)
 	st.UseClock(clk.Now)
-	svc, err := btk.NewService(ctx, wrap(db), nil, btk.Config{Now: clk.Now, KeyGate: st, Throttle: st.Throttle()})
+	cfg := btk.Config{Now: clk.Now, KeyGate: st, Throttle: st.Throttle()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := btk.NewService(ctx, wrap(db), nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,6 +96,7 @@ var sharedStateTests = []namedTest{
 	{"TestUpdateAPIKey", TestUpdateAPIKey},
 	{"TestWorkspaceKeyPolicy", TestWorkspaceKeyPolicy},
 	{"TestRevokeUnusedSweep", TestRevokeUnusedSweep},
+	{"TestWorkspaceChangesBudgeted", TestWorkspaceChangesBudgeted},
 }
 
 // PostgreSQL unreachable: an operation that needs the database answers

@@ -2240,29 +2240,29 @@ type Mutation {
   logout: Boolean!
   "Re-enter the password for a 5-minute elevation token (sent as X-Elevation to rotate)."
   elevate(password: String!): Elevation!
-  "Issue a new API key. Owner tier; plan must allow issuing; a workspace has at most 100,000 keys that are not revoked (expired ones included), past which this is BAD_USER_INPUT."
+  "Issue a new API key. Owner tier; plan must allow issuing; a workspace has at most 100,000 keys that are not revoked (expired ones included), past which this is BAD_USER_INPUT. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again)."
   createApiKey(input: CreateApiKeyInput!): CreateApiKeyPayload!
-  "Revoke a key and issue its replacement in one step. Owner tier; plan must allow issuing; needs X-Elevation."
+  "Revoke a key and issue its replacement in one step. Owner tier; plan must allow issuing; needs X-Elevation. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again)."
   rotateApiKey(id: ID!, input: RotateApiKeyInput): RotateApiKeyPayload!
-  "Revoke a key at once. Owner tier; works on every plan; revoking a revoked key changes nothing."
+  "Revoke a key at once. Owner tier; works on every plan; revoking a revoked key changes nothing. Never refused by the workspace's change budget."
   revokeApiKey(id: ID!): ApiKey!
-  "Change a key's name, limits, scopes or networks; the next request with it, on any instance, sees the change. Owner tier; every plan; a revoked key is KEY_REVOKED."
+  "Change a key's name, limits, scopes or networks; the next request with it, on any instance, sees the change. Owner tier; every plan; a revoked key is KEY_REVOKED. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again)."
   updateApiKey(id: ID!, input: UpdateApiKeyInput!): ApiKey!
-  "Revoke every key of the workspace (incident response). Owner tier."
+  "Revoke every key of the workspace (incident response). Owner tier. Never refused by the workspace's change budget; it spends one change when the budget has room, and with the budget spent one that revokes nothing writes no audit rows."
   revokeAllApiKeys: RevokeAllApiKeysPayload!
   "Provision a workspace with its public client key. Platform admin."
   createWorkspace(input: CreateWorkspaceInput!): Tenant!
-  "Change a workspace's plan. Platform admin."
+  "Change a workspace's plan. Platform admin. Spends one of the workspace's change budget when made from a session in that workspace (not impersonating); never from another workspace."
   setWorkspacePlan(workspaceId: ID!, plan: Plan!): Tenant!
   "Create an account. Platform admin."
   createAccount(input: CreateAccountInput!): Account!
   "Open a session acting as owner tier in a workspace. Platform admin."
   impersonate(workspaceId: ID!): Session!
-  "Give an account a role in a workspace, or remove it with a null role. Platform admin, or an OWNER of that workspace."
+  "Give an account a role in a workspace, or remove it with a null role. Platform admin, or an OWNER of that workspace. A role spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again), unless a platform admin sets it from another workspace; a removal is never refused."
   setMembership(workspaceId: ID!, accountId: ID!, role: Role): Boolean!
-  "Set (or clear with null) a workspace's default rate limits. Platform admin or owner tier."
+  "Set (or clear with null) a workspace's default rate limits. Platform admin or owner tier. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again), unless a platform admin sets them from another workspace."
   setWorkspaceRateLimits(workspaceId: ID!, perMinute: Int, perDay: Int): Tenant!
-  "Set a workspace's key policy (each 1-3650 days; null turns it off). Platform admin or owner tier."
+  "Set a workspace's key policy (each 1-3650 days; null turns it off). Platform admin or owner tier. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again), unless a platform admin sets it from another workspace."
   setWorkspaceKeyPolicy(workspaceId: ID!, maxLifetimeDays: Int, revokeUnusedAfterDays: Int): Tenant!
   "Change the logged-in account's password. Ends the account's other sessions, impersonation included; this one stays. User session."
   changePassword(currentPassword: String!, newPassword: String!): Boolean!
@@ -2292,9 +2292,9 @@ extend type Query {
 }
 
 extend type Mutation {
-  "Subscribes a URL to the workspace's events. Owner tier. The signing secret is returned this once."
+  "Subscribes a URL to the workspace's events. Owner tier. The signing secret is returned this once. Spends one of the workspace's change budget (600 a minute, 20,000 a day; RATE_LIMITED beyond, saying when to try again)."
   createWebhook(input: CreateWebhookInput!): CreateWebhookPayload!
-  "Removes a webhook and its pending deliveries. Owner tier."
+  "Removes a webhook and its pending deliveries. Owner tier. Never refused by the workspace's change budget."
   deleteWebhook(id: ID!): Boolean!
 }
 
