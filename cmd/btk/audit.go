@@ -66,7 +66,7 @@ func (o *logOptions) addFlags(f *factory, cmd *cobra.Command, what, actionHelp s
 	fl.StringVar(&o.actor, "actor", "", "only "+what+" by the account with this `email`")
 	fl.StringVar(&o.since, "since", "", "only "+what+" since this `time`: a duration ago (24h, 7d) or an RFC 3339 time")
 	fl.StringVar(&o.until, "until", "", "only "+what+" before this `time`: a duration ago (1h, 2d) or an RFC 3339 time")
-	fl.IntVar(&o.limit, "limit", 50, "show at most this many "+what)
+	fl.IntVar(&o.limit, "limit", 50, "show at most this many "+what+" (1-100000)")
 	completeFlag(cmd, "action", fixedCompletion(actions...))
 	completeFlag(cmd, "workspace", f.completeWorkspaces)
 }
@@ -74,8 +74,8 @@ func (o *logOptions) addFlags(f *factory, cmd *cobra.Command, what, actionHelp s
 // connect checks the log flags, connects (as factory.connect), and completes filter with the
 // actor, the time range and the workspace.
 func (o *logOptions) connect(cmd *cobra.Command, f *factory, filter *client.AuditFilter) (context.Context, *printer, *client.Client, error) {
-	if o.limit < 1 {
-		return nil, nil, nil, usageErrorf("--limit must be at least 1")
+	if err := checkLimit(o.limit); err != nil {
+		return nil, nil, nil, err
 	}
 	filter.ActorEmail = optional(o.actor)
 	var err error
@@ -168,6 +168,15 @@ func printLog[T any](f *factory, p *printer, items []T, more bool, limit int, no
 		limitNote(f, limit, what)
 	}
 	return err
+}
+
+// checkLimit checks a --limit: what a log command keeps to print it is
+// bounded (client.MaxKeptNodes).
+func checkLimit(limit int) error {
+	if limit < 1 || limit > client.MaxKeptNodes {
+		return usageErrorf("--limit must be 1-%d, as many as btk holds to print them", client.MaxKeptNodes)
+	}
+	return nil
 }
 
 // limitNote tells, on stderr whatever the format, that --limit cut a list.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -75,13 +76,19 @@ func runRotateOverlap(cmd *cobra.Command, opts *rotateOptions) error {
 		}
 		payload = resp.CreateApiKey
 	} else {
-		keys, err := client.AllApiKeys(ctx, c, false)
+		// Only the names are kept (of MaxKeptNodes keys at most), and only
+		// those a successor's could be: a name is at most 64 characters.
+		taken := map[string]bool{}
+		err := client.EachApiKey(ctx, c, false, func(keys []client.ApiKey) error {
+			for _, k := range keys {
+				if utf8.RuneCountInString(k.Name) <= btk.MaxNameLen {
+					taken[k.Name] = true
+				}
+			}
+			return nil
+		})
 		if err != nil {
 			return err
-		}
-		taken := map[string]bool{}
-		for _, k := range keys {
-			taken[k.Name] = true
 		}
 		// A name freed between the listing and the create is fine; one
 		// taken meanwhile is skipped, a few times at most.

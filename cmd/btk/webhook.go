@@ -118,8 +118,8 @@ func newWebhookDeliveriesCmd(f *factory) *cobra.Command {
 		Short: "Show a webhook's recent deliveries, newest first",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if limit < 1 {
-				return usageErrorf("--limit must be at least 1")
+			if err := checkLimit(limit); err != nil {
+				return err
 			}
 			ctx, p, c, err := f.connect(cmd)
 			if err != nil {
@@ -132,7 +132,7 @@ func newWebhookDeliveriesCmd(f *factory) *cobra.Command {
 			return printLog(f, p, ds, more, limit, "No deliveries yet", "deliveries", p.deliveryTable)
 		},
 	}
-	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many deliveries")
+	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many deliveries (1-100000)")
 	return cmd
 }
 

@@ -104,11 +104,17 @@ or not it exists.`,
   grep -o 'btk_[^ ]*' app.log | head -1 | btk whois -o json
   btk whois            # then paste the key and press Enter`,
 		Args: noArgs,
-		RunE: f.connected(func(ctx context.Context, p *printer, c *client.Client, _ []string) error {
-			return runWhois(ctx, p, c, opts)
-		}),
 	}
-	cmd.Flags().IntVar(&opts.limit, "limit", 50, "show at most this many history entries")
+	connected := f.connected(func(ctx context.Context, p *printer, c *client.Client, _ []string) error {
+		return runWhois(ctx, p, c, opts)
+	})
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkLimit(opts.limit); err != nil {
+			return err
+		}
+		return connected(cmd, args)
+	}
+	cmd.Flags().IntVar(&opts.limit, "limit", 50, "show at most this many history entries (1-100000)")
 	return cmd
 }
 

@@ -88,6 +88,9 @@ func (c *Client) MakeRequest(ctx context.Context, req *graphql.Request, resp *gr
 	last := &lastResponse{}
 	ctx = context.WithValue(ctx, lastResponseKey{}, last)
 	err := c.gql.MakeRequest(ctx, req, resp)
+	if n, ok := ctx.Value(answerBytesKey{}).(*int64); ok {
+		*n += last.size
+	}
 	if last.bad != "" && (err == nil || last.tooLarge) {
 		// Something at --server answered 200 without the data asked for (a
 		// proxy, a portal, another GraphQL service): not a success with
@@ -157,7 +160,19 @@ func (c *Client) Ping(ctx context.Context) error {
 type lastResponse struct {
 	retryAfter string
 	bad        string
-	tooLarge   bool // an answer other than 200 was over MaxErrorResponseBytes
+	tooLarge   bool  // an answer other than 200 was over MaxErrorResponseBytes
+	size       int64 // the bytes of a 200 answer read
+}
+
+// answerBytesKey, in a call's context, holds an *int64 to which the client
+// adds the size of every 200 answer it reads (countAnswers): what following
+// pages measures the nodes it keeps by.
+type answerBytesKey struct{}
+
+// countAnswers returns ctx, whose calls through a Client add the size of
+// their answers to *n.
+func countAnswers(ctx context.Context, n *int64) context.Context {
+	return context.WithValue(ctx, answerBytesKey{}, n)
 }
 
 // check reads a 200 answer's body (at most MaxResponseBytes) and notes in
@@ -166,6 +181,7 @@ type lastResponse struct {
 func (last *lastResponse) check(body io.ReadCloser) io.ReadCloser {
 	defer body.Close()
 	b, err := io.ReadAll(io.LimitReader(body, MaxResponseBytes+1))
+	last.size = int64(len(b))
 	switch {
 	case err != nil:
 		return io.NopCloser(errReader{err})

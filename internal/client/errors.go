@@ -28,6 +28,9 @@ const (
 	CodeBadResponse btk.Code = "BAD_RESPONSE"
 	// CodeCanceled: the call's context was canceled (Ctrl-C).
 	CodeCanceled btk.Code = "CANCELED"
+	// CodeTooLarge: a list, followed page by page, is more than the client
+	// holds in memory (MaxKeptNodes, MaxKeptBytes).
+	CodeTooLarge btk.Code = "TOO_LARGE"
 	// ReasonTimeout: the reason of a CodeUnreachable error when the server
 	// did not answer within the client's timeout.
 	ReasonTimeout btk.Reason = "TIMEOUT"
@@ -35,8 +38,8 @@ const (
 
 // Error is a failed call to the server.
 type Error struct {
-	// Code is the server's extensions.code, or one of CodeUnreachable and
-	// CodeBadResponse. A 401 without a code is UNAUTHENTICATED, a 429
+	// Code is the server's extensions.code, or one of the client's own
+	// codes above. A 401 without a code is UNAUTHENTICATED, a 429
 	// RATE_LIMITED.
 	Code btk.Code
 	// Message is fit to show to the user.

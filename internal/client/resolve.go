@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"regexp"
 	"strings"
 	"time"
@@ -42,35 +43,147 @@ func ResolveKey(ctx context.Context, c graphql.Client, ref string) (ApiKey, erro
 		}
 		return *resp.ApiKey, nil
 	}
-	keys, err := AllApiKeys(ctx, c, false)
+	name := strings.TrimSpace(norm.NFC.String(ref)) // as the server stores names
+	var found *ApiKey
+	err := eachApiKey(ctx, c, false, func(keys []ApiKey) (bool, error) {
+		for i := range keys {
+			if keys[i].Name == name && keys[i].Status != ApiKeyStatusRevoked { // names are unique among keys not revoked
+				k := keys[i]
+				found = &k
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	if err != nil {
 		return ApiKey{}, err
 	}
-	name := strings.TrimSpace(norm.NFC.String(ref)) // as the server stores names
-	for _, k := range keys {
-		if k.Name == name && k.Status != ApiKeyStatusRevoked { // names are unique among keys not revoked
-			return k, nil
-		}
+	if found != nil {
+		return *found, nil
 	}
 	return ApiKey{}, &Error{Code: btk.CodeNotFound, Message: fmt.Sprintf("no API key named %q (a revoked key is known by its id only: see 'btk list --all')", ref)}
 }
 
 // AllApiKeys returns every key of the caller's workspace, following pages:
-// the keys not revoked, or with includeRevoked every key.
+// the keys not revoked, or with includeRevoked every key. It keeps what it
+// returns, so past MaxKeptNodes keys or MaxKeptBytes of answers it fails
+// with TOO_LARGE; EachApiKey keeps nothing.
 func AllApiKeys(ctx context.Context, c graphql.Client, includeRevoked bool) ([]ApiKey, error) {
 	keys := []ApiKey{}
-	var after *string
-	for {
+	err := follow(ctx, bound{MaxKeptNodes, CodeTooLarge, "keys to hold in memory", true}, apiKeysPage(c, includeRevoked), func(page []ApiKey) (bool, error) {
+		keys = append(keys, page...)
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return keys, nil
+}
+
+// EachApiKey calls each with every page of the caller's workspace's keys
+// (as AllApiKeys), one page at a time, until the last page or an error of
+// each's, which it returns. It keeps no page: past MaxKeptNodes keys not
+// revoked it fails with BAD_RESPONSE (a workspace holds no more), past
+// MaxListedKeys keys with TOO_LARGE.
+func EachApiKey(ctx context.Context, c graphql.Client, includeRevoked bool, each func([]ApiKey) error) error {
+	return eachApiKey(ctx, c, includeRevoked, func(page []ApiKey) (bool, error) { return false, each(page) })
+}
+
+// eachApiKey is EachApiKey whose each may stop early (true).
+func eachApiKey(ctx context.Context, c graphql.Client, includeRevoked bool, each func([]ApiKey) (bool, error)) error {
+	b := bound{MaxKeptNodes, CodeBadResponse, "keys not revoked, more than a workspace holds", false}
+	if includeRevoked {
+		b = bound{MaxListedKeys, CodeTooLarge, "keys, more than btk lists", false}
+	}
+	return follow(ctx, b, apiKeysPage(c, includeRevoked), each)
+}
+
+func apiKeysPage(c graphql.Client, includeRevoked bool) func(context.Context, *string) ([]ApiKey, PageInfo, error) {
+	return func(ctx context.Context, after *string) ([]ApiKey, PageInfo, error) {
 		resp, err := ApiKeys(ctx, c, includeRevoked, pageSize, after)
 		if err != nil {
-			return nil, err
+			return nil, PageInfo{}, err
 		}
-		keys = append(keys, resp.ApiKeys.Nodes...)
-		page := resp.ApiKeys.PageInfo
-		if !page.HasNextPage || page.EndCursor == nil {
-			return keys, nil
+		return resp.ApiKeys.Nodes, resp.ApiKeys.PageInfo, nil
+	}
+}
+
+// Bounds on the lists a command follows page by page
+// (docs/design.md#long-lists). Each answer is bounded (MaxResponseBytes),
+// but a hostile or broken server may say that another page follows for
+// ever: these bound the command.
+const (
+	// MaxKeptNodes is the most nodes a command keeps from the pages it
+	// follows (a table's rows, --limit): a workspace has at most 100,000
+	// keys that are not revoked (docs/security.md).
+	MaxKeptNodes = 100_000
+	// MaxKeptBytes is the most bytes of answers whose nodes a command
+	// keeps: MaxKeptNodes alone bounds nothing when each node is a large
+	// answer of its own. 100,000 keys of a few scopes each are about 50 MB
+	// of answers.
+	MaxKeptBytes = 128 << 20
+	// MaxListedKeys is the most keys, revoked ones included, a command
+	// goes through a page at a time (btk list --all -o json): revoked keys
+	// stay as the record, so nothing else bounds them.
+	MaxListedKeys = 10_000_000
+	// MaxPages is the most pages a command follows: MaxListedKeys at 250
+	// a page.
+	MaxPages = MaxListedKeys / pageSize
+)
+
+// bound is what one list followed page by page may be.
+type bound struct {
+	nodes int      // the most nodes
+	code  btk.Code // past them: TOO_LARGE for the client's own bound, BAD_RESPONSE for one no btk server passes
+	what  string   // what the nodes are, for that error
+	keep  bool     // the caller keeps every node: MaxKeptBytes applies too
+}
+
+// follow asks page for one page after another, from the first, and hands
+// each its nodes, until the last page or each stops it (true) or fails.
+// More nodes than b allows is an *Error of b.code; with b.keep, more than
+// MaxKeptBytes of answers is TOO_LARGE. A page that says another follows but
+// holds no node, or whose cursor came before, would repeat for ever: that
+// is a BAD_RESPONSE *Error, and so is a list of more than MaxPages pages.
+func follow[T any](ctx context.Context, b bound, page func(ctx context.Context, after *string) ([]T, PageInfo, error), each func([]T) (bool, error)) error {
+	var answers int64 // the bytes of the answers so far (*Client counts them)
+	ctx = countAnswers(ctx, &answers)
+	seed := maphash.MakeSeed()
+	seen := map[uint64]bool{} // the cursors so far, hashed: a cursor may be as long as an answer
+	nodes := 0
+	var after *string
+	for pages := 1; ; pages++ {
+		got, info, err := page(ctx, after)
+		if err != nil {
+			return err
 		}
-		after = page.EndCursor
+		if nodes += len(got); nodes > b.nodes {
+			msg := fmt.Sprintf("more than %d %s", b.nodes, b.what)
+			if b.code == CodeBadResponse {
+				msg = "unexpected answer: " + msg
+			}
+			return &Error{Code: b.code, Message: msg}
+		}
+		if b.keep && answers > MaxKeptBytes {
+			return &Error{Code: CodeTooLarge, Message: fmt.Sprintf("more than %d MiB of answers to hold in memory", MaxKeptBytes>>20)}
+		}
+		if stop, err := each(got); stop || err != nil {
+			return err
+		}
+		if !info.HasNextPage || info.EndCursor == nil {
+			return nil
+		}
+		h := maphash.String(seed, *info.EndCursor)
+		switch {
+		case len(got) == 0:
+			return &Error{Code: CodeBadResponse, Message: fmt.Sprintf("unexpected answer: page %d holds nothing but says another follows", pages)}
+		case seen[h]:
+			return &Error{Code: CodeBadResponse, Message: fmt.Sprintf("unexpected answer: page %d says the next page is one already read", pages)}
+		case pages >= MaxPages:
+			return &Error{Code: CodeBadResponse, Message: fmt.Sprintf("unexpected answer: more than %d pages", MaxPages)}
+		}
+		seen[h] = true
+		after = info.EndCursor
 	}
 }
 
@@ -92,7 +205,7 @@ type AuditFilter struct {
 // With f.ApiKeyID, chain is the part of the key's rotation chain the
 // entries cover (nil for an unknown key).
 func AuditLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) (entries []AuditEntry, more bool, chain *RotationChainCoverage, err error) {
-	entries, more, err = firstN(limit, func(first int, after *string) ([]AuditEntry, PageInfo, error) {
+	entries, more, err = firstN(ctx, limit, func(ctx context.Context, first int, after *string) ([]AuditEntry, PageInfo, error) {
 		resp, err := ApiKeyAuditLog(ctx, c, f.WorkspaceID, f.ApiKeyID, f.Action, f.Since, f.Until, f.ActorEmail, first, after)
 		if err != nil {
 			return nil, PageInfo{}, err
@@ -106,7 +219,7 @@ func AuditLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) (
 // EventLog returns up to limit audit events, newest first, following pages;
 // more reports whether events beyond the limit exist.
 func EventLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) (events []AuditEvent, more bool, err error) {
-	return firstN(limit, func(first int, after *string) ([]AuditEvent, PageInfo, error) {
+	return firstN(ctx, limit, func(ctx context.Context, first int, after *string) ([]AuditEvent, PageInfo, error) {
 		resp, err := AuditEvents(ctx, c, f.WorkspaceID, f.ServerWide, f.EventAction, f.ActorEmail, f.Since, f.Until, first, after)
 		if err != nil {
 			return nil, PageInfo{}, err
@@ -118,7 +231,7 @@ func EventLog(ctx context.Context, c graphql.Client, f AuditFilter, limit int) (
 // DeliveryLog returns up to limit deliveries of a webhook, newest first,
 // following pages; more reports whether deliveries beyond the limit exist.
 func DeliveryLog(ctx context.Context, c graphql.Client, webhookID string, limit int) (deliveries []WebhookDelivery, more bool, err error) {
-	return firstN(limit, func(first int, after *string) ([]WebhookDelivery, PageInfo, error) {
+	return firstN(ctx, limit, func(ctx context.Context, first int, after *string) ([]WebhookDelivery, PageInfo, error) {
 		resp, err := WebhookDeliveries(ctx, c, webhookID, first, after)
 		if err != nil {
 			return nil, PageInfo{}, err
@@ -129,24 +242,24 @@ func DeliveryLog(ctx context.Context, c graphql.Client, webhookID string, limit 
 
 // firstN follows the pages page returns until it has limit nodes or none
 // are left; more reports whether nodes beyond the limit exist. It asks for
-// one more than the limit, to tell whether the limit cut the list.
-func firstN[T any](limit int, page func(first int, after *string) ([]T, PageInfo, error)) (nodes []T, more bool, err error) {
+// one more than the limit, to tell whether the limit cut the list. It keeps
+// the nodes: the caller bounds limit (MaxKeptNodes).
+func firstN[T any](ctx context.Context, limit int, page func(ctx context.Context, first int, after *string) ([]T, PageInfo, error)) (nodes []T, more bool, err error) {
 	nodes = []T{}
-	var after *string
-	for {
-		got, info, err := page(min(limit+1-len(nodes), pageSize), after)
-		if err != nil {
-			return nil, false, err
-		}
+	// It asks for at most limit+1: more is a server's mistake.
+	err = follow(ctx, bound{limit + 1, CodeBadResponse, "items, more than were asked for", true}, func(ctx context.Context, after *string) ([]T, PageInfo, error) {
+		return page(ctx, min(limit+1-len(nodes), pageSize), after)
+	}, func(got []T) (bool, error) {
 		nodes = append(nodes, got...)
-		if len(nodes) > limit {
-			return nodes[:limit], true, nil
-		}
-		if !info.HasNextPage || info.EndCursor == nil {
-			return nodes, false, nil
-		}
-		after = info.EndCursor
+		return len(nodes) > limit, nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
+	if len(nodes) > limit {
+		return nodes[:limit], true, nil
+	}
+	return nodes, false, nil
 }
 
 // ResolveWorkspaceID finds the workspace a command-line WORKSPACE argument
@@ -235,16 +348,19 @@ func ResolveKeyForAudit(ctx context.Context, c graphql.Client, ref string) (ApiK
 	if err == nil || IsID(ref) || !errors.As(err, &ce) || ce.Code != btk.CodeNotFound {
 		return k, err
 	}
-	keys, err := AllApiKeys(ctx, c, true)
-	if err != nil {
-		return ApiKey{}, err
-	}
 	name := strings.TrimSpace(norm.NFC.String(ref))
 	var newest *ApiKey
-	for i := range keys {
-		if keys[i].Name == name && (newest == nil || keys[i].CreatedAt.After(newest.CreatedAt)) {
-			newest = &keys[i]
+	err = eachApiKey(ctx, c, true, func(keys []ApiKey) (bool, error) {
+		for i := range keys {
+			if keys[i].Name == name && (newest == nil || keys[i].CreatedAt.After(newest.CreatedAt)) {
+				k := keys[i] // not the page, which goes
+				newest = &k
+			}
 		}
+		return false, nil
+	})
+	if err != nil {
+		return ApiKey{}, err
 	}
 	if newest == nil {
 		return ApiKey{}, &Error{Code: btk.CodeNotFound, Message: fmt.Sprintf("no API key named %q, active or revoked", ref)}
