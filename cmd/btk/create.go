@@ -122,7 +122,7 @@ func (p *printer) newKey(payload any, k client.ApiKey, plaintext, notice string)
 	return p.Result(payload, plaintext, func() {
 		p.Notice("%s", notice)
 		p.Fields(p.apiKeyFields(k))
-		p.Secret(plaintext)
+		p.Secret("key", plaintext)
 	})
 }
 

@@ -265,13 +265,13 @@ func (p *printer) Result(v any, plain string, human func()) error {
 	return nil
 }
 
-// Secret shows a new plaintext key once, set apart from the rest, with the
-// warning that it cannot be shown again: on stdout on a terminal, on stderr
-// otherwise so that stdout stays data.
-func (p *printer) Secret(plaintext string) {
+// Secret shows a new plaintext once, set apart from the rest, with the
+// warning that it cannot be shown again (on stdout on a terminal, on stderr
+// otherwise so that stdout stays data); what names it: "key", "secret".
+func (p *printer) Secret(what, plaintext string) {
 	key := p.r.NewStyle().Bold(true).Foreground(lipgloss.Color("2"))
 	warn := p.r.NewStyle().Foreground(lipgloss.Color("3"))
-	const msg = "! Copy this key now: it is shown only once and cannot be shown again."
+	msg := "! Copy this " + what + " now: it is shown only once and cannot be shown again."
 	if p.io.outTTY {
 		fmt.Fprintf(p.io.Out, "\n    %s\n\n%s\n", key.Render(plaintext), warn.Render(msg))
 		return

@@ -283,3 +283,28 @@ func TestJSONArrayAsJSON(t *testing.T) {
 		}
 	}
 }
+
+// A webhook's signing secret is warned about as a secret, a new key as a
+// key, on a terminal and off one.
+func TestSecretWarningNamesWhatItShows(t *testing.T) {
+	loggedInTo(t, newFakeServer(t, map[string]string{
+		"CreateWebhook": `{"data":{"createWebhook":{"webhook":{"id":"1","url":"https://hooks.example.com/btk","events":[],` +
+			`"createdAt":"2026-11-21T22:00:00Z"},"secret":"whsec_c2VjcmV0"}}}`,
+		"CreateApiKey": `{"data":{"createApiKey":{"apiKey":` + apiKeyJSON + `,"plaintextKey":"` + plaintext + `"}}}`,
+		"TenantInfo":   `{"data":{"tenantInfo":` + tenantJSON + `}}`,
+	}))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"webhook", "add", "https://hooks.example.com/btk"}, "! Copy this secret now: it is shown only once"},
+		{[]string{"create", "ci"}, "! Copy this key now: it is shown only once"},
+	} {
+		for _, tty := range []bool{pipe, fakeTerminal} {
+			s, out, errOut := testStreams(tty, "")
+			if code := btkRun(s, c.args...); code != exitOK || !strings.Contains(out.String()+errOut.String(), c.want) {
+				t.Errorf("btk %s (terminal %v): exit %d\n%s\n%s\nwant %q", strings.Join(c.args, " "), tty, code, out, errOut, c.want)
+			}
+		}
+	}
+}

@@ -45,7 +45,7 @@ only the secret is printed, for piping into a secrets manager.`,
 			return p.Result(payload, payload.Secret, func() {
 				p.Notice("Created webhook %s", payload.Webhook.Id)
 				p.Fields(webhookFields(p, payload.Webhook))
-				p.Secret(payload.Secret)
+				p.Secret("secret", payload.Secret)
 			})
 		}),
 	}
