@@ -173,14 +173,19 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	servers := []*http.Server{srv}
 	listeners := []net.Listener{ln}
+	guards := []*server.ConnGuard{nil} // nil: the process's
 	if upstream != nil {
 		servers = append(servers, newProxyServer(ops.instrument("proxy", handler.Proxy(upstream)), log, ops.metrics))
 		listeners = append(listeners, pln)
+		guards = append(guards, nil)
 		log.Info("btk reverse proxy listening", "addr", pln.Addr().String(), "upstream", btk.RedactURL(cfg.Upstream), "tls", ops.cert != nil)
 	}
 	if msrv := ops.metricsServer(db, log); msrv != nil {
 		servers = append(servers, msrv)
 		listeners = append(listeners, ops.metricsLn)
+		// Its own connections: a flood of the other listeners from the
+		// scraper's address does not blind Prometheus (docs/operating.md#metrics).
+		guards = append(guards, server.NewMetricsGuard(ops.proxies.Trusts))
 	}
 	log.Info("btk serve listening", "addr", ln.Addr().String(), "tls", ops.cert != nil, "db", displayDB(cfg.DB), "startup", time.Since(start).Round(time.Millisecond))
 
@@ -199,7 +204,13 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 
 	serveErr := make(chan error, len(servers))
 	for i, s := range servers {
-		go func() { serveErr <- server.Serve(s, listeners[i], ops.cert) }() // TLS on every listener
+		go func() { // TLS on every listener
+			if guards[i] != nil {
+				serveErr <- server.ServeGuarded(s, listeners[i], ops.cert, guards[i])
+				return
+			}
+			serveErr <- server.Serve(s, listeners[i], ops.cert)
+		}()
 	}
 	select {
 	case err = <-serveErr: // one listener failed: stop the others too
@@ -339,13 +350,15 @@ func proxyUpstream(cfg serveConfig) (*url.URL, error) {
 }
 
 // newProxyServer serves the reverse proxy. It has no read or write timeout:
-// uploads, downloads and WebSockets may last as long as the upstream allows.
+// uploads, downloads and WebSockets may last as long as the upstream allows,
+// and over HTTP/2 an upload gets Go's receive window, not the API's.
 func newProxyServer(h http.Handler, log *slog.Logger, m *server.Metrics) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          server.ErrorLog(log, m),
+		HTTP2:             server.StreamingHTTP2(),
 	}
 }
 

@@ -16,8 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/semaphore"
-
 	"github.com/btk-project/btk/internal/btk"
 	"github.com/btk-project/btk/internal/ratelimit"
 )
@@ -69,18 +67,17 @@ type Gateway struct {
 	leakKeys *btk.LeakReportKeys
 	// upstreamTimeout bounds the wait for an upstream's response headers.
 	upstreamTimeout time.Duration
-	// leakBytes holds the bytes of the leak report bodies being read.
-	leakBytes *semaphore.Weighted
-	// maxUpstreamConns bounds the proxy's connections to its upstream, and
-	// inFlight the proxied requests of one client address (LimitUpstream).
+	// leakBodies holds the bytes of the leak report bodies being read.
+	leakBodies *BodyBudget
+	// maxUpstreamConns bounds the proxy's connections to its upstream
+	// (LimitUpstream).
 	maxUpstreamConns int
-	inFlight         *addressCounts
 }
 
 // New returns the gateway of svc; proxies (nil: none) are the peers whose
 // X-Forwarded-For is believed.
 func New(svc *btk.Service, log *slog.Logger, proxies *TrustedProxies) *Gateway {
-	return &Gateway{svc: svc, log: log, proxies: proxies, leakBytes: semaphore.NewWeighted(btk.MaxLeakReportBytesHeld)}
+	return &Gateway{svc: svc, log: log, proxies: proxies, leakBodies: NewBodyBudget(btk.MaxLeakReportBytesHeld, 0, btk.ErrLeakReportsBusy)}
 }
 
 // ClientIP is the address of the client: the TCP peer, or what a trusted

@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -52,18 +51,18 @@ func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body, held, err := h.readLeakReport(w, r)
-	defer h.leakBytes.Release(held)
+	// Read within btk.LeakReportReadTime, the bytes held counted in
+	// h.leakBodies as they arrive.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(btk.LeakReportReadTime))
+	body, held, err := h.leakBodies.Read(w, r, btk.MaxLeakReportBytes, nil)
+	defer h.leakBodies.Release(held)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
 			WriteError(w, http.StatusRequestEntityTooLarge, errLeakBodyTooLarge)
 		case errors.Is(err, btk.ErrLeakReportsBusy):
-			w.Header().Set("Retry-After", "1")
-			w.Header().Set("Connection", "close") // the rest of the body is not read
-			Fail(w, err)
-			dropUnreadBody(w)
+			Busy(w, r, err) // the rest of the body is not read
 		default:
 			Fail(w, btk.Errorf(btk.CodeBadUserInput, "could not read the request body"))
 		}
@@ -88,34 +87,6 @@ func (h *Gateway) Leaks(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(labels) // the reports are recorded: a client that left changes nothing
-}
-
-// readLeakReport reads a report's body within btk.LeakReportReadTime,
-// holding its buffer's bytes in h.leakBytes as they arrive; it returns the
-// bytes held, which the caller releases once done with the body. Past the
-// bytes every report together may hold, btk.ErrLeakReportsBusy.
-func (h *Gateway) readLeakReport(w http.ResponseWriter, r *http.Request) (body []byte, held int64, err error) {
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(btk.LeakReportReadTime))
-	src := http.MaxBytesReader(w, r.Body, btk.MaxLeakReportBytes)
-	chunk := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(chunk)
-		if n > 0 {
-			body = append(body, chunk[:n]...)
-			if grown := int64(cap(body)) - held; grown > 0 {
-				if !h.leakBytes.TryAcquire(grown) {
-					return nil, held, btk.ErrLeakReportsBusy
-				}
-				held += grown
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return body, held, nil
-		}
-		if err != nil {
-			return nil, held, err
-		}
-	}
 }
 
 // leakAdmin decides a leak report that is not validly signed: the

@@ -47,48 +47,13 @@ const DefaultUpstreamTimeout = 60 * time.Second
 // before Proxy.
 func (h *Gateway) SetUpstreamTimeout(d time.Duration) { h.upstreamTimeout = d }
 
-// LimitUpstream bounds the proxy's connections to its upstream (total: a
-// request over it waits for one to be free) and the proxied requests in
-// flight from one client address (perAddress: one over it is answered 503
-// at once). HTTP/1.1 carries one request per connection, which the
-// connection guard bounds; over HTTP/2 one connection carries many
-// (docs/security.md#what-a-client-can-make-the-server-hold). Call it
-// before Proxy; 0 leaves a bound off.
-func (h *Gateway) LimitUpstream(total, perAddress int) {
-	h.maxUpstreamConns = total
-	if perAddress > 0 {
-		h.inFlight = &addressCounts{limit: perAddress, n: map[string]int{}}
-	}
-}
-
-// errTooManyInFlight answers a proxied request over its address's share.
-var errTooManyInFlight = &btk.Error{Code: btk.CodeUnavailable, Message: "too many proxied requests in flight from this address; retry shortly"}
-
-// addressCounts counts requests in flight per client address, up to limit
-// each; an address leaves the map when its last request ends.
-type addressCounts struct {
-	mu    sync.Mutex
-	limit int
-	n     map[string]int
-}
-
-func (c *addressCounts) take(addr string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n[addr] >= c.limit {
-		return false
-	}
-	c.n[addr]++
-	return true
-}
-
-func (c *addressCounts) give(addr string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n[addr]--; c.n[addr] <= 0 {
-		delete(c.n, addr)
-	}
-}
+// LimitUpstream bounds the proxy's connections to its upstream (a request
+// over it waits for one to be free; 0: no bound). Over HTTP/2 one client
+// connection carries many requests, each of which would open an upstream
+// connection of its own (docs/security.md#what-a-client-can-make-the-server-hold);
+// the share of one client address is the server's (its requests in
+// flight). Call it before Proxy.
+func (h *Gateway) LimitUpstream(total int) { h.maxUpstreamConns = total }
 
 // ProxyTransport is the transport of the reverse proxy: http.DefaultTransport
 // with enough idle connections per host for a busy upstream (the default
@@ -196,14 +161,6 @@ func (h *Gateway) Proxy(upstream *url.URL) http.Handler {
 		if r.URL.Opaque != "" {
 			Fail(w, errOpaqueTarget)
 			return
-		}
-		if h.inFlight != nil {
-			addr := h.ClientIP(r)
-			if !h.inFlight.take(addr) {
-				Fail(w, errTooManyInFlight)
-				return
-			}
-			defer h.inFlight.give(addr)
 		}
 		if based && !withinRoot(r) {
 			Fail(w, errAboveUpstreamRoot)

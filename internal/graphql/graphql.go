@@ -7,11 +7,9 @@
 package graphql
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -32,6 +30,17 @@ const (
 	// characters and a 64-character name, or a login with a 1,024-byte
 	// password: under 7 KB; TestLargestOperationFits measures it).
 	maxBodyBytes = 64 << 10
+	// FreeBodyBytes of each body are not counted in MaxBodyBytesHeld: the
+	// largest real operation fits (TestLargestOperationFits), so stalled
+	// large bodies never refuse one. Each client address's share of
+	// requests in flight bounds what these hold (docs/security.md).
+	FreeBodyBytes = 8 << 10
+	// MaxBodyBytesHeld bounds the bytes past FreeBodyBytes that the bodies
+	// being read hold together, counted as they arrive; a request past it
+	// is answered 503 with Retry-After. Requests that sent 60 KB of a body
+	// and stopped held it until the 30 s read timeout, from every address
+	// that could hold requests.
+	MaxBodyBytesHeld = 16 << 20
 	// maxComplexity bounds an operation's cost (one per field by default).
 	maxComplexity = 500
 	// scanCost is the part of maxComplexity a read of many usage or audit
@@ -57,7 +66,7 @@ const (
 // New returns the handler of POST /graphql: credentials through gw, then
 // the operation through gqlgen's executor.
 func New(svc *btk.Service, gw *gateway.Gateway, log *slog.Logger) http.Handler {
-	h := &handler{svc: svc, gw: gw, log: log}
+	h := &handler{svc: svc, gw: gw, log: log, bodies: gateway.NewBodyBudget(MaxBodyBytesHeld, FreeBodyBytes, errBodiesBusy)}
 	cfg := graph.Config{Resolvers: &Resolver{svc: svc}}
 	// A password check (argon2id) is the costliest thing a request can ask
 	// for: at most one per operation, however many aliases it uses.
@@ -176,7 +185,8 @@ func pageCost(child int, first *int) int {
 // X-Api-Key. Invalid credentials end the request with 401; over-limit keys
 // with 429.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !limitBody(w, r) {
+	if r.ContentLength > maxBodyBytes { // refused before anything reads it
+		gateway.WriteError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge)
 		return
 	}
 	ctx := r.Context()
@@ -214,28 +224,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // errBodyTooLarge is the request-level failure for a body over maxBodyBytes.
 var errBodyTooLarge = btk.Errorf(btk.CodeBadUserInput, "request body is larger than 64 KiB")
 
+// errBodiesBusy answers a request whose body would take the bodies being
+// read past MaxBodyBytesHeld.
+var errBodiesBusy = &btk.Error{Code: btk.CodeUnavailable, Message: "too many large GraphQL requests are being received at once; retry shortly"}
+
 // Requests /graphql does not take.
 var (
 	errNotJSON = btk.Errorf(btk.CodeBadUserInput, "send the operation as a JSON body with Content-Type: application/json")
 	errUpgrade = btk.Errorf(btk.CodeBadUserInput, "/graphql takes POST requests with a JSON body; it serves no subscriptions or upgrades")
 )
-
-// limitBody refuses a body over maxBodyBytes with 413 before anything reads
-// it. A body of unknown length (chunked) is read here, up to the limit.
-func limitBody(w http.ResponseWriter, r *http.Request) bool {
-	if r.ContentLength > maxBodyBytes {
-		gateway.WriteError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge)
-		return false
-	}
-	if r.ContentLength >= 0 {
-		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
-		return true
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
-	if err != nil || len(body) > maxBodyBytes {
-		gateway.WriteError(w, http.StatusRequestEntityTooLarge, errBodyTooLarge)
-		return false
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	return true
-}

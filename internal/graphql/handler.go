@@ -37,6 +37,8 @@ type handler struct {
 	// logged-in users, with "did you mean" suggestions in validation errors.
 	exec, userExec *executor.Executor
 	expansion      *expansionLimit
+	// bodies holds the bytes of the bodies being read (MaxBodyBytesHeld).
+	bodies *gateway.BodyBudget
 }
 
 // UserOperationTimeout bounds a logged-in user's operation: the write
@@ -54,10 +56,10 @@ var (
 	headerGraphQLResponse = []string{contentTypeGraphQLResponse}
 )
 
-var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// maxPooledBody keeps buffers grown by unusually large bodies out of the pool.
-const maxPooledBody = 64 << 10
+// bodyPool holds buffers of bodies read, of at most FreeBodyBytes: one
+// grown by an unusually large body is not kept, and a pooled one is never
+// counted in the bytes held (BodyBudget.Read).
+var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // serve answers r in ctx, which replaces r.Context().
 func (h *handler) serve(w http.ResponseWriter, r *http.Request, ctx context.Context) {
@@ -99,9 +101,13 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, ctx context.Cont
 	}
 
 	start := graphql.Now()
-	params, status, err := readParams(r)
+	params, status, err := h.readParams(w, r)
 	if status == http.StatusRequestEntityTooLarge {
 		gateway.WriteError(w, status, errBodyTooLarge)
+		return
+	}
+	if errors.Is(err, errBodiesBusy) {
+		gateway.Busy(w, r, err)
 		return
 	}
 	if err == errLongList {
@@ -195,24 +201,30 @@ type wireParams struct {
 	Extensions    json.RawMessage `json:"extensions"`
 }
 
-// readParams reads the whole body (bounded by the middleware's
-// MaxBytesReader) and decodes it; on failure it returns the HTTP status.
-func readParams(r *http.Request) (*graphql.RawParams, int, error) {
-	buf := bodyPool.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			buf.Reset()
-			bodyPool.Put(buf)
+// readParams reads the whole body, at most maxBodyBytes, its bytes held
+// counted in h.bodies, and decodes it; on failure it returns the HTTP
+// status (errBodiesBusy: none, past the bytes held).
+func (h *handler) readParams(w http.ResponseWriter, r *http.Request) (*graphql.RawParams, int, error) {
+	buf := bodyPool.Get().(*[]byte)
+	body, held, err := h.bodies.Read(w, r, maxBodyBytes, *buf)
+	defer func() { // decoding copies what it keeps
+		h.bodies.Release(held)
+		if cap(body) <= FreeBodyBytes && cap(body) > cap(*buf) {
+			*buf = body[:0]
 		}
+		bodyPool.Put(buf)
 	}()
-	if _, err := buf.ReadFrom(r.Body); err != nil {
+	if err != nil {
 		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
 			return nil, http.StatusRequestEntityTooLarge, err
+		}
+		if errors.Is(err, errBodiesBusy) {
+			return nil, 0, err
 		}
 		return nil, http.StatusBadRequest, err
 	}
 	var wire wireParams
-	if err := json.Unmarshal(buf.Bytes(), &wire); err != nil {
+	if err := json.Unmarshal(body, &wire); err != nil {
 		return nil, http.StatusBadRequest, err
 	}
 	// Lists are bounded before they are even decoded, let alone coerced by

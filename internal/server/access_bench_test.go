@@ -132,7 +132,9 @@ func BenchmarkAuthorizeWire(b *testing.B) {
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 	}
-	go func() { _ = server.ServeGuarded(raw, ln, nil, server.NewConnGuard(1024)) }()
+	g := server.NewConnGuard(1024)
+	g.PerAddress(server.AddressShare(1024), nil) // as btk serve's: requests in flight counted per address
+	go func() { _ = server.ServeGuarded(raw, ln, nil, g) }()
 	b.Cleanup(func() { _ = raw.Close() })
 	host := ln.Addr().String()
 	runRaw := func(name, request string) {

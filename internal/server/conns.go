@@ -1,11 +1,16 @@
 package server
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
+
+	"github.com/btk-project/btk/internal/btk"
+	"github.com/btk-project/btk/internal/gateway"
 )
 
 // ConnGuard bounds the connections a process serves by its descriptor limit
@@ -17,7 +22,9 @@ import (
 // everyone else); at the hard limit with none waiting, a new connection is
 // closed at once, so that the descriptors the process needs for its
 // database, Redis and upstream connections are never spent on clients.
-// With a share (PerAddress), one client address holds at most that many.
+// With a share (PerAddress), one client address holds at most that many
+// connections, and has at most that many requests in flight over them
+// (limitInFlight).
 type ConnGuard struct {
 	mu    sync.Mutex
 	open  int
@@ -25,9 +32,23 @@ type ConnGuard struct {
 	hard  int      // at this many, refuse new connections
 	idle  idleList // waiting connections (new or idle), oldest first
 
-	share  int                   // connections one address may hold; 0: no bound
-	exempt func(netip.Addr) bool // addresses without that bound
-	byAddr map[netip.Addr]int    // open connections per address, with a share
+	share  int                       // connections one address may hold; 0: no bound
+	exempt func(netip.Addr) bool     // addresses without that bound
+	byAddr map[netip.Addr]*addrShare // per address, with a share
+}
+
+// addrShare is what one client address holds: its connections, and the
+// requests in flight over them. An address leaves its guard's map when it
+// has neither.
+type addrShare struct {
+	g     *ConnGuard
+	addr  netip.Addr
+	limit int32        // the guard's share, when the address first came
+	conns atomic.Int32 // changed under the guard's mu
+	// requests is counted without the guard's lock: one atomic add when a
+	// request starts and one when it ends, however many connections and
+	// requests the address has (a mutexed map costs every request).
+	requests atomic.Int32
 }
 
 // NewConnGuard returns a guard for at most limit connections, closing idle
@@ -41,13 +62,16 @@ func NewConnGuard(limit int) *ConnGuard {
 // address by its /64) to share, except for the addresses exempt reports
 // (trusted proxies, whose connections carry many clients'): a client that
 // holds its connections busy (a request body sent a byte at a time) cannot
-// take them all.
+// take them all. The same share bounds the address's requests in flight
+// (limitInFlight): over HTTP/2 one connection carries up to
+// MaxStreamsPerConn of them, and an address gets no more than over
+// HTTP/1.1, where a connection carries one.
 func (g *ConnGuard) PerAddress(share int, exempt func(netip.Addr) bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.share, g.exempt = share, exempt
 	if g.byAddr == nil { // counts already kept stay (a second server in one process)
-		g.byAddr = map[netip.Addr]int{}
+		g.byAddr = map[netip.Addr]*addrShare{}
 	}
 }
 
@@ -65,8 +89,9 @@ func LimitConnsPerAddress(exempt func(netip.Addr) bool) {
 func (g *ConnGuard) Limit() int { return g.hard }
 
 // DescriptorConnLimit is the connection limit the descriptor limit allows:
-// half of it (a proxied connection needs one towards the upstream too),
-// less a reserve for the process's own files and pools.
+// half of what the metrics listener's MetricsConns leave (a proxied
+// connection needs one towards the upstream too), less a reserve for the
+// process's own files and pools.
 func DescriptorConnLimit() int {
 	var r syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil || r.Cur == 0 {
@@ -76,11 +101,27 @@ func DescriptorConnLimit() int {
 	if n > 1<<24 {
 		n = 1 << 24
 	}
-	return max(int(n)/2-64, 16)
+	return max((int(n)-MetricsConns)/2-64, 16)
 }
 
 // processGuard is the guard of every listener Serve serves.
 var processGuard = NewConnGuard(DescriptorConnLimit())
+
+// MetricsConns bounds the connections of the metrics listener, which has a
+// guard of its own (NewMetricsGuard) out of the descriptors
+// DescriptorConnLimit reserves: with the process's, a flood of the other
+// listeners from the scraper's address (the same host, or one NAT) took
+// the address's share and Prometheus could no longer scrape.
+const MetricsConns = 32
+
+// NewMetricsGuard is the metrics listener's guard: MetricsConns
+// connections, a quarter of them (and as many requests in flight) per
+// client address but for the addresses exempt reports.
+func NewMetricsGuard(exempt func(netip.Addr) bool) *ConnGuard {
+	g := NewConnGuard(MetricsConns)
+	g.PerAddress(MetricsConns/4, exempt)
+	return g
+}
 
 // Open reports how many accepted connections are open.
 func (g *ConnGuard) Open() int {
@@ -191,7 +232,14 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 			addr = addressOf(c.RemoteAddr())
 			bounded = addr.IsValid() && (g.exempt == nil || !g.exempt(addr))
 		}
-		refuse := bounded && g.byAddr[addr] >= g.share
+		var share *addrShare
+		if bounded {
+			if share = g.byAddr[addr]; share == nil {
+				share = &addrShare{g: g, addr: addr, limit: int32(min(g.share, 1<<30))} // #nosec G115 -- bounded just before
+				g.byAddr[addr] = share
+			}
+		}
+		refuse := share != nil && int(share.conns.Load()) >= g.share
 		for !refuse && g.open >= g.evict && g.idle.n > 0 {
 			v := g.idle.head
 			g.idle.remove(v)
@@ -200,9 +248,11 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 		refuse = refuse || g.open >= g.hard && len(victims) == 0
 		if !refuse {
 			g.open++
-			if bounded {
-				g.byAddr[addr]++
+			if share != nil {
+				share.conns.Add(1)
 			}
+		} else if share != nil {
+			g.forget(share)
 		}
 		g.mu.Unlock()
 		for _, v := range victims {
@@ -212,11 +262,7 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 			_ = c.Close() // refused: nothing was read from it
 			continue
 		}
-		gc := &guardedConn{Conn: c, g: g}
-		if bounded {
-			gc.addr = addr
-		}
-		return gc, nil
+		return &guardedConn{Conn: c, g: g, share: share}, nil
 	}
 }
 
@@ -251,9 +297,8 @@ type guardedConn struct {
 	prev, next *guardedConn
 	linked     bool
 	outer      net.Conn
-	// addr is the address the connection counts under in byAddr (invalid:
-	// none).
-	addr netip.Addr
+	// share is what the connection's address holds (nil: no share).
+	share *addrShare
 }
 
 func (c *guardedConn) Close() error {
@@ -263,14 +308,68 @@ func (c *guardedConn) Close() error {
 		c.g.idle.remove(c)
 		c.outer = nil
 		c.g.open--
-		if c.addr.IsValid() {
-			if n := c.g.byAddr[c.addr] - 1; n > 0 {
-				c.g.byAddr[c.addr] = n
-			} else {
-				delete(c.g.byAddr, c.addr)
-			}
+		if c.share != nil {
+			c.share.conns.Add(-1)
+			c.g.forget(c.share)
 		}
 		c.g.mu.Unlock()
 	})
 	return err
+}
+
+// forget removes s from the map once its address holds nothing (g.mu
+// held). An address whose requests outlive its last connection (HTTP/2
+// handlers end after their connection closes) stays until the last one
+// ends: a new connection then finds their count.
+func (g *ConnGuard) forget(s *addrShare) {
+	if s.conns.Load() == 0 && s.requests.Load() == 0 && g.byAddr[s.addr] == s {
+		delete(g.byAddr, s.addr)
+	}
+}
+
+// shareKey is the context key of a connection's *addrShare (connContext).
+type shareKey struct{}
+
+// connContext puts the share of c's address in its requests' context.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if gc := guarded(c); gc != nil && gc.share != nil {
+		return context.WithValue(ctx, shareKey{}, gc.share)
+	}
+	return ctx
+}
+
+// errTooManyInFlight answers a request past its address's share.
+var errTooManyInFlight = &btk.Error{Code: btk.CodeUnavailable, Message: "too many requests in flight from this address; retry shortly"}
+
+// limitInFlight answers 503 at once, with Retry-After, a request past its
+// client address's share of requests in flight (ConnGuard.PerAddress), on
+// a connection its guard counts (ServeGuarded): a request whose body
+// stalls holds the body read so far, and over HTTP/2 one address's share of
+// connections carried 100 times as many requests (docs/security.md). It is
+// a handler, not part of ServeGuarded, so that the metrics and the access
+// log see the refusals.
+func limitInFlight(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, _ := r.Context().Value(shareKey{}).(*addrShare)
+		if s == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if s.requests.Add(1) > s.limit {
+			s.done()
+			gateway.Busy(w, r, errTooManyInFlight)
+			return
+		}
+		defer s.done()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// done ends one of the address's requests.
+func (s *addrShare) done() {
+	if s.requests.Add(-1) == 0 && s.conns.Load() == 0 { // its connections are gone
+		s.g.mu.Lock()
+		s.g.forget(s)
+		s.g.mu.Unlock()
+	}
 }

@@ -175,6 +175,14 @@ func TestHugeHeaderBlockRefusedCheaply(t *testing.T) {
 // selfSigned writes a certificate and key for 127.0.0.1 and loads them.
 func selfSigned(t *testing.T) (*server.Certificate, *x509.CertPool) {
 	t.Helper()
+	cert, pool, _ := selfSignedFile(t)
+	return cert, pool
+}
+
+// selfSignedFile is selfSigned and the certificate's PEM file (for another
+// process to trust).
+func selfSignedFile(t *testing.T) (*server.Certificate, *x509.CertPool, string) {
+	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "btk test"},
@@ -198,7 +206,7 @@ func selfSigned(t *testing.T) (*server.Certificate, *x509.CertPool) {
 	pool := x509.NewCertPool()
 	leaf, _ := x509.ParseCertificate(der)
 	pool.AddCert(leaf)
-	return cert, pool
+	return cert, pool, certFile
 }
 
 // TLS is AEAD only, with HSTS (docs/security.md#what-a-client-can-make-the-server-hold):

@@ -129,7 +129,7 @@ func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.Gauge
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
-	return mux
+	return limitInFlight(mux)
 }
 
 // Registry is the metrics' own registry (for tests and further collectors).

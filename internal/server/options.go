@@ -28,10 +28,11 @@ func WithUpstreamTimeout(d time.Duration) Option {
 	return func(h *Handler) { h.upstreamTimeout = d }
 }
 
-// WithUpstreamConns bounds the reverse proxy's upstream connections
-// (total) and the proxied requests in flight from one client address
-// (perAddress); 0 leaves the process's connection guard's figures
-// (docs/security.md#what-a-client-can-make-the-server-hold).
-func WithUpstreamConns(total, perAddress int) Option {
-	return func(h *Handler) { h.upstreamConns, h.upstreamPerAddress = total, perAddress }
+// WithUpstreamConns bounds the reverse proxy's upstream connections; 0
+// leaves the process's connection limit
+// (docs/security.md#what-a-client-can-make-the-server-hold). One client
+// address's requests in flight are its share of the connection guard's
+// (ConnGuard.PerAddress).
+func WithUpstreamConns(total int) Option {
+	return func(h *Handler) { h.upstreamConns = total }
 }

@@ -1,9 +1,12 @@
 package server_test
 
 import (
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,10 +19,11 @@ import (
 // flight are bounded: over HTTP/2 one client connection carries many
 // requests, each of which opened an upstream connection of its own, until
 // the process ran out of descriptors and every listener stopped accepting
-// (docs/security.md#what-a-client-can-make-the-server-hold). Here 4
-// upstream connections in all and 3 requests per address: a fourth request
-// from one address is answered 503 at once; requests from many addresses
-// share the 4 connections, waiting for one, and are all answered.
+// (docs/security.md#what-a-client-can-make-the-server-hold). Here, over
+// HTTP/2, 4 upstream connections in all and a share of 3 per address: a
+// fourth request in flight from one address is answered 503 at once;
+// requests from many addresses share the 4 connections, waiting for one,
+// and are all answered.
 func TestProxyUpstreamBounded(t *testing.T) {
 	e := newEnv(t)
 	k := e.createKey(e.admin(), "streams")
@@ -46,17 +50,29 @@ func TestProxyUpstreamBounded(t *testing.T) {
 	}
 	up.Start()
 	t.Cleanup(up.Close)
-	p := e.proxyWith(up.URL, server.WithUpstreamConns(4, 3))
+	u, _ := url.Parse(up.URL)
+	g := server.NewConnGuard(100)
+	g.PerAddress(3, nil)
+	cert, pool := selfSigned(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	addr, _ := serveTest(t, server.New(e.svc, e.db, log, server.WithUpstreamConns(4)).Proxy(u), cert, g)
+	clients := map[int]*http.Client{}
+	for from := 2; from <= 5; from++ {
+		clients[from] = h2From(t, byte(from), pool)
+	}
 
 	get := func(from int) int {
-		req, _ := http.NewRequest(http.MethodGet, p.URL+"/stream", nil)
+		req, _ := http.NewRequest(http.MethodGet, "https://"+addr+"/stream", nil)
 		req.Header.Set("X-Api-Key", k.Plaintext)
-		res, err := clientFrom(t, from).Do(req)
+		res, err := clients[from].Do(req)
 		if err != nil {
 			t.Errorf("from 127.0.0.%d: %v", from, err)
 			return 0
 		}
 		res.Body.Close()
+		if res.ProtoMajor != 2 {
+			t.Errorf("from 127.0.0.%d: HTTP/%d", from, res.ProtoMajor)
+		}
 		return res.StatusCode
 	}
 	waitInHandler := func(n int64) {

@@ -3,7 +3,8 @@
 // and the proxy from internal/gateway; the dashboard, /healthz and /readyz),
 // the access log, TLS with reload, Prometheus metrics on their own listener,
 // and the connection guard that bounds the connections of every listener by
-// the descriptor limit (conns.go, docs/security.md). The rules live in
+// the descriptor limit, and one client address's connections and requests
+// in flight by its share (conns.go, docs/security.md). The rules live in
 // internal/btk; this package only mounts them.
 package server
 
@@ -28,19 +29,20 @@ type Handler struct {
 	log      *slog.Logger
 	gw       *gateway.Gateway
 	mux      *http.ServeMux
+	root     http.Handler            // mux, within the client address's requests in flight
 	proxies  *gateway.TrustedProxies // whose X-Forwarded-For is believed (options.go)
 	leakKeys *btk.LeakReportKeys     // sign acceptable leak reports (options.go)
 	// upstreamTimeout bounds the proxy's wait for response headers (options.go).
 	upstreamTimeout time.Duration
-	// upstreamConns and upstreamPerAddress bound the proxy's upstream
-	// connections and one address's proxied requests in flight (options.go).
-	upstreamConns, upstreamPerAddress int
+	// upstreamConns bounds the proxy's upstream connections (options.go).
+	upstreamConns int
 }
 
 // New returns the HTTP handler of the service. The logger never receives a
 // key, password, token, or credential header.
 func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *Handler {
 	h := &Handler{svc: svc, store: store, log: log, mux: http.NewServeMux()}
+	h.root = limitInFlight(h.mux)
 	for _, o := range opts {
 		o(h)
 	}
@@ -48,16 +50,14 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 	h.gw.SetLeakReportKeys(h.leakKeys)
 	h.gw.SetUpstreamTimeout(h.upstreamTimeout)
 	// Over HTTP/2 one client connection carries many requests, each of
-	// which would open its own upstream connection: without these bounds
-	// the descriptors the connection guard leaves for them ran out, and
-	// every listener stopped accepting.
+	// which would open its own upstream connection: without this bound
+	// (and one address's share of requests in flight, limitInFlight) the
+	// descriptors the connection guard leaves for them ran out, and every
+	// listener stopped accepting.
 	if h.upstreamConns == 0 {
 		h.upstreamConns = processGuard.Limit()
 	}
-	if h.upstreamPerAddress == 0 {
-		h.upstreamPerAddress = AddressShare(h.upstreamConns)
-	}
-	h.gw.LimitUpstream(h.upstreamConns, h.upstreamPerAddress)
+	h.gw.LimitUpstream(h.upstreamConns)
 
 	h.mux.Handle("POST /graphql", graphql.New(svc, h.gw, log))
 	h.mux.HandleFunc("/v1/authorize", h.gw.Authorize)
@@ -95,7 +95,7 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 // answer makes the instance not ready within it (docs/operating.md).
 const ReadyTimeout = 3 * time.Second
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serveLogged(h.mux, w, r, true) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serveLogged(h.root, w, r, true) }
 
 // serveLogged serves r with next and, at DEBUG, writes its access-log line.
 // The line names no header (credentials travel in headers) and no query.
@@ -125,8 +125,8 @@ func (h *Handler) serveLogged(next http.Handler, w http.ResponseWriter, r *http.
 
 // Proxy returns the handler of the proxy listener (--proxy-addr): the
 // gateway's reverse proxy to upstream, with the access log of the main
-// listener.
+// listener and its share of requests in flight per client address.
 func (h *Handler) Proxy(upstream *url.URL) http.Handler {
-	proxy := h.gw.Proxy(upstream)
+	proxy := limitInFlight(h.gw.Proxy(upstream))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveLogged(proxy, w, r, false) })
 }

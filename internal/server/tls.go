@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -88,27 +89,65 @@ const MaxHeaderBytes = 64 << 10
 // MaxStreamsPerConn bounds the concurrent requests of one HTTP/2 connection.
 const MaxStreamsPerConn = 100
 
+// BodyWindow is the HTTP/2 receive window of one request on the listeners
+// whose handlers read a body whole (the API, the metrics): the bytes a
+// client may send ahead of its handler, held by the server until read. A
+// GraphQL body is at most 64 KiB, and goes in one window; a leak report
+// (up to 1 MiB) is read as it arrives, a window at a time. Go's default is
+// 1 MiB, which a handler that reads the body after its key check let a
+// client fill for each of its requests.
+const BodyWindow = 64 << 10
+
+// connWindow is the HTTP/2 receive window of a connection on those
+// listeners: Go's default, 16 requests' windows, so that a request whose
+// handler has not read its body yet does not hold up the connection's
+// others.
+const connWindow = 1 << 20
+
+// StreamingHTTP2 is the HTTP/2 configuration of the proxy listener, whose
+// uploads stream to the upstream as they arrive: Go's receive windows (1 MiB
+// a request), since a BodyWindow would make an upload wait a round trip
+// for each 64 KiB of it.
+func StreamingHTTP2() *http.HTTP2Config {
+	return &http.HTTP2Config{MaxConcurrentStreams: MaxStreamsPerConn}
+}
+
 // HSTS is the Strict-Transport-Security of every answer over TLS.
 const HSTS = "max-age=31536000"
 
 // Serve serves srv on ln, with TLS (and HTTP/2) when cert is not nil. Every
-// btk listener (the API, the metrics, the reverse proxy) goes through it,
-// and gets the bounds of docs/security.md: header blocks of at most
-// MaxHeaderBytes, connections counted against the descriptor limit (idle
-// ones closed first), and over TLS the AEAD suites and HSTS.
+// btk listener (the API, the reverse proxy) goes through it, or through
+// ServeGuarded with a guard of its own (the metrics), and gets the bounds
+// of docs/security.md: header blocks of at most MaxHeaderBytes, connections
+// counted against the descriptor limit (idle ones closed first), each
+// connection's client address known to its requests (the share of
+// requests in flight, limitInFlight), and over TLS the AEAD suites and
+// HSTS.
 func Serve(srv *http.Server, ln net.Listener, cert *Certificate) error {
 	return ServeGuarded(srv, ln, cert, processGuard)
 }
 
-// ServeGuarded is Serve with the connections counted by g (tests).
+// ServeGuarded is Serve with the connections counted by g (the metrics
+// listener, tests).
 func ServeGuarded(srv *http.Server, ln net.Listener, cert *Certificate, g *ConnGuard) error {
 	if srv.MaxHeaderBytes == 0 {
 		srv.MaxHeaderBytes = MaxHeaderBytes
 	}
 	if srv.HTTP2 == nil {
-		// Streams at once on one HTTP/2 connection (Go's default is 250):
-		// with the connection bound, this bounds the requests in flight.
-		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: MaxStreamsPerConn}
+		// Streams at once on one HTTP/2 connection (Go's default is 250),
+		// and what a stalled one holds.
+		srv.HTTP2 = &http.HTTP2Config{
+			MaxConcurrentStreams:          MaxStreamsPerConn,
+			MaxReceiveBufferPerStream:     BodyWindow,
+			MaxReceiveBufferPerConnection: connWindow,
+		}
+	}
+	prevContext := srv.ConnContext
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if prevContext != nil {
+			ctx = prevContext(ctx, c)
+		}
+		return connContext(ctx, c)
 	}
 	g.Track(srv)
 	ln = g.Listener(ln)
