@@ -95,7 +95,9 @@ func New(svc *btk.Service, store btk.Store, log *slog.Logger, opts ...Option) *H
 // answer makes the instance not ready within it (docs/operating.md).
 const ReadyTimeout = 3 * time.Second
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serveLogged(h.root, w, r, true) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.serveLogged(h.root, w, r, true)
+}
 
 // serveLogged serves r with next and, at DEBUG, writes its access-log line.
 // The line names no header (credentials travel in headers) and no query.
