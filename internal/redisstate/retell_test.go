@@ -23,6 +23,16 @@ import (
 // not tell, as when Redis fails between the budget and the tell.
 func cutCluster(t *testing.T) (*cluster, *testproc.Relay, *testclock.Clock) {
 	t.Helper()
+	c, px, clk, direct := cutOffCluster(t)
+	c.a = c.gated(t, c.db, direct, c.sa)
+	return c, px, clk
+}
+
+// cutOffCluster is a cluster whose instance a reaches Redis only through
+// the relay returned, budgets included; direct is a state of a's that
+// does not go through it.
+func cutOffCluster(t *testing.T) (*cluster, *testproc.Relay, *testclock.Clock, *State) {
+	t.Helper()
 	u, err := url.Parse(testURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -33,8 +43,7 @@ func cutCluster(t *testing.T) (*cluster, *testproc.Relay, *testclock.Clock) {
 	u.Host = px.Addr
 	clk := testclock.Stopped()
 	c := clusterOf(t, open(t, u.String(), prefix), open(t, direct, prefix), clk.Now)
-	c.a = c.gated(t, c.db, open(t, direct, prefix), c.sa)
-	return c, px, clk
+	return c, px, clk, open(t, direct, prefix)
 }
 
 // A workspace's change budget is in Redis, shared by the instances: an
@@ -43,15 +52,7 @@ func cutCluster(t *testing.T) (*cluster, *testproc.Relay, *testclock.Clock) {
 // revocation, which the budget never refuses, still commits, and answers
 // UNAVAILABLE until it is told (docs/clusters.md#shared-state-in-redis).
 func TestChangesFailClosedWithoutTheBudget(t *testing.T) {
-	u, err := url.Parse(testURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := testPrefix(t, u.String())
-	px := testproc.NewRelay(t, u.Host)
-	direct := u.String()
-	u.Host = px.Addr
-	c := clusterOf(t, open(t, u.String(), prefix), open(t, direct, prefix), testclock.Stopped().Now)
+	c, px, _, _ := cutOffCluster(t)
 	ctx := context.Background()
 	k := c.key(t, "k")
 	px.Cut()
