@@ -158,15 +158,11 @@ func (s *State) watch() {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	failing := false
-	s.askSentinels()
-	for tick := 1; ; tick++ {
+	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
-		}
-		if tick%sentinelsEvery == 0 {
-			s.askSentinels()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), watchEvery)
 		err := s.eachPrimary(ctx, func(ctx context.Context, c *redis.Client) error { return s.checkIdentity(ctx, c) })
@@ -184,9 +180,25 @@ func (s *State) watch() {
 	}
 }
 
-// sentinelsEvery is how many watch ticks apart the sentinels are asked
-// whether they answer.
-const sentinelsEvery = 5
+// sentinelsEvery is how often the sentinels are asked whether they answer.
+const sentinelsEvery = 5 * time.Second
+
+// watchSentinels asks the sentinels every sentinelsEvery until Close, on a
+// timer of its own: sentinels that hang take their whole timeout, which
+// must not delay watch's reading of the primary's identity (the bound
+// docs/clusters.md#failover gives down-after-milliseconds).
+func (s *State) watchSentinels() {
+	t := time.NewTicker(sentinelsEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.askSentinels()
+	}
+}
 
 // askSentinels counts, under Sentinel, the sentinels of the URL that answer
 // for the primary's name, for Sentinels. Without a majority of them, key

@@ -135,6 +135,9 @@ func openQueued(url, prefix string, queued int) (*State, error) {
 		return nil, err
 	}
 	go s.watch()
+	if len(s.sentinels) > 0 {
+		go s.watchSentinels()
+	}
 	return s, nil
 }
 
